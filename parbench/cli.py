@@ -1,0 +1,233 @@
+"""The `parbench` command line: run sweeps, show the environment, list strategies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import torch
+
+import strategies
+from parbench.devices import DeviceError, cpu_cores, parse_devices
+from parbench.environment import collect_environment, format_environment
+from parbench.results import RunFolder, load_records
+from parbench.runner import Config, expand_sweep, run_sweep
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
+
+__all__ = ["QUICK_RUN", "main"]
+
+EXIT_USAGE = 2
+
+# `parbench run` with no arguments: every strategy this machine can run, sized to take about a
+# minute on two CPU cores.
+QUICK_RUN = dict(model="resnet18", batch_size="32", image_size="128", steps=5, warmup=2)
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line and exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line instead of usage plus error."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+# ---- argument types: each turns one bad value into a UsageError naming the fix ----------------
+
+def _comma_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"empty list {text!r}; give one or more comma-separated values")
+    return items
+
+
+def _int_list(flag: str, text: str, minimum: int) -> list[int]:
+    values = []
+    for item in _comma_list(text):
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{flag} {item!r} is not a whole number") from None
+        if value < minimum:
+            raise UsageError(f"{flag} must be at least {minimum}, got {value}")
+        values.append(value)
+    return values
+
+
+def _choice_list(flag: str, text: str, choices: Sequence[str]) -> list[str]:
+    values = _comma_list(text)
+    for value in values:
+        if value not in choices:
+            raise UsageError(f"unknown {flag.lstrip('-').replace('-', ' ')} {value!r}; "
+                             f"available: {', '.join(choices)}")
+    return values
+
+
+def _at_least(flag: str, value: int, minimum: int) -> int:
+    if value < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, got {value}")
+    return value
+
+
+def _default_devices() -> list[str]:
+    """All GPUs when there are several; else two logical devices on the one physical device."""
+    gpus = torch.cuda.device_count()
+    if gpus >= 2:
+        return [",".join(f"cuda:{i}" for i in range(gpus))]
+    return ["cuda:0,cuda:0" if gpus == 1 else "cpu,cpu"]
+
+
+# ---- commands ----------------------------------------------------------------------------------
+
+def _build_configs(args: argparse.Namespace) -> list[Config]:
+    requested = args.strategy is not None
+    names = _choice_list("--strategy", args.strategy, strategies.names()) if requested else None
+    try:
+        device_sets = [parse_devices(spec) for spec in (args.devices or _default_devices())]
+    except DeviceError as error:
+        raise UsageError(str(error)) from None
+    if names is None:  # the quick comparison: whatever can run on the first device set
+        reasons = strategies.available(device_sets[0].logical)
+        names = [name for name, reason in reasons.items() if reason is None] or ["single"]
+    for name in names:
+        for devices in device_sets:
+            try:
+                strategies.lookup(name).cls.select_devices(devices.logical)
+            except strategies.StrategyError as error:
+                raise UsageError(str(error)) from None
+    return expand_sweep(
+        strategy=names,
+        model=_choice_list("--model", args.model, MODELS),
+        global_batch=_int_list("--batch-size", args.batch_size, 1),
+        image_size=_int_list("--image-size", args.image_size, MIN_IMAGE_SIZE),
+        precision=_choice_list("--precision", args.precision, PRECISIONS),
+        devices=device_sets,
+        num_classes=_at_least("--num-classes", args.num_classes, 1),
+        channels_last=args.channels_last,
+        seed=args.seed,
+        warmup=_at_least("--warmup", args.warmup, 0),
+        steps=_at_least("--steps", args.steps, 1),
+        threads_per_device=_at_least("--threads-per-device", args.threads_per_device, 1),
+    )
+
+
+def _format_number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def _print_table(folder: RunFolder) -> None:
+    frame = load_records(folder.path)
+    columns = {
+        "strategy": "strategy", "model": "model", "global_batch": "batch",
+        "image_size": "px", "devices": "devices", "emulated": "emulated", "status": "status",
+        "throughput_ips": "img/s", "step_time_median_s": "median s", "step_time_p90_s": "p90 s",
+        "peak_memory_max_mib": "peak MiB", "memory_imbalance": "mem max/mean",
+        "achieved_tflops": "TFLOP/s",
+    }
+    table = frame[list(columns)].rename(columns=columns)
+    print(table.to_string(index=False, float_format=_format_number, na_rep="-"))
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        print(f"  {row['strategy']} {row['status']}: {row['reason']}")
+
+
+def _command_run(args: argparse.Namespace) -> int:
+    configs = _build_configs(args)
+    cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
+                       if c.used_devices.kind == "cpu"), default=0)
+    if cpu_threads > cpu_cores():
+        print(f"warning: up to {cpu_threads} threads on {cpu_cores()} cores: emulated devices "
+              "will compete for cores; lower --threads-per-device", file=sys.stderr)
+    try:
+        folder = RunFolder.create(args.results_dir, args.tag)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise UsageError(f"cannot write results to {args.results_dir!r} ({reason}); "
+                         "choose a writable folder with --results-dir") from None
+
+    def on_start(index: int, config: Config) -> None:
+        print(f"[{index + 1}/{len(configs)}] {config.label()}", file=sys.stderr, flush=True)
+
+    run_sweep(configs, folder, collect_environment(), on_start=on_start)
+    _print_table(folder)
+    print(f"results: {folder.path}")
+    return 0
+
+
+def _command_env(args: argparse.Namespace) -> int:
+    print(format_environment(collect_environment()))
+    return 0
+
+
+def _command_strategies(args: argparse.Namespace) -> int:
+    try:
+        devices = parse_devices(args.devices or _default_devices()[0])
+    except DeviceError as error:
+        raise UsageError(str(error)) from None
+    for name, reason in strategies.available(devices.logical).items():
+        summary = strategies.lookup(name).cls.summary
+        print(f"{name:<16} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="parbench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser(
+        "run", help="measure strategies (every option taking a comma list sweeps over it)",
+        description="Train a ResNet with each strategy on synthetic data and record throughput, "
+                    "step times and peak memory. Comma lists sweep: each point is one record.")
+    run.add_argument("--strategy", help="strategies to compare (default: every one that can run "
+                     f"here; available: {', '.join(strategies.names())})")
+    run.add_argument("--model", default=QUICK_RUN["model"], help=f"{', '.join(MODELS)}")
+    run.add_argument("--batch-size", default=QUICK_RUN["batch_size"],
+                     help="global batch per optimiser step (comma list sweeps)")
+    run.add_argument("--image-size", default=QUICK_RUN["image_size"],
+                     help="square image side in pixels")
+    run.add_argument("--num-classes", type=int, default=1000)
+    run.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)} (autocast; "
+                     "fp16 adds gradient scaling)")
+    run.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    run.add_argument("--devices", action="append",
+                     help="logical devices, e.g. cpu, cuda:0, cpu,cpu (emulated) or "
+                          "cuda:0,cuda:1; repeat the flag to sweep device sets "
+                          "(default: all GPUs, else two logical devices on one)")
+    run.add_argument("--steps", type=int, default=QUICK_RUN["steps"], help="measured steps")
+    run.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
+                     help="steps run before measuring and discarded")
+    run.add_argument("--threads-per-device", type=int, default=1,
+                     help="CPU threads per logical CPU device (default 1: N devices = N cores)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--results-dir", default="results", help="where run folders are written")
+    run.add_argument("--tag", default="", help="suffix for the run folder's name")
+    run.set_defaults(handler=_command_run)
+
+    env = commands.add_parser("env", help="print what results are stamped with")
+    env.set_defaults(handler=_command_env)
+
+    listing = commands.add_parser("strategies", help="list strategies and whether they can run")
+    listing.add_argument("--devices", help="device list to check against (default as for run)")
+    listing.set_defaults(handler=_command_strategies)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return args.handler(args)
+    except UsageError as error:
+        print(f"parbench: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("parbench: interrupted; records measured so far are in the run folder",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Measurement: synchronised step timing, per-device peak memory, FLOPs and GPU sampling."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from parbench.devices import DeviceSet, synchronize
+
+__all__ = [
+    "GpuSampler",
+    "PeakMemory",
+    "StepTiming",
+    "imbalance",
+    "time_steps",
+    "training_flops_per_image",
+]
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Wall time of each measured step (warm-up excluded) and of the whole measured span."""
+
+    step_times_s: tuple[float, ...]
+    total_s: float
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.step_times_s, q))
+
+    @property
+    def median_s(self) -> float:
+        return self.percentile(50)
+
+    @property
+    def p90_s(self) -> float:
+        return self.percentile(90)
+
+    def throughput(self, samples_per_step: int) -> float:
+        """Samples per second over the measured span: samples / wall time, not 1 / median."""
+        return samples_per_step * len(self.step_times_s) / self.total_s
+
+
+def time_steps(step: Callable[[int], object], devices: DeviceSet, warmup: int,
+               steps: int) -> StepTiming:
+    """Run `warmup` discarded steps, then time `steps` steps.
+
+    Every participating device is synchronised before a step's clock starts and before it
+    stops, so a step's time includes all the device work it queued.
+    """
+    for i in range(warmup):
+        step(i)
+    synchronize(devices)
+    times = []
+    start = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        t0 = time.perf_counter()
+        step(i)
+        synchronize(devices)
+        times.append(time.perf_counter() - t0)
+    return StepTiming(tuple(times), time.perf_counter() - start)
+
+
+def imbalance(values: Sequence[float]) -> float:
+    """max / mean: 1.0 is perfectly balanced; 2.0 means the fullest device holds twice the mean."""
+    values = [v for v in values if v is not None]
+    if not values or sum(values) == 0:
+        return float("nan")
+    return max(values) / (sum(values) / len(values))
+
+
+def _read_vm_hwm_kib() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            match = re.search(r"VmHWM:\s+(\d+) kB", status.read())
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+class PeakMemory:
+    """Peak memory of each physical device over a window opened by `reset()`.
+
+    CUDA: the caching allocator's peak allocated bytes per device.
+    CPU: the process's peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs
+    at the start of the window); it includes the Python interpreter and libraries, so it is an
+    upper bound on what the training itself needs.
+    """
+
+    def __init__(self, devices: DeviceSet) -> None:
+        self.devices = devices.physical
+        self._can_reset_rss = True
+
+    @property
+    def source(self) -> str:
+        if self.devices[0].type == "cuda":
+            return "cuda max_memory_allocated per physical device"
+        if self._can_reset_rss:
+            return "process peak RSS (VmHWM) over the measured steps"
+        return "process peak RSS since start (VmHWM could not be reset)"
+
+    def reset(self) -> None:
+        for device in self.devices:
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+        if any(d.type == "cpu" for d in self.devices):
+            try:
+                with open("/proc/self/clear_refs", "w") as clear_refs:
+                    clear_refs.write("5")
+            except OSError:
+                self._can_reset_rss = False
+
+    def read_mib(self) -> list[float]:
+        """Peak MiB per physical device, in device order."""
+        peaks = []
+        for device in self.devices:
+            if device.type == "cuda":
+                peaks.append(torch.cuda.max_memory_allocated(device) / MIB)
+            else:
+                kib = _read_vm_hwm_kib()
+                peaks.append(kib / 1024 if kib is not None else float("nan"))
+        return peaks
+
+
+def training_flops_per_image(build_model: Callable[[], torch.nn.Module], image_size: int) -> int:
+    """FLOPs of one forward and backward pass per image, counted on the meta device (no compute).
+
+    Counted by torch.utils.flop_counter for the matmuls and convolutions, which dominate a ResNet.
+    """
+    with torch.device("meta"):
+        model = build_model().to("meta")
+    images = torch.empty(2, 3, image_size, image_size, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(images).sum().backward()
+    return counter.get_total_flops() // 2
+
+
+class GpuSampler:
+    """Samples GPU utilisation and used memory (via GPUtil / nvidia-smi) in a background thread.
+
+    Where GPUtil is not installed or nvidia-smi is absent it records nothing and says why.
+    """
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.interval_s = interval_s
+        self.samples: list[list[tuple[float, float]]] = []  # per sample: (util %, MiB) per GPU
+        self.unavailable_reason: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            import GPUtil
+        except Exception as error:  # ImportError, or distutils missing on Python >= 3.12
+            self.unavailable_reason = f"GPUtil not usable ({error.__class__.__name__})"
+            return
+        self._gputil = GPUtil
+        if not self._read():
+            self.unavailable_reason = "no GPU reported by nvidia-smi"
+
+    def _read(self) -> list[tuple[float, float]]:
+        try:
+            return [(gpu.load * 100.0, gpu.memoryUsed) for gpu in self._gputil.getGPUs()]
+        except Exception:  # nvidia-smi missing or failing: GPUtil raises or returns []
+            return []
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            sample = self._read()
+            if sample:
+                self.samples.append(sample)
+
+    def __enter__(self) -> GpuSampler:
+        if self.unavailable_reason is None:
+            self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def mean_utilisation(self) -> list[float]:
+        """Mean utilisation % per GPU over the samples (empty when nothing was sampled)."""
+        if not self.samples:
+            return []
+        gpus = range(len(self.samples[0]))
+        return [float(np.mean([sample[i][0] for sample in self.samples])) for i in gpus]
+
+    def max_memory_used_mib(self) -> list[float]:
+        if not self.samples:
+            return []
+        return [float(max(s[i][1] for s in self.samples)) for i in range(len(self.samples[0]))]

@@ -1,0 +1,116 @@
+"""Result records: the flat schema, run folders written atomically as CSV and JSON, loading."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "RunFolder", "load_records", "new_record"]
+
+STATUSES = ("ok", "oom", "error", "skipped")
+
+# Column order of records.csv; every record has every field (None where it does not apply).
+# The environment's keys (parbench.environment) follow these.
+FIELDS = (
+    "run_id", "config_index", "status", "reason",
+    "strategy", "strategy_options", "model", "image_size", "num_classes", "precision",
+    "channels_last", "global_batch", "micro_batches", "devices", "physical_devices",
+    "device_kind", "world_size", "emulated", "threads_per_device", "torch_threads",
+    "warmup_steps", "measured_steps",
+    "throughput_ips", "step_time_median_s", "step_time_p90_s", "step_time_min_s",
+    "step_time_max_s", "step_times_s", "peak_memory_mib", "peak_memory_max_mib",
+    "memory_imbalance", "memory_source", "flops_per_image", "achieved_tflops",
+    "gpu_utilisation_pct", "gpu_memory_used_mib", "gpu_sampling", "loss_first", "loss_last",
+)
+# Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
+LIST_FIELDS = ("strategy_options", "step_times_s", "peak_memory_mib", "gpu_utilisation_pct",
+               "gpu_memory_used_mib")
+
+
+def new_record(**values) -> dict:
+    """A record with every schema field present; unknown field names are a programming error."""
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise KeyError(f"not record fields: {sorted(unknown)}")
+    return {field: values.get(field) for field in FIELDS}
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as tmp_file:
+            tmp_file.write(text)
+            tmp_file.flush()
+            os.fsync(tmp_file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunFolder:
+    """One `parbench run`: results/<UTC time>[-tag]/ holding records.csv, records.json, env.json."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def create(cls, results_dir: str | Path, tag: str = "") -> RunFolder:
+        """Make a new, uniquely named run folder (raises OSError if it cannot be written)."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        base = Path(results_dir)
+        base.mkdir(parents=True, exist_ok=True)
+        name = f"{stamp}-{tag}" if tag else stamp
+        for suffix in ["", *(f".{i}" for i in range(1, 100))]:
+            try:
+                path = base / (name + suffix)
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise OSError(f"too many run folders named {name} in {base}")
+        folder = cls(path)
+        _atomic_write_text(path / ".write-check", "")  # fail now, not after the first measurement
+        (path / ".write-check").unlink()
+        return folder
+
+    def write_environment(self, environment: dict) -> None:
+        _atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
+
+    def write_records(self, records: list[dict]) -> None:
+        """Replace records.json and records.csv with `records` (each write is atomic)."""
+        _atomic_write_text(self.path / "records.json", json.dumps(records, indent=2) + "\n")
+        frame = pd.DataFrame(records)
+        for field in LIST_FIELDS:
+            if field in frame:
+                frame[field] = frame[field].map(lambda v: None if v is None else json.dumps(v))
+        _atomic_write_text(self.path / "records.csv", frame.to_csv(index=False))
+
+
+def load_records(path: str | Path) -> pd.DataFrame:
+    """Records from a run folder, a records.json or a records.csv, as a DataFrame.
+
+    List fields come back as Python lists whichever file they were read from.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "records.json"
+    if path.suffix == ".json":
+        with open(path) as file:
+            return pd.DataFrame(json.load(file))
+    frame = pd.read_csv(path)
+    for field in LIST_FIELDS:
+        if field in frame:
+            frame[field] = frame[field].map(lambda v: json.loads(v) if isinstance(v, str) else None)
+    return frame

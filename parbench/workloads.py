@@ -1,0 +1,91 @@
+"""What is trained: a torchvision ResNet, its synthetic data, loss, optimiser and precision."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+
+import torch
+import torchvision
+from torch import nn
+
+__all__ = ["MODELS", "PRECISIONS", "Workload"]
+
+MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+PRECISIONS = ("fp32", "bf16", "fp16")
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# BatchNorm needs more than one value per channel: layer4 of a ResNet downsamples by 32.
+MIN_IMAGE_SIZE = 32
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training job, identical for every strategy: model, data shape, loss, optimiser."""
+
+    model: str = "resnet50"
+    image_size: int = 128
+    num_classes: int = 1000
+    precision: str = "fp32"
+    channels_last: bool = False
+    seed: int = 0
+    learning_rate: float = 0.01
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}"
+            )
+        if self.image_size < MIN_IMAGE_SIZE:
+            raise ValueError(
+                f"image size {self.image_size} is too small for a ResNet; "
+                f"use at least {MIN_IMAGE_SIZE}"
+            )
+        if self.num_classes < 1:
+            raise ValueError(f"num classes must be at least 1, got {self.num_classes}")
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+    def build_model(self) -> nn.Module:
+        """A randomly initialised ResNet; the same weights for the same seed, on the CPU."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return getattr(torchvision.models, self.model)(weights=None,
+                                                           num_classes=self.num_classes)
+
+    def make_batch(self, batch_size: int, device: torch.device | str,
+                   step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Synthetic images and labels made directly on `device`, reproducible per step."""
+        generator = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + step)
+        shape = (batch_size, 3, self.image_size, self.image_size)
+        images = torch.randn(shape, generator=generator).to(device)
+        labels = torch.randint(0, self.num_classes, (batch_size,), generator=generator).to(device)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images, labels
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """Apply the memory format the workload asks for (after the model is on its device)."""
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return model
+
+    def loss_fn(self) -> nn.Module:
+        return nn.CrossEntropyLoss()
+
+    def make_optimizer(self, parameters) -> torch.optim.Optimizer:
+        return torch.optim.SGD(parameters, lr=self.learning_rate, momentum=self.momentum)
+
+    def autocast(self, device: torch.device | str):
+        """Mixed-precision context for code running on `device` (a no-op for fp32)."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(device).type,
+                              dtype=_AUTOCAST_DTYPES[self.precision])
+
+    def make_grad_scaler(self, device: torch.device | str) -> torch.amp.GradScaler:
+        """Loss scaling is needed for fp16 only; a disabled scaler passes calls straight through."""
+        return torch.amp.GradScaler(torch.device(device).type, enabled=self.precision == "fp16")

@@ -1,0 +1,113 @@
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import strategies
+from parbench.cli import main
+from parbench.results import load_records
+
+TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "2",
+        "--warmup", "1"]
+
+
+def _run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _run_folder(out: str):
+    line = [line for line in out.splitlines() if line.startswith("results: ")][-1]
+    return line.removeprefix("results: ")
+
+
+def test_run_measures_writes_a_run_folder_and_prints_it(capsys, tmp_path):
+    status, out, err = _run(capsys, "run", "--strategy", "single", "--batch-size", "4",
+                            "--devices", "cpu", "--results-dir", str(tmp_path), *TINY)
+    assert status == 0, err
+    folder = _run_folder(out)
+    frame = load_records(folder)
+    assert list(frame["status"]) == ["ok"]
+    assert frame.loc[0, "throughput_ips"] > 0
+    assert frame.loc[0, "torch_version"] == torch.__version__
+    assert "img/s" in out and "single" in out
+    assert "[1/1] single resnet18 batch 4 32px fp32 on cpu" in err
+
+
+def test_comma_lists_sweep_one_record_per_point(capsys, tmp_path):
+    status, out, _ = _run(capsys, "run", "--strategy", "single", "--batch-size", "2,4",
+                          "--results-dir", str(tmp_path), *TINY)
+    assert status == 0
+    assert list(load_records(_run_folder(out))["global_batch"]) == [2, 4]
+
+
+def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path):
+    status, out, _ = _run(capsys, "run", "--batch-size", "4", "--results-dir", str(tmp_path),
+                          *TINY)
+    assert status == 0
+    can_run = [n for n, reason in strategies.available(
+        (torch.device("cpu"), torch.device("cpu"))).items() if reason is None]
+    assert list(load_records(_run_folder(out))["strategy"]) == can_run
+
+
+def test_env_prints_what_results_are_stamped_with(capsys):
+    status, out, _ = _run(capsys, "env")
+    assert status == 0
+    for key in ("torch_version", "cuda_version", "cudnn_version", "nccl_version", "gpu_names",
+                "gpu_driver", "cpu_model", "cpu_cores_available", "host", "git_commit"):
+        assert key in out
+    assert torch.__version__ in out
+
+
+def test_strategies_lists_every_name(capsys):
+    status, out, _ = _run(capsys, "strategies", "--devices", "cpu")
+    assert status == 0
+    assert [line.split()[0] for line in out.splitlines()] == strategies.names()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--model", "vgg16"], "unknown model 'vgg16'; available: resnet18"),
+    (["run", "--strategy", "magic"], "unknown strategy 'magic'; available: single"),
+    (["run", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["run", "--batch-size", "8,x"], "--batch-size 'x' is not a whole number"),
+    (["run", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["run", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    (["run", "--steps", "ten"], "invalid int value: 'ten'"),
+    (["run", "--image-size", "16"], "--image-size must be at least 32, got 16"),
+    (["run", "--precision", "fp8"], "unknown precision 'fp8'"),
+    (["run", "--devices", "cuda:3"], "device cuda:3 is not available"),
+    (["run", "--devices", "tpu:0"], "unknown device 'tpu:0'"),
+    (["run", "--threads-per-device", "0"], "--threads-per-device must be at least 1"),
+    (["run", "--num-classes", "0"], "--num-classes must be at least 1"),
+    (["run", "--bogus"], "unrecognized arguments: --bogus"),
+    (["launch"], "invalid choice: 'launch'"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    if "cuda:3" in argv and torch.cuda.device_count() > 3:
+        pytest.skip("this host has a cuda:3")
+    status, out, err = _run(capsys, *argv)
+    assert status == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("parbench: error: ")
+    assert message in err
+
+
+def test_unwritable_results_dir_is_refused_before_measuring(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    status, out, err = _run(capsys, "run", "--results-dir", str(blocker / "results"), *TINY)
+    assert status == 2
+    assert "cannot write results to" in err and "--results-dir" in err
+    assert "[1/" not in err  # nothing was measured
+
+
+@pytest.mark.parametrize("argv", [["run", "--batch-size", "-3"], ["run", "--devices", "cuda:9"]])
+def test_the_installed_command_prints_no_traceback(argv):
+    done = subprocess.run([sys.executable, "-m", "parbench", *argv], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1

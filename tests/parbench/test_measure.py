@@ -1,0 +1,70 @@
+import math
+import time
+
+import pytest
+import torch
+
+from parbench.devices import parse_devices
+from parbench.measure import (
+    GpuSampler,
+    PeakMemory,
+    StepTiming,
+    imbalance,
+    time_steps,
+    training_flops_per_image,
+)
+from parbench.workloads import Workload
+
+
+def test_percentiles_and_throughput_arithmetic():
+    timing = StepTiming(step_times_s=(1.0, 2.0, 3.0, 4.0, 5.0), total_s=16.0)
+    assert timing.median_s == 3.0
+    assert timing.p90_s == pytest.approx(4.6)
+    # 5 steps of 32 samples over 16 s of wall time, not 32 / median.
+    assert timing.throughput(32) == pytest.approx(10.0)
+
+
+def test_imbalance_is_max_over_mean():
+    assert imbalance([100.0, 100.0]) == 1.0
+    assert imbalance([300.0, 100.0]) == pytest.approx(1.5)
+    assert math.isnan(imbalance([]))
+
+
+def test_warmup_steps_are_run_but_not_timed():
+    calls = []
+
+    def step(i):
+        calls.append(i)
+        time.sleep(0.05 if i < 2 else 0.01)
+
+    timing = time_steps(step, parse_devices("cpu"), warmup=2, steps=3)
+    assert calls == [0, 1, 2, 3, 4]
+    assert len(timing.step_times_s) == 3
+    assert all(0.009 < t < 0.045 for t in timing.step_times_s)
+    assert timing.total_s >= sum(timing.step_times_s)
+
+
+def test_cpu_peak_memory_sees_an_allocation_made_after_reset():
+    memory = PeakMemory(parse_devices("cpu"))
+    memory.reset()
+    baseline = memory.read_mib()[0]
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    grown = memory.read_mib()[0]
+    del block
+    assert grown - baseline >= 60
+    assert "RSS" in memory.source
+
+
+def test_flops_match_the_known_resnet50_count():
+    # torchvision documents 4.09 GMACs forward at 224 px; training ~ 3x forward, 2 FLOPs per MAC.
+    flops = training_flops_per_image(Workload(model="resnet50").build_model, 224)
+    assert flops / 1e9 == pytest.approx(3 * 2 * 4.09, rel=0.02)
+
+
+def test_gpu_sampler_records_nothing_without_a_gpu_and_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    with GpuSampler(interval_s=0.01) as sampler:
+        time.sleep(0.05)
+    assert sampler.unavailable_reason
+    assert sampler.mean_utilisation() == []

@@ -1,0 +1,80 @@
+from dataclasses import replace
+
+import pytest
+
+from parbench.devices import parse_devices
+from parbench.results import RunFolder, load_records
+from parbench.runner import Config, expand_sweep, run_config, run_sweep
+
+
+@pytest.fixture
+def config(tiny_workload):
+    return Config(strategy="single", workload=tiny_workload, global_batch=4,
+                  devices=parse_devices("cpu,cpu"), warmup=1, steps=2)
+
+
+def test_a_measured_record_is_complete_and_consistent(config):
+    record = run_config(config, run_id="run", index=3, environment={"host": "here"})
+    assert record["status"] == "ok", record["reason"]
+    assert record["devices"] == "cpu" and record["emulated"] is False
+    assert record["torch_threads"] == 1
+    assert len(record["step_times_s"]) == 2
+    assert record["step_time_min_s"] <= record["step_time_median_s"] <= record["step_time_max_s"]
+    assert record["throughput_ips"] > 0
+    assert record["peak_memory_mib"][0] > 0 and record["memory_imbalance"] == 1.0
+    assert record["flops_per_image"] > 0
+    assert record["achieved_tflops"] == pytest.approx(
+        record["flops_per_image"] * record["throughput_ips"] / 1e12)
+    assert record["config_index"] == 3 and record["host"] == "here"
+
+
+def test_a_failing_configuration_becomes_an_error_record(config, monkeypatch):
+    import strategies.single
+
+    def explode(self, images, labels):
+        raise RuntimeError("stage exploded")
+
+    monkeypatch.setattr(strategies.single.SingleDevice, "train_step", explode)
+    record = run_config(config)
+    assert record["status"] == "error"
+    assert "RuntimeError: stage exploded" in record["reason"]
+    assert record["throughput_ips"] is None
+
+
+def test_out_of_memory_is_recorded_as_oom(config, monkeypatch):
+    import strategies.single
+
+    def out_of_memory(self):
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(strategies.single.SingleDevice, "setup", out_of_memory)
+    assert run_config(config)["status"] == "oom"
+
+
+def test_sweep_expands_every_combination(tiny_workload):
+    configs = expand_sweep(strategy=["single"], model=["resnet18", "resnet34"],
+                           global_batch=[2, 4], image_size=[32], precision=["fp32"],
+                           devices=[parse_devices("cpu")], num_classes=10, warmup=0, steps=1)
+    assert [(c.workload.model, c.global_batch) for c in configs] == [
+        ("resnet18", 2), ("resnet18", 4), ("resnet34", 2), ("resnet34", 4)]
+    assert all(c.workload.num_classes == 10 for c in configs)
+
+
+def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_path,
+                                                                   monkeypatch):
+    import strategies.single
+
+    original = strategies.single.SingleDevice.setup
+
+    def fail_on_large_batches(self):
+        if self.workload.image_size > 32:
+            raise RuntimeError("too big")
+        original(self)
+
+    monkeypatch.setattr(strategies.single.SingleDevice, "setup", fail_on_large_batches)
+    bigger = replace(config, workload=replace(config.workload, image_size=64))
+    folder = RunFolder.create(tmp_path)
+    run_sweep([bigger, config], folder, environment={"host": "here"})
+    frame = load_records(folder.path)
+    assert list(frame["status"]) == ["error", "ok"]
+    assert list(frame["run_id"]) == [folder.run_id] * 2
