@@ -56,10 +56,10 @@ class Workload:
             return getattr(torchvision.models, self.model)(weights=None,
                                                            num_classes=self.num_classes)
 
-    def make_batch(self, batch_size: int, device: torch.device | str,
-                   step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Synthetic images and labels made directly on `device`, reproducible per step."""
-        generator = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + step)
+    def make_batch(self, batch_size: int,
+                   device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Synthetic images and labels for `device`, the same for the same seed on any device."""
+        generator = torch.Generator(device="cpu").manual_seed(self.seed)
         shape = (batch_size, 3, self.image_size, self.image_size)
         images = torch.randn(shape, generator=generator).to(device)
         labels = torch.randint(0, self.num_classes, (batch_size,), generator=generator).to(device)
