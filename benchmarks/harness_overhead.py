@@ -1,7 +1,8 @@
 """What parbench's harness costs: its single-device throughput against a bare training loop.
 
 Both run in this process, with the same model, batch, optimiser, loss and thread count, in
-alternating rounds (bare, parbench, bare, parbench, ...) so that drift affects both alike.
+rounds whose order alternates (bare then parbench, parbench then bare, ...) so that drift and
+whatever the first of a pair pays affect both alike.
 
     python benchmarks/harness_overhead.py --model resnet50 --batch-size 32 --image-size 128
 """
@@ -14,8 +15,9 @@ import time
 
 import torch
 
+from parbench.config import Config
 from parbench.devices import parse_devices
-from parbench.runner import Config, measure
+from parbench.launch import measure
 from parbench.workloads import Workload
 
 
@@ -40,6 +42,10 @@ def bare_loop_throughput(workload: Workload, batch_size: int, warmup: int, steps
     return batch_size * steps / (time.perf_counter() - start)
 
 
+def _throughput(merged: dict, batch_size: int) -> float:
+    return batch_size * len(merged["step_times_s"]) / merged["total_s"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
@@ -58,8 +64,16 @@ def main() -> None:
     bare, harness = [], []
     for round_index in range(args.rounds):
         torch.set_num_threads(args.threads)
-        bare.append(bare_loop_throughput(workload, args.batch_size, args.warmup, args.steps))
-        harness.append(measure(config)["throughput_ips"])
+
+        def run_bare() -> None:
+            bare.append(bare_loop_throughput(workload, args.batch_size, args.warmup, args.steps))
+
+        def run_parbench() -> None:
+            harness.append(_throughput(measure(config), args.batch_size))
+
+        order = (run_bare, run_parbench) if round_index % 2 == 0 else (run_parbench, run_bare)
+        for run in order:
+            run()
         print(f"round {round_index + 1}: bare {bare[-1]:.2f} img/s, "
               f"parbench {harness[-1]:.2f} img/s", flush=True)
     ratios = [h / b for h, b in zip(harness, bare, strict=True)]

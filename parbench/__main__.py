@@ -4,4 +4,6 @@ import sys
 
 from parbench.cli import main
 
-sys.exit(main())
+# Guarded: spawned worker processes import the parent's __main__ module.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,14 +6,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import pandas as pd
 import torch
 
 import strategies
+from parbench.config import Config, expand_sweep
 from parbench.devices import DeviceError, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
 from parbench.results import RunFolder, load_records
-from parbench.runner import Config, expand_sweep, run_sweep
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
+from parbench.runner import run_sweep
+from parbench.verify import verify
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
+from strategies.partition import BALANCES
 
 __all__ = ["QUICK_RUN", "main"]
 
@@ -82,6 +86,22 @@ def _default_devices() -> list[str]:
 
 # ---- commands ----------------------------------------------------------------------------------
 
+def _strategy_options(args: argparse.Namespace, batches: list[int]) -> list[dict]:
+    """Every combination of the swept strategy options (each strategy takes those it knows)."""
+    splits = _int_list("--split-size", args.split_size, 1) if args.split_size else [None]
+    stages = _int_list("--stages", args.stages, 2) if args.stages else [None]
+    balances = _choice_list("--balance", args.balance, BALANCES) if args.balance else [None]
+    for split in splits:
+        if split is not None and split > min(batches):
+            raise UsageError(f"--split-size {split} is larger than --batch-size {min(batches)}; "
+                             "a micro-batch cannot exceed the global batch")
+    if "tutorial" in balances and any(k not in (None, 2) for k in stages):
+        raise UsageError("--balance tutorial cuts into 2 stages only; use --balance time or "
+                         "params with --stages above 2")
+    return [dict(split_size=split, stages=k, balance=balance)
+            for split in splits for k in stages for balance in balances]
+
+
 def _build_configs(args: argparse.Namespace) -> list[Config]:
     requested = args.strategy is not None
     names = _choice_list("--strategy", args.strategy, strategies.names()) if requested else None
@@ -92,19 +112,15 @@ def _build_configs(args: argparse.Namespace) -> list[Config]:
     if names is None:  # the quick comparison: whatever can run on the first device set
         reasons = strategies.available(device_sets[0].logical)
         names = [name for name, reason in reasons.items() if reason is None] or ["single"]
-    for name in names:
-        for devices in device_sets:
-            try:
-                strategies.lookup(name).cls.select_devices(devices.logical)
-            except strategies.StrategyError as error:
-                raise UsageError(str(error)) from None
-    return expand_sweep(
+    batches = _int_list("--batch-size", args.batch_size, 1)
+    configs = expand_sweep(
         strategy=names,
         model=_choice_list("--model", args.model, MODELS),
-        global_batch=_int_list("--batch-size", args.batch_size, 1),
+        global_batch=batches,
         image_size=_int_list("--image-size", args.image_size, MIN_IMAGE_SIZE),
         precision=_choice_list("--precision", args.precision, PRECISIONS),
         devices=device_sets,
+        options=_strategy_options(args, batches),
         num_classes=_at_least("--num-classes", args.num_classes, 1),
         channels_last=args.channels_last,
         seed=args.seed,
@@ -112,6 +128,12 @@ def _build_configs(args: argparse.Namespace) -> list[Config]:
         steps=_at_least("--steps", args.steps, 1),
         threads_per_device=_at_least("--threads-per-device", args.threads_per_device, 1),
     )
+    for config in configs:
+        try:
+            _ = config.used_devices  # refuses too few devices for the strategy or its stages
+        except strategies.StrategyError as error:
+            raise UsageError(str(error)) from None
+    return configs
 
 
 def _format_number(value: float) -> str:
@@ -125,11 +147,16 @@ def _print_table(folder: RunFolder) -> None:
     columns = {
         "strategy": "strategy", "model": "model", "global_batch": "batch",
         "image_size": "px", "devices": "devices", "emulated": "emulated", "status": "status",
-        "throughput_ips": "img/s", "step_time_median_s": "median s", "step_time_p90_s": "p90 s",
+        "micro_batches": "M", "bubble_fraction": "bubble", "throughput_ips": "img/s",
+        "step_time_median_s": "median s", "step_time_p90_s": "p90 s",
+        "speedup_vs_baseline": "speedup", "device_efficiency": "efficiency",
         "peak_memory_max_mib": "peak MiB", "memory_imbalance": "mem max/mean",
         "achieved_tflops": "TFLOP/s",
     }
     table = frame[list(columns)].rename(columns=columns)
+    for column in ("M", "bubble", "img/s", "median s", "p90 s", "speedup", "efficiency",
+                   "peak MiB", "mem max/mean", "TFLOP/s"):
+        table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
     print(table.to_string(index=False, float_format=_format_number, na_rep="-"))
     for _, row in frame[frame["status"] != "ok"].iterrows():
         print(f"  {row['strategy']} {row['status']}: {row['reason']}")
@@ -156,6 +183,56 @@ def _command_run(args: argparse.Namespace) -> int:
     _print_table(folder)
     print(f"results: {folder.path}")
     return 0
+
+
+def _command_verify(args: argparse.Namespace) -> int:
+    try:
+        devices = parse_devices(args.devices or _default_devices()[0])
+    except DeviceError as error:
+        raise UsageError(str(error)) from None
+    batch = _int_list("--batch-size", args.batch_size, 1)[0]
+    split = _int_list("--split-size", args.split_size, 1)[0] if args.split_size else max(
+        1, batch // 4)
+    if split > batch:
+        raise UsageError(f"--split-size {split} is larger than --batch-size {batch}; "
+                         "a micro-batch cannot exceed the global batch")
+    options = dict(split_size=split,
+                   stages=_int_list("--stages", args.stages, 2)[0] if args.stages else None,
+                   balance=_choice_list("--balance", args.balance, BALANCES)[0]
+                   if args.balance else None)
+    if args.strategy:
+        names = _choice_list("--strategy", args.strategy, strategies.names())
+    else:
+        names = [name for name, reason in strategies.available(devices.logical).items()
+                 if reason is None and name != strategies.BASELINE]
+    for name in names:
+        cls = strategies.lookup(name).cls
+        try:
+            cls.select_devices(devices.logical, **{k: v for k, v in options.items()
+                                                   if k in cls.option_names and v})
+        except strategies.StrategyError as error:
+            raise UsageError(str(error)) from None
+    workload = Workload(model=_choice_list("--model", args.model, MODELS)[0],
+                        image_size=_int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
+                        num_classes=_at_least("--num-classes", args.num_classes, 1),
+                        seed=args.seed)
+    tolerance = args.tolerance
+    if not tolerance > 0:
+        raise UsageError(f"--tolerance must be above 0, got {tolerance}")
+    print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px) from "
+          f"seed {args.seed}, against {strategies.BASELINE} on {devices.logical[0]}; "
+          "micro-batched strategies against the baseline accumulating gradients over the same "
+          "micro-batches (so BatchNorm sees the same samples)", flush=True)
+    verdicts = verify(workload, devices, names, batch, options, tolerance,
+                      _at_least("--threads-per-device", args.threads_per_device, 1))
+    print(f"{'strategy':<16} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
+          f"  {'tolerance':>9}  result")
+    for v in verdicts:
+        options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
+        print(f"{v.strategy:<16} {options_text:<34} {v.max_abs_difference:>16.3e} "
+              f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
+              f"{'ok' if v.ok else 'FAILED'}")
+    return 0 if all(v.ok for v in verdicts) else 1
 
 
 def _command_env(args: argparse.Namespace) -> int:
@@ -197,6 +274,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="logical devices, e.g. cpu, cuda:0, cpu,cpu (emulated) or "
                           "cuda:0,cuda:1; repeat the flag to sweep device sets "
                           "(default: all GPUs, else two logical devices on one)")
+    run.add_argument("--split-size", help="micro-batch size for pipelines: the batch is cut "
+                     "into ceil(batch/split) near-equal micro-batches (list sweeps; default: "
+                     "4 micro-batches per stage)")
+    run.add_argument("--stages", help="pipeline stages for model-parallel strategies, using "
+                     "the first N devices (list sweeps; default: one per device)")
+    run.add_argument("--balance", help="where to cut the ResNet: tutorial (conv1..layer2 | "
+                     "layer3..fc, 2 stages), time (equal measured time), params (equal "
+                     "parameter counts) (default: tutorial for 2 stages, else time)")
     run.add_argument("--steps", type=int, default=QUICK_RUN["steps"], help="measured steps")
     run.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
                      help="steps run before measuring and discarded")
@@ -206,6 +291,27 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--results-dir", default="results", help="where run folders are written")
     run.add_argument("--tag", default="", help="suffix for the run folder's name")
     run.set_defaults(handler=_command_run)
+
+    check = commands.add_parser(
+        "verify", help="check every strategy's step equals the single-device step",
+        description="From one seed, one optimiser step of each strategy against the "
+                    "single-device baseline on the same global batch; prints the largest "
+                    "parameter difference and exits 1 above the tolerance.")
+    check.add_argument("--strategy", help="strategies to check (default: every one that can "
+                       "run here)")
+    check.add_argument("--model", default="resnet18")
+    check.add_argument("--batch-size", default="8")
+    check.add_argument("--image-size", default="64")
+    check.add_argument("--num-classes", type=int, default=10)
+    check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
+    check.add_argument("--split-size", help="micro-batch size (default: batch / 4)")
+    check.add_argument("--stages")
+    check.add_argument("--balance")
+    check.add_argument("--threads-per-device", type=int, default=1)
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--tolerance", type=float, default=1e-5,
+                       help="largest accepted absolute parameter difference (default 1e-5)")
+    check.set_defaults(handler=_command_verify)
 
     env = commands.add_parser("env", help="print what results are stamped with")
     env.set_defaults(handler=_command_env)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from parbench.devices import DeviceSet, synchronize
+from parbench.devices import DeviceSet
 
 __all__ = [
     "GpuSampler",
@@ -49,22 +49,23 @@ class StepTiming:
         return samples_per_step * len(self.step_times_s) / self.total_s
 
 
-def time_steps(step: Callable[[int], object], devices: DeviceSet, warmup: int,
+def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], warmup: int,
                steps: int) -> StepTiming:
     """Run `warmup` discarded steps, then time `steps` steps.
 
-    Every participating device is synchronised before a step's clock starts and before it
-    stops, so a step's time includes all the device work it queued.
+    `synchronize` waits for every participating device (and, across processes, every rank)
+    before a step's clock starts and before it stops, so a step's time includes all the work
+    it queued.
     """
     for i in range(warmup):
         step(i)
-    synchronize(devices)
+    synchronize()
     times = []
     start = time.perf_counter()
     for i in range(warmup, warmup + steps):
         t0 = time.perf_counter()
         step(i)
-        synchronize(devices)
+        synchronize()
         times.append(time.perf_counter() - t0)
     return StepTiming(tuple(times), time.perf_counter() - start)
 

@@ -8,9 +8,15 @@ from dataclasses import dataclass, field
 import torch
 
 from strategies.base import Strategy, StrategyError
+from strategies.model_parallel import ModelParallel
+from strategies.pipeline import Pipeline
+from strategies.pipeline_schedules import ScheduledPipeline
 from strategies.single import SingleDevice
 
-__all__ = ["REGISTRY", "Strategy", "StrategyError", "available", "create", "lookup", "names"]
+__all__ = [
+    "BASELINE", "REGISTRY", "Strategy", "StrategyError", "accepted_options", "available",
+    "create", "lookup", "names",
+]
 
 
 @dataclass(frozen=True)
@@ -23,7 +29,13 @@ class Entry:
 
 REGISTRY: dict[str, Entry] = {
     "single": Entry(SingleDevice),
+    "model-parallel": Entry(ModelParallel),
+    "pipeline": Entry(Pipeline),
+    "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
+    "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
 }
+# What speedups and efficiencies are measured against.
+BASELINE = "single"
 
 
 def names() -> list[str]:
@@ -50,6 +62,11 @@ def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
         else:
             reasons[name] = entry.cls.unavailable_reason(devices)
     return reasons
+
+
+def accepted_options(name: str) -> tuple[str, ...]:
+    """Option names the strategy takes from a sweep (`--split-size`, `--stages`, ...)."""
+    return lookup(name).cls.option_names
 
 
 def create(name: str, workload, devices: Sequence[torch.device], **options) -> Strategy:

@@ -32,22 +32,36 @@ class Strategy(ABC):
     min_devices: ClassVar[int] = 1
     # How many of the given devices the strategy uses; None = all of them.
     max_devices: ClassVar[int | None] = None
+    # True: the launcher starts one process per device, each building the strategy with the
+    # process group already initialised (rank k drives devices[k]).
+    process_per_device: ClassVar[bool] = False
+    # Options a sweep may set (`--split-size` -> split_size); others are not passed.
+    option_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, workload: Workload, devices: Sequence[torch.device], **options) -> None:
         self.workload = workload
-        self.devices = self.select_devices(devices)
-        self.options = options
+        self.devices = self.select_devices(devices, **options)
+        self.options = {k: v for k, v in options.items() if v is not None}
 
     @classmethod
-    def select_devices(cls, devices: Sequence[torch.device]) -> tuple[torch.device, ...]:
-        """The devices this strategy uses out of those given (refused if too few)."""
-        if len(devices) < cls.min_devices:
+    def select_devices(cls, devices: Sequence[torch.device],
+                       **options) -> tuple[torch.device, ...]:
+        """The devices this strategy uses out of those given (refused if too few).
+
+        The option `stages`, where a strategy takes it, uses the first `stages` devices.
+        """
+        stages = options.get("stages")
+        needed = max(cls.min_devices, stages or 0)
+        if len(devices) < needed:
+            what = f"{stages} stages" if stages else f"strategy {cls.name}"
+            example = ",".join([devices[0].type if devices else "cpu"] * needed)
             raise StrategyError(
-                f"strategy {cls.name} needs at least {cls.min_devices} devices, "
-                f"got {len(devices)} ({','.join(map(str, devices))}); "
-                f"give more with --devices, e.g. --devices {','.join(['cpu'] * cls.min_devices)}"
+                f"{what} need{'s' if not stages else ''} at least {needed} devices, "
+                f"got {len(devices)} ({','.join(map(str, devices))}); list more with "
+                f"--devices, e.g. --devices {example}"
             )
-        return tuple(devices[: cls.max_devices] if cls.max_devices else devices)
+        count = stages or cls.max_devices
+        return tuple(devices[:count] if count else devices)
 
     @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:
@@ -62,7 +76,24 @@ class Strategy(ABC):
 
     @property
     def micro_batches(self) -> int:
+        """How many micro-batches each global batch is split into."""
         return 1
+
+    @property
+    def pipeline_stages(self) -> int:
+        """How many sequential stages the model is cut into (1 = not cut)."""
+        return 1
+
+    def logical_memory_mib(self) -> list[float] | None:
+        """Peak memory held per logical device since `reset_logical_memory`, where the strategy
+        can attribute it itself (needed when logical devices share a physical one); else None."""
+        return None
+
+    def reset_logical_memory(self) -> None:
+        """Start a new window for `logical_memory_mib`."""
+
+    def close(self) -> None:
+        """Release what `setup` started (threads, process groups)."""
 
     @abstractmethod
     def setup(self) -> None:

@@ -52,6 +52,45 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     assert list(load_records(_run_folder(out))["strategy"]) == can_run
 
 
+def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
+    status, out, err = _run(capsys, "run", "--strategy", "single,model-parallel,pipeline",
+                            "--devices", "cpu,cpu", "--batch-size", "8", "--split-size", "2,4",
+                            "--results-dir", str(tmp_path), *TINY)
+    assert status == 0, err
+    frame = load_records(_run_folder(out))
+    assert list(frame["status"]) == ["ok"] * 4
+    assert list(frame["strategy"]) == ["single", "model-parallel", "pipeline", "pipeline"]
+    assert list(frame["micro_batches"]) == [1, 1, 4, 2]
+    assert list(frame["bubble_fraction"]) == pytest.approx([0, 1 / 2, 1 / 5, 1 / 3])
+    assert frame.loc[0, "speedup_vs_baseline"] == 1.0
+    assert frame.loc[2, "device_efficiency"] == pytest.approx(
+        frame.loc[2, "throughput_ips"] / frame.loc[0, "throughput_ips"] / 2)
+    assert bool(frame.loc[2, "emulated"]) and not bool(frame.loc[0, "emulated"])
+    assert frame.loc[2, "partition"] == "stem..layer2.1 | layer3.0..head"
+    assert len(frame.loc[2, "peak_memory_mib"]) == 2  # one figure per logical device
+
+
+def test_verify_passes_for_the_in_process_strategies(capsys):
+    status, out, err = _run(capsys, "verify", "--strategy", "model-parallel,pipeline",
+                            "--devices", "cpu,cpu", "--image-size", "32")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert any(line.startswith("model-parallel") and line.endswith("ok") for line in lines)
+    assert any(line.startswith("pipeline ") and "split_size=2" in line for line in lines)
+
+
+def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
+    import parbench.cli
+    from parbench.verify import Verdict
+
+    differs = Verdict("pipeline", {"split_size": 2}, max_abs_difference=3e-3,
+                      baseline_update=1e-2, tolerance=1e-5)
+    monkeypatch.setattr(parbench.cli, "verify", lambda *args, **kwargs: [differs])
+    status, out, _ = _run(capsys, "verify", "--strategy", "pipeline", "--devices", "cpu,cpu")
+    assert status == 1
+    assert "3.000e-03" in out and "FAILED" in out
+
+
 def test_env_prints_what_results_are_stamped_with(capsys):
     status, out, _ = _run(capsys, "env")
     assert status == 0
@@ -83,6 +122,18 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--num-classes", "0"], "--num-classes must be at least 1"),
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["launch"], "invalid choice: 'launch'"),
+    (["run", "--batch-size", "32", "--split-size", "60"],
+     "--split-size 60 is larger than --batch-size 32"),
+    (["run", "--split-size", "0"], "--split-size must be at least 1, got 0"),
+    (["run", "--strategy", "pipeline", "--devices", "cpu,cpu", "--stages", "3"],
+     "3 stages need at least 3 devices, got 2 (cpu,cpu)"),
+    (["run", "--strategy", "model-parallel", "--devices", "cpu"],
+     "strategy model-parallel needs at least 2 devices, got 1 (cpu)"),
+    (["run", "--stages", "1"], "--stages must be at least 2, got 1"),
+    (["run", "--balance", "random"], "unknown balance 'random'"),
+    (["run", "--stages", "3", "--balance", "tutorial"], "--balance tutorial cuts into 2 stages"),
+    (["verify", "--tolerance", "0"], "--tolerance must be above 0"),
+    (["verify", "--batch-size", "4", "--split-size", "8"], "--split-size 8 is larger"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     if "cuda:3" in argv and torch.cuda.device_count() > 3:

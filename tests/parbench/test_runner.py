@@ -2,9 +2,10 @@ from dataclasses import replace
 
 import pytest
 
+from parbench.config import Config, expand_sweep
 from parbench.devices import parse_devices
 from parbench.results import RunFolder, load_records
-from parbench.runner import Config, expand_sweep, run_config, run_sweep
+from parbench.runner import run_config, run_sweep
 
 
 @pytest.fixture

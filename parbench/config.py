@@ -1,0 +1,67 @@
+"""Configurations: one point of a sweep, and the cartesian product that makes a sweep."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import strategies
+from parbench.devices import DeviceSet
+from parbench.workloads import Workload
+
+__all__ = ["Config", "expand_sweep"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything needed to measure one strategy once."""
+
+    strategy: str
+    workload: Workload
+    global_batch: int
+    devices: DeviceSet
+    warmup: int = 3
+    steps: int = 10
+    threads_per_device: int = 1
+    options: dict = field(default_factory=dict)
+    timeout_s: float = 1800.0
+
+    @property
+    def used_devices(self) -> DeviceSet:
+        """The devices the strategy takes out of those given (single takes the first)."""
+        cls = strategies.lookup(self.strategy).cls
+        return DeviceSet(cls.select_devices(self.devices.logical, **self.options))
+
+    def label(self) -> str:
+        w = self.workload
+        options = "".join(f" {k}={v}" for k, v in self.options.items() if v is not None)
+        return (f"{self.strategy}{options} {w.model} batch {self.global_batch} "
+                f"{w.image_size}px {w.precision} on {self.used_devices.describe()}")
+
+
+def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: Iterable[int],
+                 image_size: Iterable[int], precision: Iterable[str],
+                 devices: Iterable[DeviceSet], options: Iterable[dict] = ({},),
+                 **common) -> list[Config]:
+    """The cartesian product of the swept values, strategies varying fastest.
+
+    `options` lists the strategy-option combinations to sweep; each strategy receives only the
+    options it accepts (see `strategies.accepted_options`), and a combination that differs only
+    in options a strategy ignores is measured once for it.
+    """
+    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last", "seed")
+                       if k in common}
+    configs, seen = [], set()
+    for dev, mdl, size, prec, batch, opts, name in itertools.product(
+            devices, model, image_size, precision, global_batch, list(options), strategy):
+        accepted = strategies.accepted_options(name)
+        kept = {k: v for k, v in opts.items() if k in accepted and v is not None}
+        key = (dev, mdl, size, prec, batch, name, tuple(sorted(kept.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        workload = Workload(model=mdl, image_size=size, precision=prec, **workload_fields)
+        configs.append(Config(strategy=name, workload=workload, global_batch=batch,
+                              devices=dev, options=kept, **common))
+    return configs

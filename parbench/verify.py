@@ -1,0 +1,70 @@
+"""`parbench verify`: one optimiser step of each strategy against the single-device baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import strategies
+from parbench import launch
+from parbench.config import Config
+from parbench.devices import DeviceSet
+from parbench.workloads import Workload
+
+__all__ = ["Verdict", "verify"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    strategy: str
+    options: dict
+    max_abs_difference: float  # largest |parameter - baseline parameter| after one step
+    baseline_update: float  # largest |parameter change| of the baseline's own step
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs_difference <= self.tolerance
+
+
+def _max_abs_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    if len(a) != len(b):
+        raise ValueError(f"parameter lists differ in length ({len(a)} vs {len(b)})")
+    return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batch: int,
+           options: dict, tolerance: float, threads_per_device: int = 1) -> list[Verdict]:
+    """From one seed and one batch, one step of each strategy in `names` against the baseline.
+
+    A strategy that splits the batch into micro-batches is compared with the baseline
+    accumulating gradients over the same micro-batches, so BatchNorm sees the same samples
+    in both and the comparison is exact up to floating-point summation order.
+    """
+    images, labels = workload.make_batch(global_batch, "cpu")
+    initial = [p.detach().float() for p in workload.build_model().parameters()]
+    baselines: dict[int | None, list[torch.Tensor]] = {}
+
+    def baseline(split: int | None) -> list[torch.Tensor]:
+        if split not in baselines:
+            config = Config(strategies.BASELINE, workload, global_batch, devices,
+                            threads_per_device=threads_per_device,
+                            options={"accumulation_split": split} if split else {})
+            baselines[split] = launch.verify_parameters(config, images, labels)
+        return baselines[split]
+
+    verdicts = []
+    for name in names:
+        accepted = strategies.accepted_options(name)
+        kept = {k: v for k, v in options.items() if k in accepted and v is not None}
+        config = Config(name, workload, global_batch, devices, options=kept,
+                        threads_per_device=threads_per_device)
+        reference = baseline(kept.get("split_size"))
+        parameters = launch.verify_parameters(config, images, labels)
+        verdicts.append(Verdict(
+            strategy=name, options=kept,
+            max_abs_difference=_max_abs_difference(parameters, reference),
+            baseline_update=_max_abs_difference(reference, initial),
+            tolerance=tolerance))
+    return verdicts

@@ -1,0 +1,162 @@
+"""What each process does for one configuration: build the strategy, train, measure, merge."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import strategies
+from parbench.config import Config
+from parbench.devices import DeviceSet, synchronize
+from parbench.measure import GpuSampler, PeakMemory, time_steps
+
+__all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
+
+
+@dataclass
+class WorkerMeasurement:
+    """What one process measured (one per rank in multi-process strategies)."""
+
+    step_times_s: list[float]
+    total_s: float
+    losses: list[float]  # per measured step; nan where this worker computes no loss
+    memory_mib: list[float]  # per logical device this worker drives
+    memory_source: str
+    physical_memory_mib: list[float]  # per physical device this worker sees
+    torch_threads: int
+    strategy_options: dict
+    micro_batches: int
+    pipeline_stages: int
+    gpu_utilisation_pct: list[float]
+    gpu_memory_used_mib: list[float]
+    gpu_sampling: str
+
+
+def _build(config: Config) -> strategies.Strategy:
+    return strategies.create(config.strategy, config.workload, config.devices.logical,
+                             **config.options)
+
+
+def _loss_value(loss: torch.Tensor) -> float:
+    value = loss.item() if isinstance(loss, torch.Tensor) else loss
+    return float("nan") if value is None else float(value)
+
+
+def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy], DeviceSet],
+                   barrier: Callable[[], None] = lambda: None) -> WorkerMeasurement:
+    """Train `config` for its warm-up and measured steps in this process and measure it.
+
+    `local_devices(strategy)` names the devices this process drives; `barrier` joins the
+    other processes of the configuration, if any, around every measured step.
+    """
+    strategy = _build(config)
+    try:
+        strategy.setup()
+        devices = local_devices(strategy)
+        images, labels = config.workload.make_batch(config.global_batch, strategy.input_device)
+        memory = PeakMemory(devices)
+        losses: list[torch.Tensor] = []
+
+        def reset_memory() -> None:
+            memory.reset()
+            strategy.reset_logical_memory()
+
+        def step(i: int) -> None:
+            losses.append(strategy.train_step(images, labels))
+            if i + 1 == config.warmup:
+                reset_memory()  # the peak of the measured steps, not of building the model
+
+        def sync() -> None:
+            synchronize(devices)
+            barrier()
+
+        if config.warmup == 0:
+            reset_memory()
+        sampler = GpuSampler() if devices.kind == "cuda" else None
+        if sampler is not None:
+            with sampler:
+                timing = time_steps(step, sync, config.warmup, config.steps)
+        else:
+            timing = time_steps(step, sync, config.warmup, config.steps)
+
+        physical = memory.read_mib()
+        logical = strategy.logical_memory_mib()
+        if logical is not None and (devices.kind == "cpu" or devices.emulated):
+            # A CPU process's resident set includes the interpreter and libraries, and
+            # logical devices sharing a physical one cannot be told apart by its counters:
+            # compare what each logical device holds instead.
+            memory_mib = logical
+            source = ("tensors per logical device: parameters, gradients, optimiser state and "
+                      "live activations saved for backward (saved-tensor hooks); physical: "
+                      + memory.source)
+        else:
+            memory_mib = physical
+            source = memory.source
+            if devices.emulated:
+                source += f", shared by {len(devices)} logical devices"
+        return WorkerMeasurement(
+            step_times_s=list(timing.step_times_s),
+            total_s=timing.total_s,
+            losses=[_loss_value(loss) for loss in losses[config.warmup:]],
+            memory_mib=memory_mib,
+            memory_source=source,
+            physical_memory_mib=physical,
+            torch_threads=torch.get_num_threads(),
+            strategy_options=dict(strategy.options),
+            micro_batches=strategy.micro_batches,
+            pipeline_stages=strategy.pipeline_stages,
+            gpu_utilisation_pct=sampler.mean_utilisation() if sampler else [],
+            gpu_memory_used_mib=sampler.max_memory_used_mib() if sampler else [],
+            gpu_sampling=(sampler.unavailable_reason or "GPUtil") if sampler else "not a GPU run",
+        )
+    finally:
+        strategy.close()
+
+
+def merge(measurements: list[WorkerMeasurement]) -> dict:
+    """One record's measured fields from every worker's measurement (in rank order).
+
+    A step lasts as long as its slowest worker; memory is listed per logical device; the loss
+    comes from whichever worker computes it.
+    """
+    first = measurements[0]
+    steps = len(first.step_times_s)
+    step_times = [max(m.step_times_s[i] for m in measurements) for i in range(steps)]
+    losses = []
+    for i in range(steps):
+        values = [m.losses[i] for m in measurements if not math.isnan(m.losses[i])]
+        losses.append(values[-1] if values else float("nan"))
+    return dict(
+        step_times_s=step_times,
+        total_s=max(m.total_s for m in measurements),
+        losses=losses,
+        peak_memory_mib=[v for m in measurements for v in m.memory_mib],
+        physical_peak_memory_mib=[v for m in measurements for v in m.physical_memory_mib],
+        memory_source=first.memory_source + (
+            f" (one process per device, {len(measurements)} processes)"
+            if len(measurements) > 1 else ""),
+        torch_threads=first.torch_threads,
+        strategy_options=first.strategy_options,
+        micro_batches=first.micro_batches,
+        pipeline_stages=first.pipeline_stages,
+        gpu_utilisation_pct=first.gpu_utilisation_pct,
+        gpu_memory_used_mib=first.gpu_memory_used_mib,
+        gpu_sampling=first.gpu_sampling,
+    )
+
+
+def trained_parameters(config: Config, images: torch.Tensor,
+                       labels: torch.Tensor) -> list[torch.Tensor]:
+    """One optimiser step of `config`'s strategy on the given batch: the model's parameters
+    after it, on the CPU, in model order (for `parbench verify`)."""
+    strategy = _build(config)
+    try:
+        strategy.setup()
+        device = strategy.input_device
+        strategy.train_step(images.to(device), labels.to(device))
+        return [p.detach().float().cpu() for p in strategy.model.parameters()]
+    finally:
+        strategy.close()

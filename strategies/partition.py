@@ -1,0 +1,150 @@
+"""Cut a torchvision ResNet into K sequential stages: the tutorial's cut, or balanced cuts."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torchvision.models import ResNet
+
+from strategies.base import StrategyError
+
+__all__ = ["BALANCES", "Partition", "cut_resnet", "plan_cut", "resnet_blocks", "split_model"]
+
+BALANCES = ("tutorial", "time", "params")
+
+
+def resnet_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The ResNet as a flat list of cuttable blocks: stem, every residual block, head."""
+    if not isinstance(model, ResNet):
+        raise StrategyError(f"can only cut a torchvision ResNet, got {type(model).__name__}")
+    blocks = [("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool))]
+    for layer_name in ("layer1", "layer2", "layer3", "layer4"):
+        for index, block in enumerate(getattr(model, layer_name)):
+            blocks.append((f"{layer_name}.{index}", block))
+    blocks.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
+    return blocks
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Where a list of blocks is cut: `bounds[k]` is the first block of stage k."""
+
+    block_names: tuple[str, ...]
+    bounds: tuple[int, ...]
+    balance: str
+
+    @property
+    def stages(self) -> int:
+        return len(self.bounds)
+
+    def stage_ranges(self) -> list[range]:
+        ends = (*self.bounds[1:], len(self.block_names))
+        return [range(start, end) for start, end in zip(self.bounds, ends, strict=True)]
+
+    def describe(self) -> str:
+        """E.g. `stem..layer2.3 | layer3.0..head` (stored in every record)."""
+        return " | ".join(f"{self.block_names[r[0]]}..{self.block_names[r[-1]]}"
+                          for r in self.stage_ranges())
+
+
+def _tutorial_bounds(names: Sequence[str], stages: int) -> tuple[int, ...]:
+    if stages != 2:
+        raise StrategyError(f"the tutorial's cut has 2 stages, asked for {stages}; "
+                            "use --balance time or --balance params for other stage counts")
+    return (0, names.index("layer3.0"))
+
+
+def _balanced_bounds(costs: Sequence[float], stages: int) -> tuple[int, ...]:
+    """Contiguous split of `costs` into `stages` parts minimising the largest part (exact DP)."""
+    n = len(costs)
+    prefix = [0.0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    inf = float("inf")
+    # best[k][i]: the smallest possible largest part when blocks [0, i) form k parts.
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    choice = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for i in range(k, n - (stages - k) + 1):
+            for j in range(k - 1, i):
+                value = max(best[k - 1][j], prefix[i] - prefix[j])
+                if value < best[k][i]:
+                    best[k][i], choice[k][i] = value, j
+    bounds, i = [], n
+    for k in range(stages, 0, -1):
+        i = choice[k][i]
+        bounds.append(i)
+    return tuple(reversed(bounds))
+
+
+def _block_times(blocks: list[tuple[str, nn.Module]], sample: torch.Tensor,
+                 repeats: int = 2) -> list[float]:
+    """Forward + backward seconds of each block on `sample`'s device (best of `repeats`).
+
+    Runs on a copy so that BatchNorm statistics of the model being trained are not touched.
+    """
+    blocks = copy.deepcopy(blocks)
+    times, x = [], sample
+    for _, block in blocks:
+        best = float("inf")
+        for _ in range(repeats):
+            inputs = x.detach().requires_grad_(x.is_floating_point())
+            if inputs.is_cuda:
+                torch.cuda.synchronize(inputs.device)
+            start = time.perf_counter()
+            output = block(inputs)
+            output.float().sum().backward()
+            if inputs.is_cuda:
+                torch.cuda.synchronize(inputs.device)
+            best = min(best, time.perf_counter() - start)
+        times.append(best)
+        with torch.no_grad():
+            x = block(x)
+    return times
+
+
+def plan_cut(model: nn.Module, stages: int, balance: str,
+             sample: torch.Tensor | None = None) -> Partition:
+    """Where to cut `model` into `stages` stages.
+
+    balance: `tutorial` (conv1..layer2 | layer3..fc, 2 stages), `time` (equal measured forward +
+    backward time per stage, measured on `sample`), or `params` (equal parameter counts).
+    """
+    blocks = resnet_blocks(model)
+    names = tuple(name for name, _ in blocks)
+    if balance not in BALANCES:
+        raise StrategyError(f"unknown balance {balance!r}; choose from {', '.join(BALANCES)}")
+    if stages < 2:
+        raise StrategyError(f"a model-parallel cut needs at least 2 stages, got {stages}")
+    if stages > len(blocks):
+        raise StrategyError(f"cannot cut {len(blocks)} blocks into {stages} stages; "
+                            f"use at most {len(blocks)} stages for this model")
+    if balance == "tutorial":
+        bounds = _tutorial_bounds(names, stages)
+    elif balance == "params":
+        costs = [sum(p.numel() for p in block.parameters()) for _, block in blocks]
+        bounds = _balanced_bounds(costs, stages)
+    else:
+        if sample is None:
+            raise StrategyError("balance by time needs a sample batch to time the blocks on")
+        bounds = _balanced_bounds(_block_times(blocks, sample), stages)
+    return Partition(names, bounds, balance)
+
+
+def split_model(model: nn.Module, partition: Partition) -> list[nn.Sequential]:
+    """The stages of `partition` as nn.Sequential modules sharing `model`'s parameters."""
+    blocks = resnet_blocks(model)
+    return [nn.Sequential(*(blocks[i][1] for i in r)) for r in partition.stage_ranges()]
+
+
+def cut_resnet(model: nn.Module, stages: int, balance: str,
+               sample: torch.Tensor | None = None) -> tuple[Partition, list[nn.Sequential]]:
+    """Plan a cut of `model` (see `plan_cut`) and split it there."""
+    partition = plan_cut(model, stages, balance, sample)
+    return partition, split_model(model, partition)

@@ -1,0 +1,109 @@
+"""The tutorial's pipeline in one process: micro-batches flow through stages on their devices."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from strategies.base import StrategyError
+from strategies.model_parallel import ModelParallel
+from strategies.stages import micro_batch_sizes
+
+__all__ = ["Pipeline"]
+
+
+class Pipeline(ModelParallel):
+    """Micro-batched model parallelism (GPipe's fill-drain schedule) in one process.
+
+    `split_size` is the micro-batch size (default: 4 micro-batches per stage, where GPipe's
+    bubble (K-1)/(M+K-1) becomes small).
+
+    Each stage has its own worker thread, as each GPU has its own queue: at clock tick t stage k
+    runs micro-batch t - k, so stage k+1 works on micro-batch i-1 while stage k works on i. All
+    forwards, then all backwards in reverse; stages exchange activations and their gradients
+    across detached boundaries. The loss of micro-batch i is weighted by its share of the global
+    batch, so the update equals single-device gradient accumulation over the same micro-batches.
+    """
+
+    name = "pipeline"
+    summary = "stages on their devices, micro-batches overlapping across stages (one process)"
+    option_names = ("stages", "balance", "split_size")
+
+    def __init__(self, workload, devices, split_size: int | None = None, **options) -> None:
+        if split_size is not None and split_size < 1:
+            raise StrategyError(f"split size must be at least 1, got {split_size}")
+        super().__init__(workload, devices, split_size=split_size, **options)
+        self.split_size = split_size
+        self._micro_batches = 1
+
+    @property
+    def micro_batches(self) -> int:
+        return self._micro_batches
+
+    def setup(self) -> None:
+        super().setup()
+        # One worker per stage: a stage's work always runs on its own thread, like a GPU stream.
+        self.workers = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage{k}")
+                        for k in range(len(self.stages))]
+
+    def close(self) -> None:
+        for worker in getattr(self, "workers", []):
+            worker.shutdown(wait=True)
+
+    def _run_tick(self, tasks) -> None:
+        futures = [self.workers[k].submit(fn, i, k) for fn, i, k in tasks]
+        for future in futures:
+            future.result()  # re-raises a stage's exception here
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        global_batch = len(images)
+        split_size = self.split_size or -(-global_batch // (4 * len(self.stages)))
+        if split_size > global_batch:
+            raise StrategyError(f"split size {split_size} is larger than the batch "
+                                f"{global_batch}; use a split size of at most {global_batch}")
+        self.options["split_size"] = split_size
+        sizes = micro_batch_sizes(global_batch, split_size)
+        self._micro_batches = count = len(sizes)
+        image_chunks, label_chunks = images.split(sizes), labels.split(sizes)
+        stages = self.stages
+        depth = len(stages)
+        inputs = [[None] * depth for _ in range(count)]
+        outputs = [[None] * depth for _ in range(count)]
+        losses = [None] * count
+
+        def forward(i: int, k: int) -> None:
+            stage = stages[k]
+            if k == 0:
+                x = image_chunks[i].to(stage.device)
+            else:
+                x = outputs[i][k - 1].detach().to(stage.device).requires_grad_()
+            inputs[i][k] = x
+            with self.workload.autocast(stage.device):
+                out = stage.forward(x)
+                if k == depth - 1:
+                    loss = self.loss_fn(out, label_chunks[i].to(stage.device))
+                    losses[i] = loss * (sizes[i] / global_batch)
+            outputs[i][k] = out
+
+        def backward(i: int, k: int) -> None:
+            if k == depth - 1:
+                self.scaler.scale(losses[i]).backward()
+            else:
+                grad = inputs[i][k + 1].grad.to(stages[k].device)
+                torch.autograd.backward(outputs[i][k], grad)
+            outputs[i][k] = None
+
+        self.optimizer.zero_grad(set_to_none=True)
+        ticks = count + depth - 1
+        for t in range(ticks):
+            self._run_tick([(forward, t - k, k) for k in range(depth) if 0 <= t - k < count])
+        for t in range(ticks):
+            # The last stage starts: stage k runs micro-batch i when (K-1-k) + (M-1-i) == t.
+            self._run_tick([(backward, count - 1 - (t - (depth - 1 - k)), k)
+                            for k in range(depth) if 0 <= t - (depth - 1 - k) < count])
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        for stage in stages:
+            stage.release_saved()
+        return torch.stack([loss.detach().float().to(stages[-1].device) for loss in losses]).sum()

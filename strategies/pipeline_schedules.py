@@ -1,0 +1,156 @@
+"""Pipelines on torch.distributed.pipelining: one process per stage, GPipe or 1F1B schedules."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from strategies.base import Strategy, StrategyError
+from strategies.partition import plan_cut, split_model
+from strategies.stages import Stage, micro_batch_sizes
+
+__all__ = ["SCHEDULES", "ScheduledPipeline"]
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class _CountedAutocast(nn.Module):
+    """Runs a stage's forward under the workload's autocast and its memory accounting (both
+    are per thread, and the schedule calls forward itself)."""
+
+    def __init__(self, stage: Stage, workload) -> None:
+        super().__init__()
+        self.module = stage.module
+        self._stage = stage
+        self._workload = workload
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        with self._workload.autocast(self._stage.device):
+            return self._stage.forward(inputs)
+
+
+class ScheduledPipeline(Strategy):
+    """Stage k in process k on devices[k]; torch.distributed.pipelining's schedule sends
+    activations and gradients between ranks (gloo on CPU or a shared GPU, NCCL between GPUs).
+
+    GPipe runs all forwards, then all backwards; 1F1B alternates once the pipeline is full, so
+    at most K micro-batches' activations are alive per stage. Micro-batch losses are weighted by
+    their share of the global batch (scale_grads=False), so the update equals single-device
+    gradient accumulation over the same micro-batches.
+    """
+
+    name = "pipeline-schedule"
+    summary = "one process per stage, torch.distributed.pipelining schedule"
+    min_devices = 2
+    process_per_device = True
+    option_names = ("stages", "balance", "split_size")
+
+    def __init__(self, workload, devices, schedule: str = "gpipe", split_size: int | None = None,
+                 **options) -> None:
+        if schedule not in SCHEDULES:
+            raise StrategyError(f"unknown schedule {schedule!r}; choose from "
+                                f"{', '.join(SCHEDULES)}")
+        if workload.precision == "fp16":
+            raise StrategyError("fp16 loss scaling is not coordinated across pipeline ranks; "
+                                "use --precision bf16 or fp32 with process-per-stage pipelines")
+        super().__init__(workload, devices, schedule=schedule, split_size=split_size, **options)
+        self.schedule_name = schedule
+        self.split_size = split_size
+        self._schedule = None
+        self._micro_batches = 1
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.devices[self.rank]
+
+    @property
+    def micro_batches(self) -> int:
+        return self._micro_batches
+
+    @property
+    def pipeline_stages(self) -> int:
+        return len(self.devices)
+
+    @property
+    def model(self) -> nn.Module:
+        return self._stage_module
+
+    def logical_memory_mib(self) -> list[float]:
+        return [self._counted.memory_mib(self.optimizer)]
+
+    def reset_logical_memory(self) -> None:
+        self._counted.reset_peak()
+
+    def setup(self) -> None:
+        if dist.get_world_size() != len(self.devices):
+            raise StrategyError(f"{len(self.devices)} stages need {len(self.devices)} processes, "
+                                f"got {dist.get_world_size()}")
+        device = self.input_device
+        balance = self.options.get("balance") or (
+            "tutorial" if len(self.devices) == 2 else "time")
+        model = self.workload.build_model()
+        # Every rank must cut in the same place: rank 0 plans (timing blocks if asked) and
+        # broadcasts the plan.
+        plan = [None]
+        if self.rank == 0:
+            sample = None
+            if balance == "time":
+                sample, _ = self.workload.make_batch(8, device)
+                model = model.to(device)
+            plan[0] = plan_cut(model, len(self.devices), balance, sample)
+        dist.broadcast_object_list(plan, src=0)
+        partition = plan[0]
+        self.options.update(stages=len(self.devices), balance=balance,
+                            partition=partition.describe())
+        module = split_model(model, partition)[self.rank]
+        module = self.workload.prepare_model(module.to(device)).train()
+        self._stage_module = module
+        self._counted = Stage(self.rank, module, device)
+        self._stage = PipelineStage(_CountedAutocast(self._counted, self.workload), self.rank,
+                                    len(self.devices), device)
+        self.optimizer = self.workload.make_optimizer(module.parameters())
+        self.loss_fn = self.workload.loss_fn()
+
+    def _make_schedule(self, global_batch: int, count: int):
+        def weighted_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            with self.workload.autocast(self.input_device):
+                return self.loss_fn(output, target) * (len(target) / global_batch)
+
+        try:
+            return SCHEDULES[self.schedule_name](self._stage, n_microbatches=count,
+                                                 loss_fn=weighted_loss, scale_grads=False)
+        except ValueError as error:
+            raise StrategyError(f"{self.name}: {error}") from None
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        global_batch, depth = len(images), len(self.devices)
+        split_size = self.split_size or -(-global_batch // (4 * depth))
+        if split_size > global_batch:
+            raise StrategyError(f"split size {split_size} is larger than the batch "
+                                f"{global_batch}; use a split size of at most {global_batch}")
+        sizes = micro_batch_sizes(global_batch, split_size)
+        if self._schedule is None or len(sizes) != self._micro_batches:
+            self._schedule = self._make_schedule(global_batch, len(sizes))
+            self._micro_batches = len(sizes)
+        self.options["split_size"] = split_size
+
+        self.optimizer.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        if self.rank == 0:
+            self._schedule.step(arg_mbs=[(chunk,) for chunk in images.split(sizes)])
+        elif self.rank == depth - 1:
+            self._schedule.step(target_mbs=list(labels.split(sizes)), losses=losses,
+                                return_outputs=False)
+        else:
+            self._schedule.step()
+        self.optimizer.step()
+        self._counted.release_saved()
+        if losses:
+            return torch.stack([loss.detach().float() for loss in losses]).sum()
+        return torch.tensor(float("nan"))

@@ -1,0 +1,80 @@
+"""Process-per-stage pipelines through the spawn launcher (gloo on loopback, 2 ranks)."""
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.runner import run_config
+from parbench.verify import verify
+
+CPU2 = parse_devices("cpu,cpu")
+
+
+def _child_pids() -> list[int]:
+    """This process's children, less multiprocessing's resource tracker (started with the
+    first spawned process, it lives exactly as long as this process)."""
+    me = str(os.getpid())
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[1] == me and b"resource_tracker" not in command:
+            children.append(int(stat.parent.name))
+    return children
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", ["pipeline-gpipe", "pipeline-1f1b"])
+def test_one_step_equals_the_single_device_step(tiny_workload, name):
+    workload = replace(tiny_workload, image_size=64)  # BatchNorm well conditioned at layer4
+    [verdict] = verify(workload, CPU2, [name], 8, {"split_size": 2}, tolerance=1e-5)
+    assert verdict.baseline_update > 1e-4
+    assert verdict.max_abs_difference <= 1e-5, verdict
+    assert _child_pids() == []
+
+
+@pytest.mark.timeout(180)
+def test_a_measured_run_has_one_memory_figure_per_rank(tiny_workload):
+    config = Config("pipeline-gpipe", tiny_workload, 8, CPU2, warmup=1, steps=2,
+                    options={"split_size": 2})
+    record = run_config(config)
+    assert record["status"] == "ok", record["reason"]
+    assert record["world_size"] == 2 and record["stages"] == 2
+    assert record["micro_batches"] == 4
+    assert record["bubble_fraction"] == pytest.approx(1 / 5)
+    assert len(record["peak_memory_mib"]) == 2
+    assert "one process per device" in record["memory_source"]
+    assert record["loss_last"] == record["loss_last"]  # a number, not nan
+    assert record["partition"] == "stem..layer2.1 | layer3.0..head"
+
+
+@pytest.mark.timeout(180)
+def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload):
+    # 1F1B needs at least as many micro-batches as stages: one micro-batch makes every rank fail.
+    config = Config("pipeline-1f1b", tiny_workload, 8, CPU2, warmup=0, steps=1,
+                    options={"split_size": 8}, timeout_s=120)
+    record = run_config(config)
+    assert record["status"] == "error"
+    assert record["reason"].startswith("LaunchError: rank ")
+    assert "must be greater than or equal to the number of stages" in record["reason"]
+    assert _child_pids() == []
+
+
+@pytest.mark.timeout(180)
+def test_1f1b_holds_fewer_activations_on_the_first_stage_than_gpipe(tiny_workload):
+    """GPipe keeps all 8 micro-batches' activations until backward; 1F1B at most 2 (K)."""
+    first_stage = {}
+    for name in ("pipeline-gpipe", "pipeline-1f1b"):
+        config = Config(name, replace(tiny_workload, image_size=64), 16, CPU2, warmup=1,
+                        steps=1, options={"split_size": 2})
+        record = run_config(config)
+        assert record["status"] == "ok", record["reason"]
+        first_stage[name] = record["peak_memory_mib"][0]
+    assert first_stage["pipeline-1f1b"] < 0.6 * first_stage["pipeline-gpipe"]

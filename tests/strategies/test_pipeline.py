@@ -1,0 +1,82 @@
+from dataclasses import replace
+
+import pytest
+import torch
+
+import strategies
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.verify import verify
+from strategies.base import StrategyError
+from strategies.stages import micro_batch_sizes
+
+CPU2 = parse_devices("cpu,cpu")
+
+
+@pytest.mark.parametrize("batch, split, sizes", [
+    (120, 20, [20] * 6),
+    (120, 8, [8] * 15),
+    (10, 3, [3, 3, 2, 2]),  # ceil(10/3) = 4 near-equal micro-batches, as torch.tensor_split
+    (5, 5, [5]),
+])
+def test_micro_batch_sizes(batch, split, sizes):
+    assert micro_batch_sizes(batch, split) == sizes
+
+
+@pytest.mark.parametrize("name, options", [
+    ("model-parallel", {}),
+    ("pipeline", {"split_size": 2}),
+    ("pipeline", {"split_size": 3}),  # uneven micro-batches: 3, 3, 2
+    ("pipeline", {"split_size": 2, "stages": 3, "balance": "params"}),
+])
+def test_one_step_equals_the_single_device_step(tiny_workload, name, options):
+    # 64 px keeps layer4 at 2x2, so BatchNorm over a micro-batch of 2 is well conditioned.
+    workload = replace(tiny_workload, image_size=64)
+    devices = parse_devices("cpu,cpu,cpu")
+    [verdict] = verify(workload, devices, [name], 8, options, tolerance=1e-5)
+    assert verdict.baseline_update > 1e-4  # the step really moved the parameters
+    assert verdict.max_abs_difference <= 1e-5, verdict
+
+
+def test_pipeline_reports_its_stages_micro_batches_and_cut(tiny_workload):
+    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=2)
+    pipeline.setup()
+    try:
+        images, labels = tiny_workload.make_batch(8, "cpu")
+        loss = pipeline.train_step(images, labels)
+        assert torch.isfinite(loss)
+        assert pipeline.micro_batches == 4 and pipeline.pipeline_stages == 2
+        assert pipeline.options["partition"] == "stem..layer2.1 | layer3.0..head"
+        memory = pipeline.logical_memory_mib()
+        assert len(memory) == 2 and all(m > 0 for m in memory)
+    finally:
+        pipeline.close()
+
+
+def test_stage_memory_counts_activations_of_every_micro_batch(tiny_workload):
+    """GPipe keeps every micro-batch's activations until backward: the first stage's saved
+    activations do not shrink when the same batch is cut into more micro-batches."""
+    peaks = {}
+    for split in (8, 2):
+        pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=split)
+        pipeline.setup()
+        images, labels = tiny_workload.make_batch(8, "cpu")
+        pipeline.train_step(images, labels)
+        peaks[split] = pipeline.stages[0].peak_saved_bytes
+        pipeline.close()
+    assert peaks[2] == pytest.approx(peaks[8], rel=0.05)
+    assert peaks[8] > 0
+
+
+def test_split_larger_than_the_batch_is_refused(tiny_workload):
+    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=16)
+    pipeline.setup()
+    images, labels = tiny_workload.make_batch(8, "cpu")
+    with pytest.raises(StrategyError, match="split size 16 is larger than the batch 8"):
+        pipeline.train_step(images, labels)
+    pipeline.close()
+
+
+def test_more_stages_than_devices_is_refused(tiny_workload):
+    with pytest.raises(StrategyError, match="3 stages need at least 3 devices, got 2"):
+        _ = Config("pipeline", tiny_workload, 8, CPU2, options={"stages": 3}).used_devices
