@@ -11,13 +11,13 @@ import torch
 
 import strategies
 from parbench.config import Config, expand_sweep
-from parbench.devices import DeviceError, cpu_cores, parse_devices
+from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
 from parbench.results import RunFolder, load_records
 from parbench.runner import run_sweep
 from parbench.verify import verify
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
-from strategies.partition import BALANCES
+from strategies.partition import BALANCES, plan_cut
 
 __all__ = ["QUICK_RUN", "main"]
 
@@ -76,6 +76,13 @@ def _at_least(flag: str, value: int, minimum: int) -> int:
     return value
 
 
+def _device_set(spec: str) -> DeviceSet:
+    try:
+        return parse_devices(spec)
+    except DeviceError as error:
+        raise UsageError(str(error)) from None
+
+
 def _default_devices() -> list[str]:
     """All GPUs when there are several; else two logical devices on the one physical device."""
     gpus = torch.cuda.device_count()
@@ -105,10 +112,7 @@ def _strategy_options(args: argparse.Namespace, batches: list[int]) -> list[dict
 def _build_configs(args: argparse.Namespace) -> list[Config]:
     requested = args.strategy is not None
     names = _choice_list("--strategy", args.strategy, strategies.names()) if requested else None
-    try:
-        device_sets = [parse_devices(spec) for spec in (args.devices or _default_devices())]
-    except DeviceError as error:
-        raise UsageError(str(error)) from None
+    device_sets = [_device_set(spec) for spec in (args.devices or _default_devices())]
     if names is None:  # the quick comparison: whatever can run on the first device set
         reasons = strategies.available(device_sets[0].logical)
         names = [name for name, reason in reasons.items() if reason is None] or ["single"]
@@ -129,11 +133,23 @@ def _build_configs(args: argparse.Namespace) -> list[Config]:
         threads_per_device=_at_least("--threads-per-device", args.threads_per_device, 1),
     )
     for config in configs:
-        try:
-            _ = config.used_devices  # refuses too few devices for the strategy or its stages
-        except strategies.StrategyError as error:
-            raise UsageError(str(error)) from None
+        _check_devices_and_cut(config)
     return configs
+
+
+def _check_devices_and_cut(config: Config) -> None:
+    """Refuse too few devices for the strategy or its stages, and impossible cuts, before
+    anything runs (the cut is planned on a meta-device model: no memory, no compute)."""
+    try:
+        stages = len(config.used_devices)
+        if "stages" in strategies.accepted_options(config.strategy):
+            balance = config.options.get("balance")
+            with torch.device("meta"):
+                model = config.workload.build_model()
+            # Timing needs real data; the structural checks are the same for every balance.
+            plan_cut(model, stages, "params" if balance in (None, "time") else balance)
+    except strategies.StrategyError as error:
+        raise UsageError(f"{config.strategy}: {error}") from None
 
 
 def _format_number(value: float) -> str:
@@ -186,10 +202,7 @@ def _command_run(args: argparse.Namespace) -> int:
 
 
 def _command_verify(args: argparse.Namespace) -> int:
-    try:
-        devices = parse_devices(args.devices or _default_devices()[0])
-    except DeviceError as error:
-        raise UsageError(str(error)) from None
+    devices = _device_set(args.devices or _default_devices()[0])
     batch = _int_list("--batch-size", args.batch_size, 1)[0]
     split = _int_list("--split-size", args.split_size, 1)[0] if args.split_size else max(
         1, batch // 4)
@@ -205,17 +218,13 @@ def _command_verify(args: argparse.Namespace) -> int:
     else:
         names = [name for name, reason in strategies.available(devices.logical).items()
                  if reason is None and name != strategies.BASELINE]
-    for name in names:
-        cls = strategies.lookup(name).cls
-        try:
-            cls.select_devices(devices.logical, **{k: v for k, v in options.items()
-                                                   if k in cls.option_names and v})
-        except strategies.StrategyError as error:
-            raise UsageError(str(error)) from None
     workload = Workload(model=_choice_list("--model", args.model, MODELS)[0],
                         image_size=_int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
                         num_classes=_at_least("--num-classes", args.num_classes, 1),
                         seed=args.seed)
+    for name in names:
+        _check_devices_and_cut(Config(name, workload, batch, devices,
+                                      options=strategies.options_for(name, options)))
     tolerance = args.tolerance
     if not tolerance > 0:
         raise UsageError(f"--tolerance must be above 0, got {tolerance}")
@@ -241,10 +250,7 @@ def _command_env(args: argparse.Namespace) -> int:
 
 
 def _command_strategies(args: argparse.Namespace) -> int:
-    try:
-        devices = parse_devices(args.devices or _default_devices()[0])
-    except DeviceError as error:
-        raise UsageError(str(error)) from None
+    devices = _device_set(args.devices or _default_devices()[0])
     for name, reason in strategies.available(devices.logical).items():
         summary = strategies.lookup(name).cls.summary
         print(f"{name:<16} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))

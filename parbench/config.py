@@ -55,8 +55,7 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
     configs, seen = [], set()
     for dev, mdl, size, prec, batch, opts, name in itertools.product(
             devices, model, image_size, precision, global_batch, list(options), strategy):
-        accepted = strategies.accepted_options(name)
-        kept = {k: v for k, v in opts.items() if k in accepted and v is not None}
+        kept = strategies.options_for(name, opts)
         key = (dev, mdl, size, prec, batch, name, tuple(sorted(kept.items())))
         if key in seen:
             continue

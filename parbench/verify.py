@@ -56,8 +56,7 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
 
     verdicts = []
     for name in names:
-        accepted = strategies.accepted_options(name)
-        kept = {k: v for k, v in options.items() if k in accepted and v is not None}
+        kept = strategies.options_for(name, options)
         config = Config(name, workload, global_batch, devices, options=kept,
                         threads_per_device=threads_per_device)
         reference = baseline(kept.get("split_size"))

@@ -15,7 +15,7 @@ from strategies.single import SingleDevice
 
 __all__ = [
     "BASELINE", "REGISTRY", "Strategy", "StrategyError", "accepted_options", "available",
-    "create", "lookup", "names",
+    "create", "lookup", "names", "options_for",
 ]
 
 
@@ -67,6 +67,12 @@ def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
 def accepted_options(name: str) -> tuple[str, ...]:
     """Option names the strategy takes from a sweep (`--split-size`, `--stages`, ...)."""
     return lookup(name).cls.option_names
+
+
+def options_for(name: str, options: dict) -> dict:
+    """The options, out of `options`, that strategy `name` takes and that are set."""
+    accepted = accepted_options(name)
+    return {k: v for k, v in options.items() if k in accepted and v is not None}
 
 
 def create(name: str, workload, devices: Sequence[torch.device], **options) -> Strategy:

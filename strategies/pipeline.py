@@ -44,7 +44,12 @@ class Pipeline(ModelParallel):
     def setup(self) -> None:
         super().setup()
         # One worker per stage: a stage's work always runs on its own thread, like a GPU stream.
-        self.workers = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage{k}")
+        # torch's intra-op thread count is per thread for OpenMP: a new thread would otherwise
+        # run its ops on every core, so each worker takes the count the caller runs with.
+        threads = torch.get_num_threads()
+        self.workers = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stage{k}",
+                                           initializer=torch.set_num_threads,
+                                           initargs=(threads,))
                         for k in range(len(self.stages))]
 
     def close(self) -> None:

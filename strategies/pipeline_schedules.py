@@ -61,6 +61,14 @@ class ScheduledPipeline(Strategy):
         self._schedule = None
         self._micro_batches = 1
 
+    @classmethod
+    def unavailable_reason(cls, devices) -> str | None:
+        if devices[0].type == "cuda" and len(set(devices)) < len(devices):
+            return ("stages sharing a GPU need gloo (NCCL refuses two ranks on one GPU), and "
+                    "gloo cannot send CUDA tensors point to point; give distinct GPUs, or use "
+                    "the one-process `pipeline` to emulate stages on one GPU")
+        return None
+
     @property
     def rank(self) -> int:
         return dist.get_rank()

@@ -133,6 +133,10 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--balance", "random"], "unknown balance 'random'"),
     (["run", "--stages", "3", "--balance", "tutorial"], "--balance tutorial cuts into 2 stages"),
     (["verify", "--tolerance", "0"], "--tolerance must be above 0"),
+    (["run", "--strategy", "pipeline", "--model", "resnet18", "--devices", ",".join(["cpu"] * 11)],
+     "cannot cut 10 blocks into 11 stages; use at most 10 stages"),
+    (["run", "--strategy", "pipeline", "--devices", "cpu,cpu,cpu", "--balance", "tutorial"],
+     "the tutorial's cut has 2 stages, asked for 3"),
     (["verify", "--batch-size", "4", "--split-size", "8"], "--split-size 8 is larger"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):

@@ -1,3 +1,5 @@
+import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -80,3 +82,28 @@ def test_split_larger_than_the_batch_is_refused(tiny_workload):
 def test_more_stages_than_devices_is_refused(tiny_workload):
     with pytest.raises(StrategyError, match="3 stages need at least 3 devices, got 2"):
         _ = Config("pipeline", tiny_workload, 8, CPU2, options={"stages": 3}).used_devices
+
+
+def _cpu_time_ratio_of_a_convolution() -> float:
+    """Process CPU time / this thread's CPU time for one convolution: ~1 when the calling
+    thread does all the work, ~2 when OpenMP helpers join in on two cores."""
+    x, conv = torch.randn(16, 128, 32, 32), torch.nn.Conv2d(128, 128, 3, padding=1)
+    conv(x)
+    process, thread = time.process_time(), time.thread_time()
+    for _ in range(3):
+        conv(x)
+    return (time.process_time() - process) / (time.thread_time() - thread)
+
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="needs two cores to tell one thread from two")
+def test_stage_workers_run_on_one_thread_each(tiny_workload):
+    """One thread per logical device: a new thread would otherwise run its ops on every core
+    (torch.get_num_threads() still says 1 there: OpenMP's count is per thread)."""
+    torch.set_num_threads(1)
+    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=2)
+    pipeline.setup()
+    try:
+        for worker in pipeline.workers:
+            assert worker.submit(_cpu_time_ratio_of_a_convolution).result() < 1.3
+    finally:
+        pipeline.close()

@@ -40,3 +40,11 @@ def test_too_few_devices_is_refused_with_the_numbers():
 
     with pytest.raises(strategies.StrategyError, match=r"at least 2 devices, got 1 \(cpu\)"):
         NeedsTwo.select_devices((torch.device("cpu"),))
+
+
+def test_process_per_stage_pipelines_are_unavailable_on_one_shared_gpu():
+    gpu = torch.device("cuda:0")
+    reasons = strategies.available((gpu, gpu))
+    for name in ("pipeline-gpipe", "pipeline-1f1b"):
+        assert "gloo cannot send CUDA tensors" in reasons[name]
+    assert reasons["pipeline"] is None
