@@ -93,15 +93,20 @@ def _default_devices() -> list[str]:
 
 # ---- commands ----------------------------------------------------------------------------------
 
+def _check_split(split: int, batch: int) -> None:
+    if split > batch:
+        raise UsageError(f"--split-size {split} is larger than --batch-size {batch}; "
+                         "a micro-batch cannot exceed the global batch")
+
+
 def _strategy_options(args: argparse.Namespace, batches: list[int]) -> list[dict]:
     """Every combination of the swept strategy options (each strategy takes those it knows)."""
     splits = _int_list("--split-size", args.split_size, 1) if args.split_size else [None]
     stages = _int_list("--stages", args.stages, 2) if args.stages else [None]
     balances = _choice_list("--balance", args.balance, BALANCES) if args.balance else [None]
     for split in splits:
-        if split is not None and split > min(batches):
-            raise UsageError(f"--split-size {split} is larger than --batch-size {min(batches)}; "
-                             "a micro-batch cannot exceed the global batch")
+        if split is not None:
+            _check_split(split, min(batches))
     if "tutorial" in balances and any(k not in (None, 2) for k in stages):
         raise UsageError("--balance tutorial cuts into 2 stages only; use --balance time or "
                          "params with --stages above 2")
@@ -206,9 +211,7 @@ def _command_verify(args: argparse.Namespace) -> int:
     batch = _int_list("--batch-size", args.batch_size, 1)[0]
     split = _int_list("--split-size", args.split_size, 1)[0] if args.split_size else max(
         1, batch // 4)
-    if split > batch:
-        raise UsageError(f"--split-size {split} is larger than --batch-size {batch}; "
-                         "a micro-batch cannot exceed the global batch")
+    _check_split(split, batch)
     options = dict(split_size=split,
                    stages=_int_list("--stages", args.stages, 2)[0] if args.stages else None,
                    balance=_choice_list("--balance", args.balance, BALANCES)[0]

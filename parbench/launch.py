@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -20,7 +21,9 @@ from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
-__all__ = ["LaunchError", "measure", "process_group_backend", "verify_parameters"]
+__all__ = [
+    "LaunchError", "measure", "process_group_backend", "verify_parameters", "world_size",
+]
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,19 +44,30 @@ def _process_per_device(config: Config) -> bool:
     return strategies.lookup(config.strategy).cls.process_per_device
 
 
+def world_size(config: Config) -> int:
+    """How many processes run `config`: one per device used, or this one alone."""
+    return len(config.used_devices) if _process_per_device(config) else 1
+
+
+@contextlib.contextmanager
+def _in_process_threads(config: Config):
+    """Each op runs on its logical device's share of cores; strategies that drive several
+    devices run one worker thread per device, so N logical devices = N cores of work."""
+    threads_before = torch.get_num_threads()
+    if config.used_devices.kind == "cpu":
+        torch.set_num_threads(config.threads_per_device)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads_before)
+
+
 def measure(config: Config) -> dict:
     """Measure `config` with the launcher its strategy needs; return the merged fields."""
     if _process_per_device(config):
         return _spawn(config, "measure")
-    threads_before = torch.get_num_threads()
-    if config.used_devices.kind == "cpu":
-        # Each op runs on its logical device's share of cores; strategies that drive several
-        # devices run one worker thread per device, so N logical devices = N cores of work.
-        torch.set_num_threads(config.threads_per_device)
-    try:
+    with _in_process_threads(config):
         return merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def verify_parameters(config: Config, images: torch.Tensor,
@@ -61,13 +75,8 @@ def verify_parameters(config: Config, images: torch.Tensor,
     """The parameters after one step of `config` on this batch, whatever its launcher."""
     if _process_per_device(config):
         return _spawn(config, "verify", (images, labels))
-    threads_before = torch.get_num_threads()
-    try:
-        if config.used_devices.kind == "cpu":
-            torch.set_num_threads(config.threads_per_device)
+    with _in_process_threads(config):
         return trained_parameters(config, images, labels)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 # ---- one process per device ---------------------------------------------------------------------
@@ -115,12 +124,12 @@ def _last_line(message: str) -> str:
 
 
 def _spawn(config: Config, task: str, batch=None):
-    world_size = len(config.used_devices)
+    processes = world_size(config)
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir:
         context = mp.start_processes(
             _spawned_worker,
-            args=(world_size, _free_loopback_port(), config, task, out_dir, batch),
-            nprocs=world_size, join=False, start_method="spawn")
+            args=(processes, _free_loopback_port(), config, task, out_dir, batch),
+            nprocs=processes, join=False, start_method="spawn")
         deadline = time.monotonic() + config.timeout_s
         try:
             while not context.join(timeout=0.5):

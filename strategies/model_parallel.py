@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from strategies.base import Strategy
+from strategies.partition import default_balance
 from strategies.stages import build_stages
 
 __all__ = ["ModelParallel"]
@@ -22,8 +23,7 @@ class ModelParallel(Strategy):
     def __init__(self, workload, devices, stages: int | None = None, balance: str | None = None,
                  **options) -> None:
         super().__init__(workload, devices, stages=stages, **options)
-        # The tutorial's cut where it applies (2 stages), else equal measured time per stage.
-        self.balance = balance or ("tutorial" if len(self.devices) == 2 else "time")
+        self.balance = balance or default_balance(len(self.devices))
         self.options = {**self.options, "stages": len(self.devices), "balance": self.balance}
 
     def setup(self) -> None:

@@ -13,7 +13,10 @@ from torchvision.models import ResNet
 
 from strategies.base import StrategyError
 
-__all__ = ["BALANCES", "Partition", "cut_resnet", "plan_cut", "resnet_blocks", "split_model"]
+__all__ = [
+    "BALANCES", "Partition", "cut_resnet", "default_balance", "plan_cut", "resnet_blocks",
+    "split_model",
+]
 
 BALANCES = ("tutorial", "time", "params")
 
@@ -50,6 +53,11 @@ class Partition:
         """E.g. `stem..layer2.3 | layer3.0..head` (stored in every record)."""
         return " | ".join(f"{self.block_names[r[0]]}..{self.block_names[r[-1]]}"
                           for r in self.stage_ranges())
+
+
+def default_balance(stages: int) -> str:
+    """The tutorial's cut where it applies (2 stages), else equal measured time per stage."""
+    return "tutorial" if stages == 2 else "time"
 
 
 def _tutorial_bounds(names: Sequence[str], stages: int) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ import torch
 
 from strategies.base import StrategyError
 from strategies.model_parallel import ModelParallel
-from strategies.stages import micro_batch_sizes
+from strategies.stages import resolve_split
 
 __all__ = ["Pipeline"]
 
@@ -63,12 +63,8 @@ class Pipeline(ModelParallel):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch = len(images)
-        split_size = self.split_size or -(-global_batch // (4 * len(self.stages)))
-        if split_size > global_batch:
-            raise StrategyError(f"split size {split_size} is larger than the batch "
-                                f"{global_batch}; use a split size of at most {global_batch}")
-        self.options["split_size"] = split_size
-        sizes = micro_batch_sizes(global_batch, split_size)
+        self.options["split_size"], sizes = resolve_split(global_batch, self.split_size,
+                                                          len(self.stages))
         self._micro_batches = count = len(sizes)
         image_chunks, label_chunks = images.split(sizes), labels.split(sizes)
         stages = self.stages

@@ -8,8 +8,8 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from strategies.base import Strategy, StrategyError
-from strategies.partition import plan_cut, split_model
-from strategies.stages import Stage, micro_batch_sizes
+from strategies.partition import default_balance, plan_cut, split_model
+from strategies.stages import Stage, resolve_split
 
 __all__ = ["SCHEDULES", "ScheduledPipeline"]
 
@@ -100,8 +100,7 @@ class ScheduledPipeline(Strategy):
             raise StrategyError(f"{len(self.devices)} stages need {len(self.devices)} processes, "
                                 f"got {dist.get_world_size()}")
         device = self.input_device
-        balance = self.options.get("balance") or (
-            "tutorial" if len(self.devices) == 2 else "time")
+        balance = self.options.get("balance") or default_balance(len(self.devices))
         model = self.workload.build_model()
         # Every rank must cut in the same place: rank 0 plans (timing blocks if asked) and
         # broadcasts the plan.
@@ -138,11 +137,7 @@ class ScheduledPipeline(Strategy):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch, depth = len(images), len(self.devices)
-        split_size = self.split_size or -(-global_batch // (4 * depth))
-        if split_size > global_batch:
-            raise StrategyError(f"split size {split_size} is larger than the batch "
-                                f"{global_batch}; use a split size of at most {global_batch}")
-        sizes = micro_batch_sizes(global_batch, split_size)
+        split_size, sizes = resolve_split(global_batch, self.split_size, depth)
         if self._schedule is None or len(sizes) != self._micro_batches:
             self._schedule = self._make_schedule(global_batch, len(sizes))
             self._micro_batches = len(sizes)

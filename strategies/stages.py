@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from strategies.base import StrategyError
 from strategies.partition import Partition, cut_resnet
 
-__all__ = ["Stage", "build_stages", "micro_batch_sizes"]
+__all__ = ["Stage", "build_stages", "micro_batch_sizes", "resolve_split"]
 
 MIB = 2**20
 
@@ -23,6 +24,17 @@ def micro_batch_sizes(global_batch: int, split_size: int) -> list[int]:
     """
     count = -(-global_batch // split_size)
     return [len(part) for part in torch.arange(global_batch).tensor_split(count)]
+
+
+def resolve_split(global_batch: int, split_size: int | None,
+                  stages: int) -> tuple[int, list[int]]:
+    """The split size to use (default: 4 micro-batches per stage, where GPipe's bubble
+    (K-1)/(M+K-1) becomes small) and the micro-batch sizes it gives."""
+    split_size = split_size or -(-global_batch // (4 * stages))
+    if split_size > global_batch:
+        raise StrategyError(f"split size {split_size} is larger than the batch "
+                            f"{global_batch}; use a split size of at most {global_batch}")
+    return split_size, micro_batch_sizes(global_batch, split_size)
 
 
 class Stage:
