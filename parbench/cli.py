@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pandas as pd
 import torch
 
 import strategies
+from parbench import launch, runner
 from parbench.config import Config, expand_sweep
+from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
 from parbench.results import RunFolder, load_records
-from parbench.runner import run_sweep
 from parbench.verify import verify
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 from strategies.partition import BALANCES, plan_cut
@@ -99,28 +101,45 @@ def _check_split(split: int, batch: int) -> None:
                          "a micro-batch cannot exceed the global batch")
 
 
+def _data_parallel_options(args: argparse.Namespace) -> dict:
+    """DistributedDataParallel's settings (not swept: one value each)."""
+    if args.bucket_cap_mb is not None and not args.bucket_cap_mb > 0:
+        raise UsageError(f"--bucket-cap-mb must be above 0, got {args.bucket_cap_mb}")
+    return dict(bucket_cap_mb=args.bucket_cap_mb,
+                gradient_as_bucket_view=args.gradient_as_bucket_view or None,
+                static_graph=args.static_graph or None,
+                sync_batchnorm=args.sync_batchnorm or None)
+
+
 def _strategy_options(args: argparse.Namespace, batches: list[int]) -> list[dict]:
     """Every combination of the swept strategy options (each strategy takes those it knows)."""
     splits = _int_list("--split-size", args.split_size, 1) if args.split_size else [None]
     stages = _int_list("--stages", args.stages, 2) if args.stages else [None]
     balances = _choice_list("--balance", args.balance, BALANCES) if args.balance else [None]
+    ranks = _int_list("--world-size", args.world_size, 1) if args.world_size else [None]
     for split in splits:
         if split is not None:
             _check_split(split, min(batches))
     if "tutorial" in balances and any(k not in (None, 2) for k in stages):
         raise UsageError("--balance tutorial cuts into 2 stages only; use --balance time or "
                          "params with --stages above 2")
-    return [dict(split_size=split, stages=k, balance=balance)
-            for split in splits for k in stages for balance in balances]
+    fixed = _data_parallel_options(args)
+    return [dict(split_size=split, stages=k, balance=balance, world_size=n, **fixed)
+            for split in splits for k in stages for balance in balances for n in ranks]
 
 
-def _build_configs(args: argparse.Namespace) -> list[Config]:
+def _build_configs(args: argparse.Namespace,
+                   device_sets: list[DeviceSet] | None = None) -> list[Config]:
     requested = args.strategy is not None
     names = _choice_list("--strategy", args.strategy, strategies.names()) if requested else None
-    device_sets = [_device_set(spec) for spec in (args.devices or _default_devices())]
+    device_sets = device_sets or [_device_set(spec) for spec in (args.devices or
+                                                                 _default_devices())]
     if names is None:  # the quick comparison: whatever can run on the first device set
         reasons = strategies.available(device_sets[0].logical)
         names = [name for name, reason in reasons.items() if reason is None] or ["single"]
+        if launch.torchrun_rank() is not None:
+            names = [n for n in names if n == strategies.BASELINE
+                     or strategies.lookup(n).cls.process_per_device]
     batches = _int_list("--batch-size", args.batch_size, 1)
     configs = expand_sweep(
         strategy=names,
@@ -136,10 +155,49 @@ def _build_configs(args: argparse.Namespace) -> list[Config]:
         warmup=_at_least("--warmup", args.warmup, 0),
         steps=_at_least("--steps", args.steps, 1),
         threads_per_device=_at_least("--threads-per-device", args.threads_per_device, 1),
+        timeout_s=_positive("--timeout", args.timeout),
+        backend=args.backend,
+        loader_workers=_at_least("--loader-workers", args.loader_workers, 0),
     )
+    if args.data:
+        configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
+    checked_data = set()
     for config in configs:
         _check_devices_and_cut(config)
+        _check_launch(config)
+        if args.data and (config.workload, config.global_batch) not in checked_data:
+            checked_data.add((config.workload, config.global_batch))
+            try:
+                open_image_folder(config.workload, config.global_batch)
+            except DataError as error:
+                raise UsageError(str(error)) from None
     return configs
+
+
+def _positive(flag: str, value: float) -> float:
+    if not value > 0:
+        raise UsageError(f"{flag} must be above 0, got {value}")
+    return value
+
+
+def _check_launch(config: Config) -> None:
+    """Refuse a backend that cannot connect the ranks, and, under torchrun, strategies that
+    do not run one process per rank."""
+    used = config.used_devices
+    if launch.backend_for(config) is not None:
+        problem = launch.backend_problem(used, config.backend)
+        if problem:
+            raise UsageError(problem)
+    if launch.torchrun_rank() is None:
+        return
+    process_per_device = strategies.lookup(config.strategy).cls.process_per_device
+    if not process_per_device and len(used) > 1:
+        raise UsageError(f"{config.strategy} drives all its devices from one process; run it "
+                         "without torchrun")
+    if process_per_device and len(used) != len(config.devices):
+        raise UsageError(f"under torchrun, {config.strategy} runs on all {len(config.devices)} "
+                         "processes; set their number with torchrun's --nnodes and "
+                         "--nproc-per-node, not --world-size or --stages")
 
 
 def _check_devices_and_cut(config: Config) -> None:
@@ -147,6 +205,8 @@ def _check_devices_and_cut(config: Config) -> None:
     anything runs (the cut is planned on a meta-device model: no memory, no compute)."""
     try:
         stages = len(config.used_devices)
+        strategies.lookup(config.strategy).cls.check_config(
+            config.global_batch, config.devices.logical, **config.options)
         if "stages" in strategies.accepted_options(config.strategy):
             balance = config.options.get("balance")
             with torch.device("meta"):
@@ -171,20 +231,45 @@ def _print_table(folder: RunFolder) -> None:
         "micro_batches": "M", "bubble_fraction": "bubble", "throughput_ips": "img/s",
         "step_time_median_s": "median s", "step_time_p90_s": "p90 s",
         "speedup_vs_baseline": "speedup", "device_efficiency": "efficiency",
-        "peak_memory_max_mib": "peak MiB", "memory_imbalance": "mem max/mean",
-        "achieved_tflops": "TFLOP/s",
+        "scaling_efficiency": "scaling", "peak_memory_max_mib": "peak MiB",
+        "memory_imbalance": "mem max/mean", "achieved_tflops": "TFLOP/s",
     }
     table = frame[list(columns)].rename(columns=columns)
     for column in ("M", "bubble", "img/s", "median s", "p90 s", "speedup", "efficiency",
-                   "peak MiB", "mem max/mean", "TFLOP/s"):
+                   "scaling", "peak MiB", "mem max/mean", "TFLOP/s"):
         table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
     print(table.to_string(index=False, float_format=_format_number, na_rep="-"))
     for _, row in frame[frame["status"] != "ok"].iterrows():
         print(f"  {row['strategy']} {row['status']}: {row['reason']}")
 
 
+def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
+    """Under torchrun: every rank's device (each process drives one), after joining the job."""
+    specs = args.devices or []
+    if len(specs) > 1 or any("," in spec for spec in specs):
+        raise UsageError("under torchrun each process drives one device: give --devices cpu or "
+                         "--devices cuda (rank r uses cuda:LOCAL_RANK), and the number of "
+                         "processes with torchrun's --nnodes and --nproc-per-node")
+    kind = (_device_set(specs[0]).kind if specs else
+            "cuda" if torch.cuda.is_available() else "cpu")
+    if kind != "cuda" and args.backend == "nccl":
+        raise UsageError("--backend nccl needs CUDA devices; use --backend gloo on CPU (or "
+                         "leave it at auto)")
+    try:
+        return [launch.join_torchrun(kind, args.backend, _positive("--timeout", args.timeout))]
+    except launch.LaunchError as error:
+        raise UsageError(str(error)) from None
+
+
 def _command_run(args: argparse.Namespace) -> int:
-    configs = _build_configs(args)
+    rank = launch.torchrun_rank()
+    if rank is None:
+        configs = _build_configs(args)
+    else:
+        configs = _build_configs(args, _torchrun_devices(args))
+        if rank != 0:  # rank 0 writes the records
+            runner.follow_sweep(configs)
+            return 0
     cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
                        if c.used_devices.kind == "cpu"), default=0)
     if cpu_threads > cpu_cores():
@@ -200,13 +285,21 @@ def _command_run(args: argparse.Namespace) -> int:
     def on_start(index: int, config: Config) -> None:
         print(f"[{index + 1}/{len(configs)}] {config.label()}", file=sys.stderr, flush=True)
 
-    run_sweep(configs, folder, collect_environment(), on_start=on_start)
+    try:
+        runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
+                  stop_on_failure=rank is not None)
+    except launch.LaunchError as error:
+        print(f"parbench: stopped under torchrun ({error}); records so far: {folder.path}",
+              file=sys.stderr)
+        return 1
     _print_table(folder)
     print(f"results: {folder.path}")
     return 0
 
 
 def _command_verify(args: argparse.Namespace) -> int:
+    if launch.torchrun_rank() is not None:
+        raise UsageError("run parbench verify without torchrun; it starts its own processes")
     devices = _device_set(args.devices or _default_devices()[0])
     batch = _int_list("--batch-size", args.batch_size, 1)[0]
     split = _int_list("--split-size", args.split_size, 1)[0] if args.split_size else max(
@@ -215,7 +308,9 @@ def _command_verify(args: argparse.Namespace) -> int:
     options = dict(split_size=split,
                    stages=_int_list("--stages", args.stages, 2)[0] if args.stages else None,
                    balance=_choice_list("--balance", args.balance, BALANCES)[0]
-                   if args.balance else None)
+                   if args.balance else None,
+                   world_size=_int_list("--world-size", args.world_size, 1)[0]
+                   if args.world_size else None)
     if args.strategy:
         names = _choice_list("--strategy", args.strategy, strategies.names())
     else:
@@ -234,7 +329,8 @@ def _command_verify(args: argparse.Namespace) -> int:
     print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px) from "
           f"seed {args.seed}, against {strategies.BASELINE} on {devices.logical[0]}; "
           "micro-batched strategies against the baseline accumulating gradients over the same "
-          "micro-batches (so BatchNorm sees the same samples)", flush=True)
+          "micro-batches, data-parallel ones against it accumulating over the replicas' "
+          "shards (so BatchNorm sees the same samples)", flush=True)
     verdicts = verify(workload, devices, names, batch, options, tolerance,
                       _at_least("--threads-per-device", args.threads_per_device, 1))
     print(f"{'strategy':<16} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
@@ -291,6 +387,28 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--balance", help="where to cut the ResNet: tutorial (conv1..layer2 | "
                      "layer3..fc, 2 stages), time (equal measured time), params (equal "
                      "parameter counts) (default: tutorial for 2 stages, else time)")
+    run.add_argument("--world-size", help="data-parallel ranks (ddp, fsdp, data-parallel), "
+                     "using the first N devices (list sweeps: scaling curve and efficiency "
+                     "T(N)/(N*T(1)); default: one per device)")
+    run.add_argument("--backend", default="auto", choices=launch.BACKENDS,
+                     help="process group for one-process-per-device strategies (default auto: "
+                          "NCCL when every rank has its own GPU, else gloo)")
+    run.add_argument("--bucket-cap-mb", type=float, help="ddp: gradient bucket size in MB "
+                     "(DDP's default 25)")
+    run.add_argument("--gradient-as-bucket-view", action="store_true",
+                     help="ddp: gradients are views into the all-reduce buckets (less memory)")
+    run.add_argument("--static-graph", action="store_true",
+                     help="ddp: declare the graph static (DDP may then skip per-step checks)")
+    run.add_argument("--sync-batchnorm", action="store_true",
+                     help="ddp: BatchNorm statistics over the global batch (CUDA only)")
+    run.add_argument("--data", help="train on an image folder (one subfolder per class) "
+                     "instead of synthetic data; each rank reads its part through "
+                     "DistributedSampler")
+    run.add_argument("--loader-workers", type=int, default=0,
+                     help="DataLoader worker processes per rank for --data (default 0)")
+    run.add_argument("--timeout", type=float, default=1800.0,
+                     help="seconds a configuration may take before its processes are stopped "
+                          "and it is recorded as an error (default 1800)")
     run.add_argument("--steps", type=int, default=QUICK_RUN["steps"], help="measured steps")
     run.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
                      help="steps run before measuring and discarded")
@@ -316,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--split-size", help="micro-batch size (default: batch / 4)")
     check.add_argument("--stages")
     check.add_argument("--balance")
+    check.add_argument("--world-size", help="data-parallel ranks (default: one per device)")
     check.add_argument("--threads-per-device", type=int, default=1)
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--tolerance", type=float, default=1e-5,

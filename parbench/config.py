@@ -26,12 +26,16 @@ class Config:
     threads_per_device: int = 1
     options: dict = field(default_factory=dict)
     timeout_s: float = 1800.0
+    # Process-group backend for process-per-device strategies: auto = NCCL when every rank has
+    # a GPU of its own, else gloo.
+    backend: str = "auto"
+    loader_workers: int = 0  # DataLoader processes per rank, for image-folder data
 
     @property
     def used_devices(self) -> DeviceSet:
         """The devices the strategy takes out of those given (single takes the first)."""
         cls = strategies.lookup(self.strategy).cls
-        return DeviceSet(cls.select_devices(self.devices.logical, **self.options))
+        return self.devices.take(len(cls.select_devices(self.devices.logical, **self.options)))
 
     def label(self) -> str:
         w = self.workload

@@ -24,14 +24,33 @@ class DeviceSet:
     """
 
     logical: tuple[torch.device, ...]
+    # The host of each logical device where they span nodes (torchrun); empty: this host.
+    hosts: tuple[str, ...] = ()
+    # torchrun agents (nodes) the ranks belong to; several may share one host on loopback.
+    nodes: int = 1
 
     @property
     def physical(self) -> tuple[torch.device, ...]:
+        """The distinct devices of this host (what one process can measure and synchronise)."""
         return tuple(dict.fromkeys(self.logical))
+
+    def _places(self) -> list:
+        return list(zip(self.hosts, self.logical, strict=True)) if self.hosts else list(
+            self.logical)
 
     @property
     def emulated(self) -> bool:
-        return len(self.physical) < len(self.logical)
+        """Some physical device (on some host) is named more than once."""
+        return len(set(self._places())) < len(self.logical)
+
+    @property
+    def spans_hosts(self) -> bool:
+        return len(set(self.hosts)) > 1
+
+    def take(self, count: int) -> DeviceSet:
+        """The first `count` devices."""
+        return DeviceSet(self.logical[:count], self.hosts[:count],
+                         self.nodes if count == len(self.logical) else 1)
 
     @property
     def kind(self) -> str:
@@ -41,7 +60,15 @@ class DeviceSet:
         return len(self.logical)
 
     def describe(self) -> str:
+        if self.spans_hosts:
+            return ",".join(f"{h}/{d}" for h, d in self._places())
         return ",".join(str(d) for d in self.logical)
+
+    def describe_physical(self) -> str:
+        places = dict.fromkeys(self._places())
+        if self.spans_hosts:
+            return ",".join(f"{h}/{d}" for h, d in places)
+        return ",".join(str(d) for d in (p[1] if self.hosts else p for p in places))
 
 
 def _normalise(name: str) -> torch.device:

@@ -1,4 +1,5 @@
-"""Run a configuration's workers: in this process, or one spawned process per device."""
+"""Run a configuration's workers: in this process, one spawned process per device, or under
+torchrun (one process per device across nodes, rank 0 merging the record)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -22,26 +24,48 @@ from parbench.devices import DeviceSet
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
 __all__ = [
-    "LaunchError", "measure", "process_group_backend", "verify_parameters", "world_size",
+    "BACKENDS", "LaunchError", "backend_for", "backend_problem", "join_torchrun", "measure",
+    "process_group_backend", "torchrun_rank", "verify_parameters", "world_size",
 ]
 
 LOOPBACK = "127.0.0.1"
+BACKENDS = ("auto", "gloo", "nccl")
 
 
 class LaunchError(RuntimeError):
     """A worker process failed, hung past the timeout, or died."""
 
 
-def process_group_backend(devices: DeviceSet) -> str:
+def process_group_backend(devices: DeviceSet, requested: str = "auto") -> str:
     """NCCL when every rank has a GPU of its own; gloo on CPU or where ranks share a GPU
-    (NCCL refuses two ranks on one GPU)."""
-    if devices.kind == "cuda" and not devices.emulated:
-        return "nccl"
-    return "gloo"
+    (NCCL refuses two ranks on one GPU); or what was asked for."""
+    if requested != "auto":
+        return requested
+    return "nccl" if devices.kind == "cuda" and not devices.emulated else "gloo"
+
+
+def backend_problem(devices: DeviceSet, requested: str) -> str | None:
+    """Why `requested` cannot connect these devices' ranks, or None."""
+    if requested not in BACKENDS:
+        return f"unknown backend {requested!r}; choose from {', '.join(BACKENDS)}"
+    if requested == "nccl" and devices.kind != "cuda":
+        return (f"--backend nccl needs CUDA devices, got {devices.describe()}; use --backend "
+                "gloo on CPU (or leave it at auto)")
+    if requested == "nccl" and devices.emulated:
+        return (f"--backend nccl refuses two ranks on one GPU ({devices.describe()}); use "
+                "--backend gloo where ranks share a GPU (or leave it at auto)")
+    return None
 
 
 def _process_per_device(config: Config) -> bool:
     return strategies.lookup(config.strategy).cls.process_per_device
+
+
+def backend_for(config: Config) -> str | None:
+    """The process-group backend `config` runs on, or None for one-process strategies."""
+    if not _process_per_device(config):
+        return None
+    return process_group_backend(config.used_devices, config.backend)
 
 
 def world_size(config: Config) -> int:
@@ -62,8 +86,11 @@ def _in_process_threads(config: Config):
         torch.set_num_threads(threads_before)
 
 
-def measure(config: Config) -> dict:
-    """Measure `config` with the launcher its strategy needs; return the merged fields."""
+def measure(config: Config) -> dict | None:
+    """Measure `config` with the launcher its strategy needs; return the merged fields (under
+    torchrun on rank 0; other ranks get None)."""
+    if torchrun_rank() is not None:
+        return _under_torchrun(config)
     if _process_per_device(config):
         return _spawn(config, "measure")
     with _in_process_threads(config):
@@ -79,43 +106,63 @@ def verify_parameters(config: Config, images: torch.Tensor,
         return trained_parameters(config, images, labels)
 
 
-# ---- one process per device ---------------------------------------------------------------------
-
-def _free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
-
-
-def _spawned_worker(rank: int, world_size: int, port: int, config: Config, task: str,
-                    out_dir: str, batch) -> None:
-    os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
-    devices = config.used_devices
-    device = devices.logical[rank]
+def _set_device(config: Config, device: torch.device) -> None:
     if device.type == "cpu":
         torch.set_num_threads(config.threads_per_device)
     else:
         torch.cuda.set_device(device)
-    dist.init_process_group(process_group_backend(devices), rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=config.timeout_s))
+
+
+def _run_rank(config: Config, task: str, device: torch.device, batch=None):
+    """This rank's part of `task`, in an initialised process group; rank 0 returns the result
+    gathered from every rank (the merged measurement, or all the trained parameters)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if task == "measure":
+        mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier))
+    else:
+        mine = trained_parameters(config, *batch)
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    if rank != 0:
+        return None
+    if task == "measure":
+        return merge([WorkerMeasurement(**m) for m in gathered])
+    return [parameter for part in gathered for parameter in part]
+
+
+# ---- one process per device on this node --------------------------------------------------------
+
+def _loopback_environment() -> None:
+    """Collectives' own sockets on loopback too (gloo and NCCL otherwise pick the interface
+    the host name resolves to); a user's explicit choice is kept."""
+    if "lo" in {name for _, name in socket.if_nameindex()}:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+
+
+def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
+                    out_dir: str, batch) -> None:
+    _loopback_environment()
+    device = config.used_devices.logical[rank]
+    _set_device(config, device)
+    timeout = datetime.timedelta(seconds=config.timeout_s)
+    store = dist.TCPStore(LOOPBACK, port, size, is_master=False, timeout=timeout)
+    dist.init_process_group(process_group_backend(config.used_devices, config.backend),
+                            store=store, rank=rank, world_size=size, timeout=timeout)
     try:
-        if task == "measure":
-            measurement = measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier)
-            gathered = [None] * world_size if rank == 0 else None
-            dist.gather_object(asdict(measurement), gathered, dst=0)
-            if rank == 0:
-                merged = merge([WorkerMeasurement(**m) for m in gathered])
-                (Path(out_dir) / "result.json").write_text(json.dumps(merged))
-        else:
-            parameters = trained_parameters(config, *batch)
-            gathered = [None] * world_size if rank == 0 else None
-            dist.gather_object(parameters, gathered, dst=0)
-            if rank == 0:
-                torch.save([p for part in gathered for p in part],
-                           Path(out_dir) / "parameters.pt")
+        result = _run_rank(config, task, device, batch)
+        if rank == 0 and task == "measure":
+            (Path(out_dir) / "result.json").write_text(json.dumps(result))
+        elif rank == 0:
+            torch.save(result, Path(out_dir) / "parameters.pt")
     finally:
         dist.destroy_process_group()
+    # Done, and the result is on disk: leave without running C++ static destructors, which
+    # now and then abort the process as a gloo thread is torn down (SIGABRT, "terminate called
+    # without an active exception"), turning a finished rank into a failed one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _last_line(message: str) -> str:
@@ -123,12 +170,29 @@ def _last_line(message: str) -> str:
     return lines[-1].strip() if lines else "no message"
 
 
+@contextlib.contextmanager
+def _loopback_store(config: Config):
+    """The rendezvous store, served by this process on a loopback socket (TCPStore's own
+    server would listen on every interface); yields its port."""
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(LOOPBACK, port, is_master=True,
+                              timeout=datetime.timedelta(seconds=config.timeout_s),
+                              wait_for_workers=False, master_listen_fd=listener.detach())
+    try:
+        yield port
+    finally:
+        del store  # closes the listening socket, which the store now owns
+
+
 def _spawn(config: Config, task: str, batch=None):
     processes = world_size(config)
-    with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir:
+    with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir, \
+            _loopback_store(config) as port:
         context = mp.start_processes(
-            _spawned_worker,
-            args=(processes, _free_loopback_port(), config, task, out_dir, batch),
+            _spawned_worker, args=(processes, port, config, task, out_dir, batch),
             nprocs=processes, join=False, start_method="spawn")
         deadline = time.monotonic() + config.timeout_s
         try:
@@ -150,3 +214,55 @@ def _spawn(config: Config, task: str, batch=None):
         if task == "measure":
             return json.loads((Path(out_dir) / "result.json").read_text())
         return torch.load(Path(out_dir) / "parameters.pt", weights_only=True)
+
+
+# ---- under torchrun ---------------------------------------------------------------------------
+
+def torchrun_rank() -> int | None:
+    """This process's global rank when torchrun started it, else None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    return int(os.environ["RANK"])
+
+
+def join_torchrun(kind: str, requested_backend: str, timeout_s: float) -> DeviceSet:
+    """Join the process group torchrun rendezvoused (once per process) and return every rank's
+    device, in rank order: cuda:LOCAL_RANK on GPU nodes, else the CPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if kind == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise LaunchError(f"local rank {local_rank} has no GPU of its own (this node has "
+                              f"{torch.cuda.device_count()}); lower --nproc-per-node")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        # Objects are gathered through gloo; CUDA tensors go through NCCL unless gloo is asked.
+        backend = ("cpu:gloo,cuda:nccl" if kind == "cuda" and requested_backend != "gloo"
+                   else "gloo")
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    places = [None] * dist.get_world_size()
+    dist.all_gather_object(places, (socket.gethostname(), str(device),
+                                    os.environ.get("GROUP_RANK", "0")))
+    return DeviceSet(tuple(torch.device(d) for _, d, _ in places),
+                     tuple(h for h, _, _ in places), nodes=len({n for _, _, n in places}))
+
+
+def _under_torchrun(config: Config) -> dict | None:
+    """Process-per-device strategies run on every rank; one-process strategies on rank 0 alone
+    (on its own device) while the others wait."""
+    rank = dist.get_rank()
+    if _process_per_device(config):
+        if world_size(config) != dist.get_world_size():
+            raise LaunchError(f"{config.strategy} uses {world_size(config)} devices but torchrun "
+                              f"started {dist.get_world_size()} processes")
+        device = config.used_devices.logical[rank]
+        _set_device(config, device)
+        return _run_rank(config, "measure", device)
+    merged = None
+    if rank == 0:
+        with _in_process_threads(config):
+            merged = merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
+    dist.barrier()
+    return merged

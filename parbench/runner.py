@@ -17,7 +17,7 @@ from parbench.measure import imbalance, training_flops_per_image
 from parbench.results import RunFolder, new_record
 from parbench.workloads import Workload
 
-__all__ = ["add_comparisons", "bubble_fraction", "run_config", "run_sweep"]
+__all__ = ["add_comparisons", "bubble_fraction", "follow_sweep", "run_config", "run_sweep"]
 
 
 @functools.cache
@@ -92,9 +92,10 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
         global_batch=config.global_batch, devices=used.describe(),
-        physical_devices=",".join(map(str, used.physical)), device_kind=used.kind,
-        emulated=used.emulated, micro_batches=1,
-        world_size=launch.world_size(config),
+        physical_devices=used.describe_physical(), device_kind=used.kind,
+        nodes=used.nodes, emulated=used.emulated, micro_batches=1,
+        world_size=launch.world_size(config), backend=launch.backend_for(config),
+        data=workload.data_dir or "synthetic",
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps, stages=config.options.get("stages"),
         split_size=config.options.get("split_size"),
@@ -119,29 +120,49 @@ def _comparison_key(record: dict) -> tuple:
                                      "channels_last", "global_batch", "device_kind"))
 
 
+def _device_count(record: dict) -> int:
+    return len(record["devices"].split(","))
+
+
+def _scaling_key(record: dict) -> tuple:
+    """The same strategy with the same options, whatever its number of devices."""
+    options = {k: v for k, v in (record["strategy_options"] or {}).items()
+               if k != "world_size"}
+    return (*_comparison_key(record), record["strategy"], repr(sorted(options.items())))
+
+
 def add_comparisons(records: list[dict]) -> None:
-    """Speedup over the baseline strategy measured in the same run on the same workload and
-    batch, and per-device efficiency = speedup / devices used (1.0 = perfect scaling)."""
-    baselines = {_comparison_key(r): r["throughput_ips"] for r in records
-                 if r["strategy"] == strategies.BASELINE and r["status"] == "ok"}
+    """Against the same workload and batch measured in the same run: speedup over the baseline
+    strategy, per-device efficiency = speedup / devices used, and scaling efficiency
+    T(N) / (N x T(1)) against the same strategy on one device (1.0 = perfect scaling)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    baselines = {_comparison_key(r): r["throughput_ips"] for r in ok
+                 if r["strategy"] == strategies.BASELINE}
+    one_device = {_scaling_key(r): r["throughput_ips"] for r in ok if _device_count(r) == 1}
     for record in records:
         baseline = baselines.get(_comparison_key(record))
+        single = one_device.get(_scaling_key(record)) if record["status"] == "ok" else None
+        record["scaling_efficiency"] = (record["throughput_ips"] / (_device_count(record) * single)
+                                        if single else None)
         if record["status"] != "ok" or not baseline:
             record["speedup_vs_baseline"] = record["device_efficiency"] = None
             continue
         speedup = record["throughput_ips"] / baseline
-        devices = len(record["devices"].split(","))
         record["speedup_vs_baseline"] = speedup
-        record["device_efficiency"] = speedup / devices if not math.isnan(speedup) else None
+        record["device_efficiency"] = (speedup / _device_count(record)
+                                       if not math.isnan(speedup) else None)
 
 
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
               on_start: Callable[[int, Config], None] | None = None,
-              on_done: Callable[[int, dict], None] | None = None) -> list[dict]:
+              on_done: Callable[[int, dict], None] | None = None,
+              stop_on_failure: bool = False) -> list[dict]:
     """Measure every configuration in order, rewriting the run folder after each one.
 
-    A configuration that fails is recorded with its status and the sweep goes on; whatever was
-    measured before an interruption is already on disk.
+    A configuration that fails is recorded with its status and the sweep goes on (or, with
+    `stop_on_failure`, raises LaunchError once the record is written: under torchrun the
+    other ranks cannot be told to move on, so the job ends); whatever was measured before an
+    interruption is already on disk.
     """
     folder.write_environment(environment)
     records: list[dict] = []
@@ -153,4 +174,16 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
         folder.write_records(records)
         if on_done:
             on_done(index, records[-1])
+        if stop_on_failure and records[-1]["status"] in ("error", "oom"):
+            raise launch.LaunchError(f"{config.label()}: {records[-1]['reason']}")
     return records
+
+
+def follow_sweep(configs: list[Config]) -> None:
+    """The part of `run_sweep` that torchrun ranks other than 0 play: the same configurations
+    in the same order, measured together; rank 0 records them. A failure raises, which ends
+    this process and, through torchrun, the job."""
+    for config in configs:
+        if strategies.lookup(config.strategy).cls.unavailable_reason(
+                config.used_devices.logical) is None:
+            launch.measure(config)

@@ -38,9 +38,10 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
            options: dict, tolerance: float, threads_per_device: int = 1) -> list[Verdict]:
     """From one seed and one batch, one step of each strategy in `names` against the baseline.
 
-    A strategy that splits the batch into micro-batches is compared with the baseline
-    accumulating gradients over the same micro-batches, so BatchNorm sees the same samples
-    in both and the comparison is exact up to floating-point summation order.
+    A strategy that splits the batch into micro-batches (pipelines) or shards (data-parallel
+    replicas, unless SyncBatchNorm) is compared with the baseline accumulating gradients over
+    the same parts, so BatchNorm sees the same samples in both and the comparison is exact up
+    to floating-point summation order.
     """
     images, labels = workload.make_batch(global_batch, "cpu")
     initial = [p.detach().float() for p in workload.build_model().parameters()]
@@ -59,7 +60,8 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
         kept = strategies.options_for(name, options)
         config = Config(name, workload, global_batch, devices, options=kept,
                         threads_per_device=threads_per_device)
-        reference = baseline(kept.get("split_size"))
+        reference = baseline(strategies.lookup(name).cls.equivalent_accumulation(
+            global_batch, devices.logical, **kept))
         parameters = launch.verify_parameters(config, images, labels)
         verdicts.append(Verdict(
             strategy=name, options=kept,

@@ -10,6 +10,7 @@ import torch
 
 import strategies
 from parbench.config import Config
+from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
 from parbench.measure import GpuSampler, PeakMemory, time_steps
 
@@ -53,10 +54,12 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
     other processes of the configuration, if any, around every measured step.
     """
     strategy = _build(config)
+    batches = None
     try:
         strategy.setup()
         devices = local_devices(strategy)
-        images, labels = config.workload.make_batch(config.global_batch, strategy.input_device)
+        batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
+                              *strategy.data_shard, loader_workers=config.loader_workers)
         memory = PeakMemory(devices)
         losses: list[torch.Tensor] = []
 
@@ -65,7 +68,7 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
             strategy.reset_logical_memory()
 
         def step(i: int) -> None:
-            losses.append(strategy.train_step(images, labels))
+            losses.append(strategy.train_step(*batches.next()))
             if i + 1 == config.warmup:
                 reset_memory()  # the peak of the measured steps, not of building the model
 
@@ -113,6 +116,8 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
             gpu_sampling=(sampler.unavailable_reason or "GPUtil") if sampler else "not a GPU run",
         )
     finally:
+        if batches is not None:
+            batches.close()
         strategy.close()
 
 
@@ -120,7 +125,8 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
     """One record's measured fields from every worker's measurement (in rank order).
 
     A step lasts as long as its slowest worker; memory is listed per logical device; the loss
-    comes from whichever worker computes it.
+    is the mean over the workers that compute one (data-parallel ranks' equal shards, or a
+    pipeline's last stage).
     """
     first = measurements[0]
     steps = len(first.step_times_s)
@@ -128,7 +134,7 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
     losses = []
     for i in range(steps):
         values = [m.losses[i] for m in measurements if not math.isnan(m.losses[i])]
-        losses.append(values[-1] if values else float("nan"))
+        losses.append(sum(values) / len(values) if values else float("nan"))
     return dict(
         step_times_s=step_times,
         total_s=max(m.total_s for m in measurements),
@@ -156,7 +162,8 @@ def trained_parameters(config: Config, images: torch.Tensor,
     try:
         strategy.setup()
         device = strategy.input_device
+        images, labels = shard((images, labels), *strategy.data_shard)
         strategy.train_step(images.to(device), labels.to(device))
-        return [p.detach().float().cpu() for p in strategy.model.parameters()]
+        return [p.detach().float().cpu() for p in strategy.trained_parameters()]
     finally:
         strategy.close()

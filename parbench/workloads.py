@@ -30,6 +30,8 @@ class Workload:
     seed: int = 0
     learning_rate: float = 0.01
     momentum: float = 0.9
+    # An image folder (one subfolder per class) to train on instead of synthetic data.
+    data_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

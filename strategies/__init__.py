@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 import torch
 
 from strategies.base import Strategy, StrategyError
+from strategies.data_parallel import DataParallel
+from strategies.ddp import DDP
+from strategies.fsdp import FSDP
 from strategies.model_parallel import ModelParallel
 from strategies.pipeline import Pipeline
 from strategies.pipeline_schedules import ScheduledPipeline
@@ -33,6 +36,9 @@ REGISTRY: dict[str, Entry] = {
     "pipeline": Entry(Pipeline),
     "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
     "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
+    "data-parallel": Entry(DataParallel),
+    "ddp": Entry(DDP),
+    "fsdp": Entry(FSDP),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"

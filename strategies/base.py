@@ -48,20 +48,36 @@ class Strategy(ABC):
                        **options) -> tuple[torch.device, ...]:
         """The devices this strategy uses out of those given (refused if too few).
 
-        The option `stages`, where a strategy takes it, uses the first `stages` devices.
+        The option `stages` (pipelines) or `world_size` (data parallel), where a strategy takes
+        it, uses the first that many devices.
         """
-        stages = options.get("stages")
-        needed = max(cls.min_devices, stages or 0)
+        stages, ranks = options.get("stages"), options.get("world_size")
+        needed = max(cls.min_devices, stages or ranks or 0)
         if len(devices) < needed:
-            what = f"{stages} stages" if stages else f"strategy {cls.name}"
+            what = (f"{stages} stages need" if stages else
+                    f"world size {ranks} needs" if ranks else f"strategy {cls.name} needs")
             example = ",".join([devices[0].type if devices else "cpu"] * needed)
             raise StrategyError(
-                f"{what} need{'s' if not stages else ''} at least {needed} devices, "
-                f"got {len(devices)} ({','.join(map(str, devices))}); list more with "
-                f"--devices, e.g. --devices {example}"
+                f"{what} at least {needed} devices, got {len(devices)} "
+                f"({','.join(map(str, devices))}); list more with --devices, e.g. "
+                f"--devices {example}"
             )
-        count = stages or cls.max_devices
+        count = stages or ranks or cls.max_devices
         return tuple(devices[:count] if count else devices)
+
+    @classmethod
+    def check_config(cls, global_batch: int, devices: Sequence[torch.device],
+                     **options) -> None:
+        """Refuse, before anything runs, what this strategy cannot do with these devices, batch
+        and options (raise StrategyError saying how to fix it)."""
+
+    @classmethod
+    def equivalent_accumulation(cls, global_batch: int, devices: Sequence[torch.device],
+                                **options) -> int | None:
+        """The micro-batch size over which `single`, accumulating gradients, makes exactly this
+        strategy's update (BatchNorm normalises per micro-batch or per replica); None: the
+        plain single-device step is the reference."""
+        return options.get("split_size")
 
     @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:
@@ -73,6 +89,17 @@ class Strategy(ABC):
     def input_device(self) -> torch.device:
         """Where the harness creates each global batch."""
         return self.devices[0]
+
+    @property
+    def data_shard(self) -> tuple[int, int]:
+        """(index, count): this process trains on part `index` of the global batch cut into
+        `count` near-equal parts (data-parallel ranks); (0, 1) is the whole batch."""
+        return 0, 1
+
+    def trained_parameters(self) -> list[torch.Tensor]:
+        """The parameters this process contributes to the model's parameter list, in order
+        (a replica's rank 0 gives them all; a pipeline stage gives its own)."""
+        return list(self.model.parameters())
 
     @property
     def micro_batches(self) -> int:

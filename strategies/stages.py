@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from strategies.base import StrategyError
 from strategies.partition import Partition, cut_resnet
@@ -37,6 +38,13 @@ def resolve_split(global_batch: int, split_size: int | None,
     return split_size, micro_batch_sizes(global_batch, split_size)
 
 
+def _local_nbytes(tensor: torch.Tensor) -> int:
+    """Bytes this process holds for `tensor` (its shard, for a sharded DTensor)."""
+    if isinstance(tensor, DTensor):
+        tensor = tensor.to_local()
+    return tensor.nbytes
+
+
 class Stage:
     """One stage module on one logical device, counting the memory it holds.
 
@@ -51,13 +59,16 @@ class Stage:
         self.index = index
         self.module = module
         self.device = device
-        self._parameter_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self._parameter_storages = {p.untyped_storage().data_ptr() for p in module.parameters()
+                                     if not isinstance(p, DTensor)}
         self._lock = threading.Lock()
         self._live: dict[int, list[int]] = {}  # storage pointer -> [bytes, references]
         self._live_bytes = 0
         self.peak_saved_bytes = 0
 
     def _pack(self, tensor: torch.Tensor):
+        if isinstance(tensor, nn.Parameter):  # counted as state (FSDP's are transient)
+            return tensor, None
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()
         if pointer in self._parameter_storages:
@@ -99,12 +110,12 @@ class Stage:
         """Parameters, their gradients and the optimiser's state for them."""
         total = 0
         for parameter in self.module.parameters():
-            total += parameter.nbytes
+            total += _local_nbytes(parameter)
             if parameter.grad is not None:
-                total += parameter.grad.nbytes
+                total += _local_nbytes(parameter.grad)
             for value in optimizer.state.get(parameter, {}).values():
                 if isinstance(value, torch.Tensor):
-                    total += value.nbytes
+                    total += _local_nbytes(value)
         return total
 
     def memory_mib(self, optimizer: torch.optim.Optimizer) -> float:

@@ -1,7 +1,13 @@
-"""Shared fixtures: a tiny workload that trains in well under a second on one CPU thread."""
+"""Shared fixtures: a tiny workload that trains in well under a second on one CPU thread, this
+process's children (to check none is left behind), and a small image folder."""
 
+import os
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from parbench.workloads import Workload
 
@@ -16,3 +22,44 @@ def _restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def _child_pids() -> list[int]:
+    """This process's children, less multiprocessing's resource tracker (started with the
+    first spawned process, it lives exactly as long as this process)."""
+    me = str(os.getpid())
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[1] == me and b"resource_tracker" not in command:
+            children.append(int(stat.parent.name))
+    return children
+
+
+@pytest.fixture
+def child_pids():
+    return _child_pids
+
+
+def _make_image_folder(root: Path, classes: int = 2, per_class: int = 6,
+                       size: int = 40) -> Path:
+    """`classes` subfolders of PNGs; image i is a flat grey of value 10*i (so each is known)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for c in range(classes):
+        (root / f"class{c}").mkdir()
+        for i in range(per_class):
+            value = 10 * (c * per_class + i)
+            pixels = np.full((size, size, 3), value, dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"class{c}" / f"{i}.png")
+    return root
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """make(classes, per_class) -> a folder of images in ImageFolder layout."""
+    return lambda classes=2, per_class=6: _make_image_folder(tmp_path / "data", classes,
+                                                             per_class)

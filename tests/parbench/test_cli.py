@@ -138,6 +138,23 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--strategy", "pipeline", "--devices", "cpu,cpu,cpu", "--balance", "tutorial"],
      "the tutorial's cut has 2 stages, asked for 3"),
     (["verify", "--batch-size", "4", "--split-size", "8"], "--split-size 8 is larger"),
+    (["run", "--strategy", "ddp", "--devices", "cpu,cpu", "--world-size", "4"],
+     "world size 4 needs at least 4 devices, got 2 (cpu,cpu)"),
+    (["run", "--strategy", "ddp", "--devices", "cpu,cpu,cpu", "--batch-size", "32"],
+     "ddp: batch 32 does not divide over 3 replicas; use a multiple of 3, e.g. --batch-size 30"),
+    (["run", "--strategy", "fsdp", "--world-size", "2", "--batch-size", "7"],
+     "fsdp: batch 7 does not divide over 2 replicas"),
+    (["run", "--strategy", "ddp", "--devices", "cpu,cpu", "--backend", "nccl"],
+     "--backend nccl needs CUDA devices, got cpu,cpu; use --backend gloo"),
+    (["run", "--backend", "mpi"], "invalid choice: 'mpi'"),
+    (["run", "--world-size", "0"], "--world-size must be at least 1, got 0"),
+    (["run", "--strategy", "ddp", "--sync-batchnorm", "--devices", "cpu,cpu"],
+     "SyncBatchNorm runs on CUDA devices only"),
+    (["run", "--strategy", "ddp", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be above 0"),
+    (["run", "--strategy", "ddp", "--data", "/no/such/folder"], "--data /no/such/folder: no such"),
+    (["run", "--loader-workers", "-1"], "--loader-workers must be at least 0"),
+    (["run", "--timeout", "0"], "--timeout must be above 0, got 0"),
+    (["verify", "--strategy", "ddp", "--batch-size", "9"], "ddp: batch 9 does not divide"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     if "cuda:3" in argv and torch.cuda.device_count() > 3:

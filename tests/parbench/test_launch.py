@@ -1,8 +1,6 @@
 """Process-per-stage pipelines through the spawn launcher (gloo on loopback, 2 ranks)."""
 
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,30 +12,14 @@ from parbench.verify import verify
 CPU2 = parse_devices("cpu,cpu")
 
 
-def _child_pids() -> list[int]:
-    """This process's children, less multiprocessing's resource tracker (started with the
-    first spawned process, it lives exactly as long as this process)."""
-    me = str(os.getpid())
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            command = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if fields[1] == me and b"resource_tracker" not in command:
-            children.append(int(stat.parent.name))
-    return children
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", ["pipeline-gpipe", "pipeline-1f1b"])
-def test_one_step_equals_the_single_device_step(tiny_workload, name):
+def test_one_step_equals_the_single_device_step(tiny_workload, name, child_pids):
     workload = replace(tiny_workload, image_size=64)  # BatchNorm well conditioned at layer4
     [verdict] = verify(workload, CPU2, [name], 8, {"split_size": 2}, tolerance=1e-5)
     assert verdict.baseline_update > 1e-4
     assert verdict.max_abs_difference <= 1e-5, verdict
-    assert _child_pids() == []
+    assert child_pids() == []
 
 
 @pytest.mark.timeout(180)
@@ -56,7 +38,7 @@ def test_a_measured_run_has_one_memory_figure_per_rank(tiny_workload):
 
 
 @pytest.mark.timeout(180)
-def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload):
+def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload, child_pids):
     # 1F1B needs at least as many micro-batches as stages: one micro-batch makes every rank fail.
     config = Config("pipeline-1f1b", tiny_workload, 8, CPU2, warmup=0, steps=1,
                     options={"split_size": 8}, timeout_s=120)
@@ -64,7 +46,7 @@ def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload):
     assert record["status"] == "error"
     assert record["reason"].startswith("LaunchError: rank ")
     assert "must be greater than or equal to the number of stages" in record["reason"]
-    assert _child_pids() == []
+    assert child_pids() == []
 
 
 @pytest.mark.timeout(180)

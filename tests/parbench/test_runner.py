@@ -4,8 +4,8 @@ import pytest
 
 from parbench.config import Config, expand_sweep
 from parbench.devices import parse_devices
-from parbench.results import RunFolder, load_records
-from parbench.runner import run_config, run_sweep
+from parbench.results import RunFolder, load_records, new_record
+from parbench.runner import add_comparisons, run_config, run_sweep
 
 
 @pytest.fixture
@@ -79,3 +79,24 @@ def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_p
     frame = load_records(folder.path)
     assert list(frame["status"]) == ["error", "ok"]
     assert list(frame["run_id"]) == [folder.run_id] * 2
+
+
+def _ok(strategy, devices, throughput, **options):
+    return new_record(status="ok", strategy=strategy, devices=devices, throughput_ips=throughput,
+                      strategy_options=options, model="resnet18", image_size=32, num_classes=10,
+                      precision="fp32", channels_last=False, global_batch=8, device_kind="cpu")
+
+
+def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput():
+    records = [_ok("single", "cpu", 10.0), _ok("ddp", "cpu", 9.0, world_size=1),
+               _ok("ddp", "cpu,cpu", 16.2, world_size=2),
+               _ok("ddp", "cpu,cpu", 15.0, world_size=2, static_graph=True),
+               _ok("fsdp", "cpu,cpu", 12.0, world_size=2)]
+    add_comparisons(records)
+    single, ddp1, ddp2, ddp2_static, fsdp2 = records
+    assert ddp2["scaling_efficiency"] == pytest.approx(16.2 / (2 * 9.0))
+    assert ddp1["scaling_efficiency"] == pytest.approx(1.0)
+    assert ddp2_static["scaling_efficiency"] is None  # no static-graph run on one device
+    assert fsdp2["scaling_efficiency"] is None
+    assert ddp2["speedup_vs_baseline"] == pytest.approx(1.62)
+    assert ddp2["device_efficiency"] == pytest.approx(0.81)

@@ -1,0 +1,63 @@
+"""nn.DataParallel: one process, replicas on every GPU, scattered and gathered by device 0."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from strategies.base import Strategy
+from strategies.rank_parallel import check_divisible
+
+__all__ = ["DataParallel"]
+
+
+class DataParallel(Strategy):
+    """Each step device 0 replicates the model to every GPU, scatters the batch, gathers the
+    outputs and computes the loss, so device 0 holds more memory than the others."""
+
+    name = "data-parallel"
+    summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
+    option_names = ("world_size",)
+
+    @classmethod
+    def unavailable_reason(cls, devices) -> str | None:
+        if devices[0].type != "cuda":
+            return ("nn.DataParallel replicates onto CUDA devices only; on CPU, ddp shows data "
+                    "parallelism with one process per logical device")
+        if len(set(devices)) < len(devices):
+            return ("nn.DataParallel needs distinct GPUs (its replicas on one GPU would run "
+                    "one after another on the same streams); use ddp to emulate replicas on "
+                    "one GPU")
+        return None
+
+    @classmethod
+    def check_config(cls, global_batch, devices, **options) -> None:
+        check_divisible(cls.name, global_batch, len(cls.select_devices(devices, **options)))
+
+    @classmethod
+    def equivalent_accumulation(cls, global_batch, devices, **options) -> int | None:
+        return global_batch // len(cls.select_devices(devices, **options))
+
+    def setup(self) -> None:
+        device = self.devices[0]
+        self._model = self.workload.prepare_model(self.workload.build_model().to(device))
+        self._model.train()
+        self._parallel = nn.DataParallel(self._model, device_ids=list(self.devices),
+                                         output_device=device)
+        self.loss_fn = self.workload.loss_fn()
+        self.optimizer = self.workload.make_optimizer(self._model.parameters())
+        self.scaler = self.workload.make_grad_scaler(device)
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        # autocast is thread-local: DataParallel's replica threads inherit it from here.
+        with self.workload.autocast(self.devices[0]):
+            loss = self.loss_fn(self._parallel(images), labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()

@@ -1,0 +1,166 @@
+"""ddp and fsdp through the spawn launcher and torchrun (gloo on loopback): equivalence with
+the single-device step, per-rank records, a killed rank, a two-node job."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.results import load_records
+from parbench.runner import run_config
+from parbench.verify import verify
+
+CPU3 = parse_devices("cpu,cpu,cpu")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_one_step_equals_the_single_device_step(tiny_workload, ranks, child_pids):
+    workload = replace(tiny_workload, image_size=64)  # BatchNorm well conditioned at layer4
+    verdicts = verify(workload, CPU3, ["ddp", "fsdp"], 12, {"world_size": ranks},
+                      tolerance=1e-5)
+    for verdict in verdicts:
+        assert verdict.baseline_update > 1e-4
+        assert verdict.max_abs_difference <= 1e-5, verdict
+    assert child_pids() == []
+
+
+@pytest.mark.timeout(180)
+def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
+    records = {}
+    for name in ("ddp", "fsdp"):
+        config = Config(name, tiny_workload, 8, CPU3, warmup=1, steps=2,
+                        options={"world_size": 2})
+        records[name] = record = run_config(config)
+        assert record["status"] == "ok", record["reason"]
+        assert record["world_size"] == 2 and record["backend"] == "gloo"
+        assert record["devices"] == "cpu,cpu" and record["emulated"]
+        assert len(record["peak_memory_mib"]) == len(record["physical_peak_memory_mib"]) == 2
+        assert record["loss_last"] == record["loss_last"]  # a number, not nan
+    # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
+    ddp, fsdp = records["ddp"]["peak_memory_max_mib"], records["fsdp"]["peak_memory_max_mib"]
+    assert fsdp < 0.7 * ddp
+
+
+def _sockets_of(pids: list[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _listening_addresses(pids: list[int]) -> set[str]:
+    """Local addresses of TCP sockets in LISTEN state owned by these processes."""
+    inodes, found = _sockets_of(pids), set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                address = fields[1].split(":")[0]
+                found.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1])
+                          if len(address) == 8 else address)
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_the_default_rendezvous_listens_on_loopback_only(tiny_workload, child_pids):
+    """The store and gloo's own sockets: sampled while a real 2-rank job runs."""
+    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=8)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    worker.start()
+    seen: set[str] = set()
+    while worker.is_alive():
+        seen |= _listening_addresses([os.getpid(), *child_pids()])
+        time.sleep(0.05)
+    worker.join()
+    assert result["status"] == "ok", result["reason"]
+    assert seen and seen <= {"127.0.0.1"}, seen
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload, child_pids):
+    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
+                    timeout_s=150)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    worker.start()
+    deadline = time.monotonic() + 90
+    while len(child_pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)  # well into training
+    victim = max(child_pids())  # spawned second: rank 1
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert time.monotonic() - killed_at < 30
+    assert result["status"] == "error"
+    assert result["reason"].startswith("LaunchError: rank 1 died")
+    assert "SIGKILL" in result["reason"]
+    assert child_pids() == []
+
+
+@pytest.mark.timeout(180)
+def test_ddp_trains_on_an_image_folder(tiny_workload, image_folder, child_pids):
+    root = image_folder(classes=2, per_class=8)
+    config = Config("ddp", replace(tiny_workload, data_dir=str(root)), 4,
+                    parse_devices("cpu,cpu"), warmup=1, steps=3, loader_workers=1)
+    record = run_config(config)
+    assert record["status"] == "ok", record["reason"]
+    assert record["data"] == str(root)
+    assert child_pids() == []
+
+
+def _torchrun_agent(node: int, port: int, results: Path, *parbench_args: str):
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+         f"test-{port}", "-m", "parbench", "run", "--devices", "cpu", "--model", "resnet18",
+         "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--steps", "2",
+         "--warmup", "1", "--results-dir", str(results), *parbench_args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.timeout(300)
+def test_two_torchrun_nodes_on_loopback_write_one_merged_record(tmp_path):
+    port = _free_port()
+    agents = [_torchrun_agent(node, port, tmp_path, "--strategy", "single,ddp")
+              for node in range(2)]
+    try:
+        outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+    finally:
+        for agent in agents:  # the agent and the ranks it started share its session
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    assert [agent.returncode for agent in agents] == [0, 0], outputs
+    [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
+    frame = load_records(folder)
+    assert list(frame["strategy"]) == ["single", "ddp"]
+    assert list(frame["status"]) == ["ok", "ok"], list(frame["reason"])
+    ddp = frame.iloc[1]
+    assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
+    assert ddp["emulated"]  # both nodes are this host
+    assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
