@@ -264,15 +264,22 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
 def _command_run(args: argparse.Namespace) -> int:
     rank = launch.torchrun_rank()
     if rank is None:
-        configs = _build_configs(args)
-    else:
+        return _run_and_record(args, _build_configs(args), rank)
+    try:
         configs = _build_configs(args, _torchrun_devices(args))
         if rank != 0:  # rank 0 writes the records
             runner.follow_sweep(configs)
             return 0
+        return _run_and_record(args, configs, rank)
+    finally:
+        launch.leave_torchrun()
+
+
+def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None) -> int:
+    """Measure the sweep into a new run folder and print its table (rank 0 under torchrun)."""
     cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
                        if c.used_devices.kind == "cpu"), default=0)
-    if cpu_threads > cpu_cores():
+    if cpu_threads > cpu_cores() and rank is None:
         print(f"warning: up to {cpu_threads} threads on {cpu_cores()} cores: emulated devices "
               "will compete for cores; lower --threads-per-device", file=sys.stderr)
     try:
@@ -287,7 +294,7 @@ def _command_run(args: argparse.Namespace) -> int:
 
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                  stop_on_failure=rank is not None)
+                         stop_on_failure=rank is not None)
     except launch.LaunchError as error:
         print(f"parbench: stopped under torchrun ({error}); records so far: {folder.path}",
               file=sys.stderr)

@@ -24,8 +24,9 @@ from parbench.devices import DeviceSet
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
 __all__ = [
-    "BACKENDS", "LaunchError", "backend_for", "backend_problem", "join_torchrun", "measure",
-    "process_group_backend", "torchrun_rank", "verify_parameters", "world_size",
+    "BACKENDS", "LaunchError", "backend_for", "backend_problem", "join_torchrun",
+    "leave_torchrun", "measure", "process_group_backend", "torchrun_rank", "verify_parameters",
+    "world_size",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -247,6 +248,12 @@ def join_torchrun(kind: str, requested_backend: str, timeout_s: float) -> Device
                                     os.environ.get("GROUP_RANK", "0")))
     return DeviceSet(tuple(torch.device(d) for _, d, _ in places),
                      tuple(h for h, _, _ in places), nodes=len({n for _, _, n in places}))
+
+
+def leave_torchrun() -> None:
+    """Leave the job's process group (after the last configuration, on every rank)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _under_torchrun(config: Config) -> dict | None:

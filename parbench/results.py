@@ -24,15 +24,15 @@ FIELDS = (
     "device_kind", "world_size", "backend", "emulated", "threads_per_device", "torch_threads",
     "warmup_steps", "measured_steps",
     "throughput_ips", "step_time_median_s", "step_time_p90_s", "step_time_min_s",
-    "step_time_max_s", "step_times_s", "speedup_vs_baseline", "device_efficiency",
-    "scaling_efficiency",
+    "step_time_max_s", "step_times_s", "rank_step_times_s", "speedup_vs_baseline",
+    "device_efficiency", "scaling_efficiency",
     "peak_memory_mib", "peak_memory_max_mib", "memory_imbalance", "memory_source",
     "physical_peak_memory_mib", "flops_per_image", "achieved_tflops",
     "gpu_utilisation_pct", "gpu_memory_used_mib", "gpu_sampling", "loss_first", "loss_last",
 )
 # Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
-LIST_FIELDS = ("strategy_options", "step_times_s", "peak_memory_mib", "physical_peak_memory_mib",
-               "gpu_utilisation_pct", "gpu_memory_used_mib")
+LIST_FIELDS = ("strategy_options", "step_times_s", "rank_step_times_s", "peak_memory_mib",
+               "physical_peak_memory_mib", "gpu_utilisation_pct", "gpu_memory_used_mib")
 
 
 def new_record(**values) -> dict:

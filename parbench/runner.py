@@ -53,6 +53,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         step_time_min_s=min(times),
         step_time_max_s=max(times),
         step_times_s=times,
+        rank_step_times_s=merged["rank_step_times_s"],
         peak_memory_mib=peaks,
         peak_memory_max_mib=max(peaks),
         memory_imbalance=imbalance(peaks),

@@ -137,6 +137,8 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         losses.append(sum(values) / len(values) if values else float("nan"))
     return dict(
         step_times_s=step_times,
+        rank_step_times_s=([m.step_times_s for m in measurements]
+                           if len(measurements) > 1 else None),
         total_s=max(m.total_s for m in measurements),
         losses=losses,
         peak_memory_mib=[v for m in measurements for v in m.memory_mib],

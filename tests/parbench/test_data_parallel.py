@@ -45,6 +45,9 @@ def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload)
         assert record["world_size"] == 2 and record["backend"] == "gloo"
         assert record["devices"] == "cpu,cpu" and record["emulated"]
         assert len(record["peak_memory_mib"]) == len(record["physical_peak_memory_mib"]) == 2
+        per_rank = record["rank_step_times_s"]
+        assert len(per_rank) == 2 and all(len(times) == 2 for times in per_rank)
+        assert record["step_times_s"] == [max(a, b) for a, b in zip(*per_rank, strict=True)]
         assert record["loss_last"] == record["loss_last"]  # a number, not nan
     # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
     ddp, fsdp = records["ddp"]["peak_memory_max_mib"], records["fsdp"]["peak_memory_max_mib"]
