@@ -58,6 +58,10 @@ class Workload:
             return getattr(torchvision.models, self.model)(weights=None,
                                                            num_classes=self.num_classes)
 
+    def build_model_on(self, device: torch.device | str) -> nn.Module:
+        """`build_model` placed on `device`, in the workload's memory format, in training mode."""
+        return self.prepare_model(self.build_model().to(device)).train()
+
     def make_batch(self, batch_size: int,
                    device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """Synthetic images and labels for `device`, the same for the same seed on any device."""

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 if TYPE_CHECKING:
     from parbench.workloads import Workload
 
-__all__ = ["Strategy", "StrategyError"]
+__all__ = ["ProcessPerDevice", "Strategy", "StrategyError"]
 
 
 class StrategyError(ValueError):
@@ -134,3 +135,18 @@ class Strategy(ABC):
     @abstractmethod
     def model(self) -> nn.Module:
         """The trained model (its parameters are what `parbench verify` compares)."""
+
+
+class ProcessPerDevice(Strategy):
+    """A strategy run as one process per device: rank k drives devices[k] and is built with
+    the process group already initialised."""
+
+    process_per_device = True
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.devices[self.rank]

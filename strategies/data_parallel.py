@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from strategies.base import Strategy
-from strategies.rank_parallel import check_divisible
+from strategies.rank_parallel import SplitBatch
 
 __all__ = ["DataParallel"]
 
 
-class DataParallel(Strategy):
+class DataParallel(SplitBatch):
     """Each step device 0 replicates the model to every GPU, scatters the batch, gathers the
     outputs and computes the loss, so device 0 holds more memory than the others."""
 
@@ -30,18 +29,9 @@ class DataParallel(Strategy):
                     "one GPU")
         return None
 
-    @classmethod
-    def check_config(cls, global_batch, devices, **options) -> None:
-        check_divisible(cls.name, global_batch, len(cls.select_devices(devices, **options)))
-
-    @classmethod
-    def equivalent_accumulation(cls, global_batch, devices, **options) -> int | None:
-        return global_batch // len(cls.select_devices(devices, **options))
-
     def setup(self) -> None:
         device = self.devices[0]
-        self._model = self.workload.prepare_model(self.workload.build_model().to(device))
-        self._model.train()
+        self._model = self.workload.build_model_on(device)
         self._parallel = nn.DataParallel(self._model, device_ids=list(self.devices),
                                          output_device=device)
         self.loss_fn = self.workload.loss_fn()

@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from strategies.base import Strategy, StrategyError
+from strategies.base import ProcessPerDevice, StrategyError
 from strategies.partition import default_balance, plan_cut, split_model
 from strategies.stages import Stage, resolve_split
 
@@ -31,7 +31,7 @@ class _CountedAutocast(nn.Module):
             return self._stage.forward(inputs)
 
 
-class ScheduledPipeline(Strategy):
+class ScheduledPipeline(ProcessPerDevice):
     """Stage k in process k on devices[k]; torch.distributed.pipelining's schedule sends
     activations and gradients between ranks (gloo on CPU or a shared GPU, NCCL between GPUs).
 
@@ -44,7 +44,6 @@ class ScheduledPipeline(Strategy):
     name = "pipeline-schedule"
     summary = "one process per stage, torch.distributed.pipelining schedule"
     min_devices = 2
-    process_per_device = True
     option_names = ("stages", "balance", "split_size")
 
     def __init__(self, workload, devices, schedule: str = "gpipe", split_size: int | None = None,
@@ -68,14 +67,6 @@ class ScheduledPipeline(Strategy):
                     "gloo cannot send CUDA tensors point to point; give distinct GPUs, or use "
                     "the one-process `pipeline` to emulate stages on one GPU")
         return None
-
-    @property
-    def rank(self) -> int:
-        return dist.get_rank()
-
-    @property
-    def input_device(self) -> torch.device:
-        return self.devices[self.rank]
 
     @property
     def micro_batches(self) -> int:

@@ -1,4 +1,5 @@
-"""Data parallelism across processes: one rank per device, each training on its batch shard."""
+"""Data parallelism: replicas each train on an equal share of the batch; ddp and fsdp run one
+rank per device."""
 
 from __future__ import annotations
 
@@ -6,36 +7,26 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from strategies.base import Strategy, StrategyError
+from strategies.base import ProcessPerDevice, Strategy, StrategyError
 from strategies.stages import Stage
 
-__all__ = ["RankDataParallel", "check_divisible"]
+__all__ = ["RankDataParallel", "SplitBatch"]
 
 
-def check_divisible(name: str, global_batch: int, replicas: int) -> None:
-    """Every replica trains on the same number of images, so the work is equal and the average
-    of the replicas' gradients is the gradient of the global batch."""
-    if global_batch % replicas:
-        lower = global_batch - global_batch % replicas
-        raise StrategyError(
-            f"{name}: batch {global_batch} does not divide over {replicas} replicas; use a "
-            f"multiple of {replicas}, e.g. --batch-size {lower or replicas} or "
-            f"{lower + replicas}")
-
-
-class RankDataParallel(Strategy):
-    """Rank k drives devices[k] with a whole (or sharded) model and 1/N of the global batch.
-
-    Subclasses wrap the model (`wrap`); this class shards the data, accounts memory per rank
-    and hands the verifier the full parameters from rank 0.
-    """
-
-    min_devices = 1
-    process_per_device = True
+class SplitBatch(Strategy):
+    """Replicas each train on an equal 1/N of the global batch, N = the devices used."""
 
     @classmethod
     def check_config(cls, global_batch, devices, **options) -> None:
-        check_divisible(cls.name, global_batch, len(cls.select_devices(devices, **options)))
+        # Equal shards: equal work per replica, and the average of the replicas' gradients is
+        # the gradient of the global batch.
+        replicas = len(cls.select_devices(devices, **options))
+        if global_batch % replicas:
+            lower = global_batch - global_batch % replicas
+            raise StrategyError(
+                f"{cls.name}: batch {global_batch} does not divide over {replicas} replicas; "
+                f"use a multiple of {replicas}, e.g. --batch-size {lower or replicas} or "
+                f"{lower + replicas}")
 
     @classmethod
     def equivalent_accumulation(cls, global_batch, devices, **options) -> int | None:
@@ -43,13 +34,13 @@ class RankDataParallel(Strategy):
         # same shards makes the same update.
         return global_batch // len(cls.select_devices(devices, **options))
 
-    @property
-    def rank(self) -> int:
-        return dist.get_rank()
 
-    @property
-    def input_device(self) -> torch.device:
-        return self.devices[self.rank]
+class RankDataParallel(SplitBatch, ProcessPerDevice):
+    """Rank k drives devices[k] with a whole (or sharded) model and 1/N of the global batch.
+
+    Subclasses wrap the model (`wrap`); this class shards the data, accounts memory per rank
+    and hands the verifier the full parameters from rank 0.
+    """
 
     @property
     def data_shard(self) -> tuple[int, int]:
@@ -68,8 +59,7 @@ class RankDataParallel(Strategy):
             raise StrategyError(f"{len(self.devices)} replicas need {len(self.devices)} "
                                 f"processes, got {dist.get_world_size()}")
         device = self.input_device
-        self._module = self.workload.prepare_model(self.workload.build_model().to(device))
-        self._module.train()
+        self._module = self.workload.build_model_on(device)
         self._wrapped = self.wrap(self._module)
         self._stage = Stage(self.rank, self._wrapped, device)
         self.loss_fn = self.workload.loss_fn()

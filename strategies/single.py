@@ -30,8 +30,7 @@ class SingleDevice(Strategy):
 
     def setup(self) -> None:
         device = self.devices[0]
-        self._model = self.workload.prepare_model(self.workload.build_model().to(device))
-        self._model.train()
+        self._model = self.workload.build_model_on(device)
         self._stage = Stage(0, self._model, device)
         self.loss_fn = self.workload.loss_fn()
         self.optimizer = self.workload.make_optimizer(self._model.parameters())
