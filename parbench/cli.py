@@ -1,4 +1,5 @@
-"""The `parbench` command line: run sweeps, show the environment, list strategies."""
+"""The `parbench` command line: run and verify sweeps, plot and report results, show the
+environment, list strategies."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 import strategies
 from parbench import launch, runner
@@ -16,7 +19,9 @@ from parbench.config import Config, expand_sweep
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
-from parbench.results import RunFolder, load_records
+from parbench.plots import write_figures
+from parbench.report import write_index, write_run_report
+from parbench.results import ResultsError, RunFolder, load_records, read_results
 from parbench.verify import verify
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 from strategies.partition import BALANCES, plan_cut
@@ -289,16 +294,32 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         raise UsageError(f"cannot write results to {args.results_dir!r} ({reason}); "
                          "choose a writable folder with --results-dir") from None
 
+    show_bar = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
+    bar = tqdm(total=len(configs), file=sys.stderr, unit="config", dynamic_ncols=True,
+               bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}",
+               disable=not show_bar)
+
     def on_start(index: int, config: Config) -> None:
-        print(f"[{index + 1}/{len(configs)}] {config.label()}", file=sys.stderr, flush=True)
+        if show_bar:
+            bar.set_description_str(config.label())
+        else:
+            print(f"[{index + 1}/{len(configs)}] {config.label()}", file=sys.stderr, flush=True)
+
+    def on_done(index: int, record: dict) -> None:
+        bar.update(1)
+        if record["status"] != "ok":
+            bar.write(f"  {record['strategy']} {record['status']}: {record['reason']}",
+                      file=sys.stderr)
 
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                         stop_on_failure=rank is not None)
+                         on_done=on_done, stop_on_failure=rank is not None)
     except launch.LaunchError as error:
         print(f"parbench: stopped under torchrun ({error}); records so far: {folder.path}",
               file=sys.stderr)
         return 1
+    finally:
+        bar.close()
     _print_table(folder)
     print(f"results: {folder.path}")
     return 0
@@ -348,6 +369,48 @@ def _command_verify(args: argparse.Namespace) -> int:
               f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
               f"{'ok' if v.ok else 'FAILED'}")
     return 0 if all(v.ok for v in verdicts) else 1
+
+
+def _results(args: argparse.Namespace):
+    try:
+        return read_results(args.results)
+    except ResultsError as error:
+        raise UsageError(str(error)) from None
+
+
+def _output_folder(args: argparse.Namespace, default: Path) -> Path:
+    out = Path(args.out) if args.out else default
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"cannot write to {str(out)!r} ({error.strerror or error}); choose a "
+                         "writable folder with --out") from None
+    return out
+
+
+def _command_plot(args: argparse.Namespace) -> int:
+    frame, folder = _results(args)
+    out = _output_folder(args, folder)
+    written = write_figures(frame, out)
+    if not written:
+        print(f"no figure: none of the {len(frame)} records has status ok")
+        return 1
+    for path in written:
+        print(f"{path} (+ .svg)")
+    return 0
+
+
+def _command_report(args: argparse.Namespace) -> int:
+    frame, folder = _results(args)
+    out = _output_folder(args, folder)
+    report = write_run_report(frame, out, write_figures(frame, out))
+    print(report)
+    index_dir = Path(args.index) if args.index else out.parent
+    print(write_index(index_dir))
+    return 0
 
 
 def _command_env(args: argparse.Namespace) -> int:
@@ -422,6 +485,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads-per-device", type=int, default=1,
                      help="CPU threads per logical CPU device (default 1: N devices = N cores)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                     help="a progress bar naming the configuration being measured, with an "
+                          "ETA (default auto: on when stderr is a terminal; else a line per "
+                          "configuration)")
     run.add_argument("--results-dir", default="results", help="where run folders are written")
     run.add_argument("--tag", default="", help="suffix for the run folder's name")
     run.set_defaults(handler=_command_run)
@@ -447,6 +514,26 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--tolerance", type=float, default=1e-5,
                        help="largest accepted absolute parameter difference (default 1e-5)")
     check.set_defaults(handler=_command_verify)
+
+    plot = commands.add_parser(
+        "plot", help="draw figures from results",
+        description="Strategy comparison, scaling curve, memory per device and split-size "
+                    "trade-off, as PNG and SVG, from run folders, records files or "
+                    "pytest-benchmark JSON.")
+    plot.add_argument("results", nargs="+", help="run folders, records.json/.csv files, or "
+                      "pytest --benchmark-json output")
+    plot.add_argument("--out", help="where the figures go (default: the first run folder)")
+    plot.set_defaults(handler=_command_plot)
+
+    report = commands.add_parser(
+        "report", help="write a run's README.md with its figures and the results index",
+        description="Write README.md into the run folder (environment, figures, every "
+                    "record) and refresh the table of runs in the results folder's README.md.")
+    report.add_argument("results", nargs="+", help="as for plot")
+    report.add_argument("--out", help="the run folder to write into (default: the first one)")
+    report.add_argument("--index", help="results folder whose README.md indexes every run "
+                        "(default: the run folder's parent)")
+    report.set_defaults(handler=_command_report)
 
     env = commands.add_parser("env", help="print what results are stamped with")
     env.set_defaults(handler=_command_env)

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "RunFolder", "load_records", "new_record"]
+__all__ = [
+    "FIELDS", "LIST_FIELDS", "STATUSES", "ResultsError", "RunFolder", "atomic_write_text",
+    "load_records", "new_record", "read_results",
+]
 
 STATUSES = ("ok", "oom", "error", "skipped")
 
@@ -43,7 +46,7 @@ def new_record(**values) -> dict:
     return {field: values.get(field) for field in FIELDS}
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -84,21 +87,21 @@ class RunFolder:
         else:
             raise OSError(f"too many run folders named {name} in {base}")
         folder = cls(path)
-        _atomic_write_text(path / ".write-check", "")  # fail now, not after the first measurement
+        atomic_write_text(path / ".write-check", "")  # fail now, not after the first measurement
         (path / ".write-check").unlink()
         return folder
 
     def write_environment(self, environment: dict) -> None:
-        _atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
+        atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
 
     def write_records(self, records: list[dict]) -> None:
         """Replace records.json and records.csv with `records` (each write is atomic)."""
-        _atomic_write_text(self.path / "records.json", json.dumps(records, indent=2) + "\n")
+        atomic_write_text(self.path / "records.json", json.dumps(records, indent=2) + "\n")
         frame = pd.DataFrame(records)
         for field in LIST_FIELDS:
             if field in frame:
                 frame[field] = frame[field].map(lambda v: None if v is None else json.dumps(v))
-        _atomic_write_text(self.path / "records.csv", frame.to_csv(index=False))
+        atomic_write_text(self.path / "records.csv", frame.to_csv(index=False))
 
 
 def load_records(path: str | Path) -> pd.DataFrame:
@@ -117,3 +120,70 @@ def load_records(path: str | Path) -> pd.DataFrame:
         if field in frame:
             frame[field] = frame[field].map(lambda v: json.loads(v) if isinstance(v, str) else None)
     return frame
+
+
+class ResultsError(ValueError):
+    """A file or folder that holds no parbench results."""
+
+
+# What a figure or report needs from every record.
+REQUIRED = ("strategy", "status", "model", "global_batch", "image_size", "devices",
+            "throughput_ips")
+
+
+def _records_from_json(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResultsError(f"{path} is not valid JSON ({error}); give a run folder, its "
+                           "records.json or records.csv, or pytest-benchmark JSON") from None
+    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+        # pytest --benchmark-json: each benchmark carries its parbench record in extra_info.
+        records = [b.get("extra_info", {}).get("record") for b in data["benchmarks"]]
+        if not records or any(not isinstance(r, dict) for r in records):
+            raise ResultsError(f"{path} is pytest-benchmark output without parbench records; "
+                               "make it with `pytest benchmarks --benchmark-only "
+                               "--benchmark-json FILE`")
+        return records
+    if isinstance(data, list) and all(isinstance(r, dict) for r in data):
+        return data
+    raise ResultsError(f"{path} holds no parbench records; give a run folder, its records.json "
+                       "or records.csv, or pytest-benchmark JSON")
+
+
+def read_results(paths: list[str | Path]) -> tuple[pd.DataFrame, Path]:
+    """All records in `paths` (run folders, records files, pytest-benchmark JSON), checked, and
+    the folder they came from first (where figures and reports go)."""
+    frames = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            if not (path / "records.json").is_file():
+                raise ResultsError(f"{path} has no records.json; give a folder written by "
+                                   "`parbench run`")
+            path = path / "records.json"
+        elif not path.is_file():
+            raise ResultsError(f"{path}: no such file or folder")
+        if path.suffix == ".csv":
+            try:
+                frame = load_records(path)
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError,
+                    json.JSONDecodeError) as error:
+                raise ResultsError(f"{path} is not a parbench records.csv ({error})") from None
+        elif path.suffix == ".json":
+            frame = pd.DataFrame(_records_from_json(path))
+        else:
+            raise ResultsError(f"{path}: expected a run folder, records.json, records.csv or "
+                               "pytest-benchmark JSON")
+        missing = [field for field in REQUIRED if field not in frame.columns]
+        if frame.empty or missing:
+            raise ResultsError(f"{path} holds no parbench records (missing "
+                               f"{', '.join(missing) or 'rows'}); give a folder written by "
+                               "`parbench run`")
+        frames.append(frame)
+    frame = pd.concat(frames, ignore_index=True)
+    for field in FIELDS:  # records written by an older parbench lack newer fields
+        if field not in frame.columns:
+            frame[field] = None
+    first = Path(paths[0])
+    return frame, first if first.is_dir() else first.parent

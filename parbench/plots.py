@@ -1,0 +1,259 @@
+"""Figures from result records only: strategy comparison, scaling, memory per device, and the
+split-size trade-off, each written as PNG and SVG."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import strategies  # noqa: E402
+from parbench.runner import bubble_fraction  # noqa: E402
+
+__all__ = ["FIGURES", "config_label", "strategy_colour", "write_figures"]
+
+_PALETTE = plt.get_cmap("tab10").colors
+
+
+def strategy_colour(name: str):
+    """The same colour for a strategy in every figure (registry order; unknown names grey)."""
+    names = strategies.names()
+    return _PALETTE[names.index(name) % len(_PALETTE)] if name in names else "0.5"
+
+
+def _options_text(record: pd.Series) -> str:
+    options = record.get("strategy_options") or {}
+    shown = []
+    if record.get("split_size") == record.get("split_size") and record.get("split_size"):
+        shown.append(f"split {int(record['split_size'])}")
+    if options.get("world_size"):
+        shown.append(f"N={options['world_size']}")
+    for key in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_batchnorm",
+                "accumulation_split"):
+        if options.get(key):
+            shown.append(key if options[key] is True else f"{key}={options[key]}")
+    return ", ".join(shown)
+
+
+def config_label(record: pd.Series) -> str:
+    """`strategy (options)` for axis ticks."""
+    options = _options_text(record)
+    return f"{record['strategy']}\n({options})" if options else record["strategy"]
+
+
+def _workload_text(frame: pd.DataFrame) -> str:
+    parts = []
+    for column, unit in (("model", ""), ("global_batch", "batch "), ("image_size", "")):
+        values = sorted(frame[column].dropna().unique())
+        if len(values) == 1:
+            value = values[0]
+            parts.append(f"{value}px" if column == "image_size" else f"{unit}{value}")
+    precision = frame["precision"].dropna().unique()
+    if len(precision) == 1:
+        parts.append(str(precision[0]))
+    return ", ".join(parts)
+
+
+def _title(frame: pd.DataFrame, what: str) -> str:
+    """What the figure shows, the workload, and whether the devices were emulated."""
+    title = textwrap.fill(f"{what}: {_workload_text(frame)}", 90)
+    emulated = frame[frame["emulated"].astype(bool)]
+    if len(emulated):
+        physical = ", ".join(sorted(emulated["physical_devices"].astype(str).unique()))
+        title += f"\nEMULATED: several logical devices on one physical device ({physical})"
+    else:
+        kinds = ", ".join(sorted(frame["device_kind"].dropna().astype(str).unique()))
+        title += f"\nreal devices ({kinds})"
+    return title
+
+
+def _groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One panel per workload (model, batch, image size, precision) present."""
+    keys = ["model", "global_batch", "image_size", "precision"]
+    varying = [k for k in keys if frame[k].nunique() > 1]
+    if not varying:
+        return [("", frame)]
+    panels = []
+    for values, group in frame.groupby(varying, sort=False):
+        values = values if isinstance(values, tuple) else (values,)
+        panels.append((", ".join(f"{k} {v}" for k, v in zip(varying, values, strict=True)),
+                       group))
+    return panels
+
+
+def _panels(count: int, width_per: float = 7.0, height: float = 5.5):
+    width = min(max(width_per * count, 7.0), 18.0)
+    fig, axes = plt.subplots(1, count, figsize=(width, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _throughput_spread(record: pd.Series) -> tuple[float, float]:
+    """Per-step throughput at the p90 (slow) and fastest step, for error bars."""
+    batch = record["global_batch"]
+    return batch / record["step_time_p90_s"], batch / record["step_time_min_s"]
+
+
+def plot_strategies(frame: pd.DataFrame):
+    """Throughput of every configuration, with the spread of its steps."""
+    panels = _groups(frame)
+    fig, axes = _panels(len(panels), width_per=max(7.0, 0.6 * max(len(g) for _, g in panels)))
+    for ax, (name, group) in zip(axes, panels, strict=True):
+        x = np.arange(len(group))
+        values = group["throughput_ips"].to_numpy()
+        spreads = np.array([_throughput_spread(r) for _, r in group.iterrows()])
+        errors = np.vstack([np.clip(values - spreads[:, 0], 0, None),
+                            np.clip(spreads[:, 1] - values, 0, None)])
+        ax.bar(x, values, color=[strategy_colour(s) for s in group["strategy"]],
+               yerr=errors, capsize=4, edgecolor="black", linewidth=0.5)
+        for xi, (value, (_, record)) in enumerate(zip(values, group.iterrows(), strict=True)):
+            speedup = record.get("speedup_vs_baseline")
+            note = f"{value:.3g}" + (f"\n{speedup:.2f}x" if speedup == speedup and speedup
+                                     else "")
+            ax.annotate(note, (xi, max(value, spreads[xi, 1])), textcoords="offset points",
+                        xytext=(0, 3), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(x, [config_label(r) for _, r in group.iterrows()], rotation=45,
+                      ha="right", fontsize=8)
+        ax.set_ylabel("throughput (images/s)")
+        ax.set_title(name, fontsize=9)
+        ax.margins(y=0.2)
+    fig.suptitle(_title(frame, "Throughput per strategy (bars: all measured steps; whiskers: "
+                               "p90 step to fastest step; label: speedup over single)"),
+                 fontsize=10)
+    return fig
+
+
+def plot_scaling(frame: pd.DataFrame):
+    """Throughput against devices, the ideal N x T(1) line, and efficiency labels."""
+    scaled = frame[frame["scaling_efficiency"].notna()].copy()
+    scaled["device_count"] = scaled["devices"].str.count(",") + 1
+    lines = [(key, group) for key, group in scaled.groupby(
+        ["strategy", "model", "global_batch", "image_size"], sort=False)
+        if group["device_count"].nunique() > 1]
+    if not lines:
+        return None
+    fig, axes = _panels(1)
+    ax = axes[0]
+    models = scaled["model"].nunique() > 1 or scaled["global_batch"].nunique() > 1
+    for (strategy, model, batch, _), group in lines:
+        group = group.sort_values("device_count")
+        colour = strategy_colour(strategy)
+        label = f"{strategy}" + (f" {model} b{batch}" if models else "")
+        marker = "o" if model == group["model"].iloc[0] and not models else "os^Dv"[
+            sorted(scaled["model"].unique()).index(model) % 5]
+        ax.plot(group["device_count"], group["throughput_ips"], marker=marker, color=colour,
+                label=label)
+        one = group[group["device_count"] == 1]["throughput_ips"]
+        if len(one):
+            counts = np.array(sorted(group["device_count"].unique()))
+            ax.plot(counts, counts * one.iloc[0], linestyle="--", color=colour, alpha=0.5,
+                    label=f"{label}: ideal N x T(1)")
+        for _, record in group.iterrows():
+            ax.annotate(f"{record['scaling_efficiency']:.2f}",
+                        (record["device_count"], record["throughput_ips"]),
+                        textcoords="offset points", xytext=(6, -10), fontsize=8, color=colour)
+    ax.set_xlabel("devices (data-parallel ranks)")
+    ax.set_ylabel("throughput (images/s)")
+    ax.set_xticks(sorted(scaled["device_count"].unique()))
+    ax.legend(fontsize=8)
+    fig.suptitle(_title(scaled, "Scaling (labels: efficiency T(N) / (N x T(1)))"), fontsize=10)
+    return fig
+
+
+def plot_memory(frame: pd.DataFrame):
+    """Peak memory of each logical device per configuration, with the imbalance max / mean."""
+    panels = _groups(frame)
+    fig, axes = _panels(len(panels), width_per=max(7.0, 0.6 * max(len(g) for _, g in panels)))
+    for ax, (name, group) in zip(axes, panels, strict=True):
+        for xi, (_, record) in enumerate(group.iterrows()):
+            peaks = record["peak_memory_mib"] or []
+            width = 0.8 / max(len(peaks), 1)
+            for d, peak in enumerate(peaks):
+                ax.bar(xi - 0.4 + width * (d + 0.5), peak, width=width * 0.95,
+                       color=strategy_colour(record["strategy"]), edgecolor="black",
+                       linewidth=0.5, alpha=1.0 - 0.5 * d / max(len(peaks), 1))
+            if peaks:
+                ax.annotate(f"max/mean {record['memory_imbalance']:.2f}", (xi, max(peaks)),
+                            textcoords="offset points", xytext=(0, 3), ha="center",
+                            fontsize=8)
+        ax.set_xticks(range(len(group)), [config_label(r) for _, r in group.iterrows()],
+                      rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("peak memory per device (MiB)")
+        ax.set_title(name, fontsize=9)
+        ax.margins(y=0.15)
+    sources = frame["memory_source"].dropna().astype(str)
+    how = ("tensors counted per logical device" if sources.str.startswith("tensors").any()
+           else "allocator peaks per device")
+    fig.suptitle(_title(frame, f"Peak memory per device, one bar each, left to right ({how})"),
+                 fontsize=10)
+    return fig
+
+
+def plot_split_sizes(frame: pd.DataFrame):
+    """Throughput against micro-batch size per pipeline, with the theoretical bubble."""
+    split = frame[frame["split_size"].notna() & (frame["stages"].fillna(1) > 1)]
+    if split["split_size"].nunique() < 2:
+        return None
+    fig, axes = _panels(1)
+    ax = axes[0]
+    for strategy, group in split.groupby("strategy", sort=False):
+        group = group.sort_values("split_size")
+        ax.plot(group["split_size"], group["throughput_ips"], marker="o",
+                color=strategy_colour(strategy), label=strategy)
+    for strategy in (strategies.BASELINE, "model-parallel"):
+        flat = frame[frame["strategy"] == strategy]["throughput_ips"]
+        if len(flat):
+            ax.axhline(flat.iloc[0], color=strategy_colour(strategy), linestyle=":",
+                       label=f"{strategy} (no split)")
+    ax.set_xscale("log")
+    ax.set_xlabel("split size (images per micro-batch, log scale)")
+    ax.set_ylabel("throughput (images/s)")
+    bubble_axis = ax.twinx()
+    stages = int(split["stages"].max())
+    batch = int(split["global_batch"].iloc[0])
+    sizes = np.unique(np.geomspace(1, split["split_size"].max(), 200).round().astype(int))
+    bubble_axis.plot(sizes, [bubble_fraction(stages, -(-batch // s)) for s in sizes],
+                     color="0.4", linestyle="--",
+                     label=f"GPipe bubble (K-1)/(M+K-1), K={stages} (theory)")
+    bubble_axis.set_ylabel("idle fraction (theory)")
+    bubble_axis.set_ylim(0, 1)
+    handles = ax.get_legend_handles_labels()
+    extra = bubble_axis.get_legend_handles_labels()
+    ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="best")
+    fig.suptitle(_title(split, "Split size trade-off: more micro-batches shrink the bubble, "
+                               "smaller ones use a device less well"), fontsize=10)
+    return fig
+
+
+FIGURES = {
+    "strategies": plot_strategies,
+    "scaling": plot_scaling,
+    "memory": plot_memory,
+    "split_size": plot_split_sizes,
+}
+
+
+def write_figures(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Every figure the records can support, as out_dir/<name>.png and .svg; the PNGs'
+    paths are returned. Only `ok` records are drawn."""
+    out_dir = Path(out_dir)
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True)
+    written = []
+    if ok.empty:
+        return written
+    for name, draw in FIGURES.items():
+        fig = draw(ok)
+        if fig is None:
+            continue
+        fig.tight_layout()
+        for suffix in ("png", "svg"):
+            fig.savefig(out_dir / f"{name}.{suffix}", dpi=110)
+        plt.close(fig)
+        written.append(out_dir / f"{name}.png")
+    return written

@@ -1,0 +1,113 @@
+"""Figures from a small results fixture: files written, the expected series drawn."""
+
+import json
+
+import matplotlib.pyplot as plt
+import pytest
+from matplotlib.colors import to_rgb
+
+from parbench import plots
+from parbench.results import new_record, read_results
+from parbench.runner import add_comparisons
+
+
+def _record(strategy, devices, throughput, split=None, stages=None, peaks=None, **options):
+    count = devices.count(",") + 1
+    step = 8 / throughput
+    return new_record(
+        status="ok", strategy=strategy, strategy_options=options, model="resnet18",
+        image_size=32, num_classes=10, precision="fp32", channels_last=False, global_batch=8,
+        devices=devices, physical_devices="cpu", device_kind="cpu", emulated=count > 1,
+        split_size=split, stages=stages, micro_batches=-(-8 // split) if split else 1,
+        throughput_ips=throughput, step_time_median_s=step, step_time_p90_s=step * 1.1,
+        step_time_min_s=step * 0.9, peak_memory_mib=peaks or [100.0] * count,
+        memory_imbalance=max(peaks or [1]) / (sum(peaks or [1]) / len(peaks or [1])),
+        memory_source="tensors per logical device", warmup_steps=1, measured_steps=3,
+        data="synthetic")
+
+
+@pytest.fixture
+def results(tmp_path):
+    records = [
+        _record("single", "cpu", 10.0),
+        _record("model-parallel", "cpu,cpu", 9.0, stages=2, peaks=[150.0, 50.0]),
+        _record("pipeline", "cpu,cpu", 14.0, split=2, stages=2),
+        _record("pipeline", "cpu,cpu", 16.0, split=4, stages=2),
+        _record("pipeline-1f1b", "cpu,cpu", 15.0, split=2, stages=2),
+        _record("pipeline-1f1b", "cpu,cpu", 17.0, split=4, stages=2),
+        _record("ddp", "cpu", 9.5, world_size=1),
+        _record("ddp", "cpu,cpu", 17.1, world_size=2),
+        new_record(status="skipped", strategy="data-parallel", devices="cpu,cpu",
+                   model="resnet18", image_size=32, global_batch=8, reason="needs CUDA"),
+    ]
+    add_comparisons(records)
+    folder = tmp_path / "20261121T000000Z-fixture"
+    folder.mkdir()
+    (folder / "records.json").write_text(json.dumps(records))
+    return folder
+
+
+def test_every_figure_is_written_as_png_and_svg(results):
+    frame, folder = read_results([results])
+    written = plots.write_figures(frame, folder)
+    assert [p.name for p in written] == ["strategies.png", "scaling.png", "memory.png",
+                                         "split_size.png"]
+    for path in written:
+        assert path.stat().st_size > 10_000
+        assert path.with_suffix(".svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_the_comparison_draws_every_ok_record_in_its_strategy_colour(results):
+    frame, _ = read_results([results])
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True)
+    fig = plots.plot_strategies(ok)
+    bars = fig.axes[0].patches
+    assert [round(b.get_height(), 6) for b in bars] == list(ok["throughput_ips"])
+    assert [to_rgb(b.get_facecolor()) for b in bars] == [
+        to_rgb(plots.strategy_colour(s)) for s in ok["strategy"]]
+    assert "EMULATED" in fig._suptitle.get_text()
+    assert fig.axes[0].get_ylabel() == "throughput (images/s)"
+    plt.close(fig)
+
+
+def test_the_scaling_curve_has_the_ideal_line_and_efficiency_labels(results):
+    frame, _ = read_results([results])
+    fig = plots.plot_scaling(frame[frame["status"] == "ok"])
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["ddp"].get_ydata()) == [9.5, 17.1]
+    assert list(lines["ddp: ideal N x T(1)"].get_ydata()) == [9.5, 19.0]
+    assert {t.get_text() for t in ax.texts} == {"1.00", f"{17.1 / 19.0:.2f}"}
+    plt.close(fig)
+
+
+def test_memory_bars_show_each_device_and_the_imbalance(results):
+    frame, _ = read_results([results])
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True)
+    fig = plots.plot_memory(ok)
+    ax = fig.axes[0]
+    assert len(ax.patches) == sum(len(p) for p in ok["peak_memory_mib"])
+    assert "max/mean 1.50" in {t.get_text() for t in ax.texts}  # 150 vs 50 MiB
+    assert ax.get_ylabel() == "peak memory per device (MiB)"
+    plt.close(fig)
+
+
+def test_the_split_size_figure_overlays_the_theoretical_bubble(results):
+    frame, _ = read_results([results])
+    fig = plots.plot_split_sizes(frame[frame["status"] == "ok"])
+    main, bubble = fig.axes
+    labels = [line.get_label() for line in main.get_lines()]
+    assert labels[:2] == ["pipeline", "pipeline-1f1b"]
+    [curve] = bubble.get_lines()
+    assert "(K-1)/(M+K-1), K=2" in curve.get_label()
+    # split 4 of a batch of 8: M = 2, bubble (2-1)/(2+2-1) = 1/3
+    x, y = curve.get_data()
+    assert y[list(x).index(4)] == pytest.approx(1 / 3)
+    plt.close(fig)
+
+
+def test_no_figure_needs_data_it_does_not_have(results):
+    frame, _ = read_results([results])
+    single = frame[frame["strategy"] == "single"]
+    assert plots.plot_scaling(single) is None
+    assert plots.plot_split_sizes(single) is None

@@ -1,0 +1,82 @@
+"""`parbench plot` and `parbench report`: files written from results, the index kept, and
+results that are not parbench's refused in one line."""
+
+import json
+
+import pytest
+
+from parbench.cli import main
+from parbench.report import INDEX_BEGIN, INDEX_END
+
+
+@pytest.fixture
+def run_folder(tmp_path, capsys):
+    status = main(["run", "--strategy", "single,pipeline", "--devices", "cpu,cpu",
+                   "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
+                   "--batch-size", "8", "--split-size", "2,4", "--steps", "2", "--warmup", "1",
+                   "--results-dir", str(tmp_path / "results"), "--progress", "off"])
+    assert status == 0
+    out = capsys.readouterr().out
+    return tmp_path / "results" / out.strip().splitlines()[-1].rsplit("/", 1)[-1]
+
+
+def test_plot_writes_the_figures_into_the_run_folder(run_folder, capsys):
+    assert main(["plot", str(run_folder)]) == 0
+    names = {p.name for p in run_folder.iterdir()}
+    assert {"strategies.png", "strategies.svg", "memory.png", "split_size.png",
+            "split_size.svg"} <= names
+
+
+def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text(
+        run_folder, capsys):
+    index = run_folder.parent / "README.md"
+    index.write_text(f"# results\n\nnotes above\n\n{INDEX_BEGIN}\nold\n{INDEX_END}\n\nbelow\n")
+    assert main(["report", str(run_folder)]) == 0
+    readme = (run_folder / "README.md").read_text()
+    assert "**Emulated devices**" in readme
+    assert "![strategies](strategies.png)" in readme
+    assert "| pipeline (split 2) | resnet18 | 8 | ok | cpu,cpu |" in readme
+    assert "| torch |" in readme
+    text = index.read_text()
+    assert text.startswith("# results\n\nnotes above") and text.endswith("below\n")
+    assert "old" not in text
+    assert f"[{run_folder.name}]({run_folder.name}/README.md)" in text
+    assert "| 3 / 3 |" in text
+
+
+def test_pytest_benchmark_json_can_be_plotted(run_folder, tmp_path, capsys):
+    records = json.loads((run_folder / "records.json").read_text())
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"machine_info": {}, "benchmarks": [
+        {"name": r["strategy"], "extra_info": {"record": r}} for r in records]}))
+    assert main(["plot", str(bench), "--out", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "strategies.png").is_file()
+
+
+@pytest.mark.parametrize("content, name, message", [
+    ("{not json", "records.json", "is not valid JSON"),
+    ('{"a": 1}', "records.json", "holds no parbench records"),
+    ('{"benchmarks": [{"name": "x", "extra_info": {}}]}', "bench.json",
+     "pytest-benchmark output without parbench records"),
+    ("a,b\n1,2\n", "records.csv", "holds no parbench records (missing strategy"),
+    ("\x00\x01\x02", "records.csv", "holds no parbench records"),
+    ("[]", "records.json", "holds no parbench records (missing"),
+    ("x", "results.txt", "expected a run folder, records.json, records.csv"),
+])
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_corrupt_or_foreign_file_is_one_line_and_exit_2(tmp_path, capsys, command, content,
+                                                         name, message):
+    path = tmp_path / name
+    path.write_text(content)
+    assert main([command, str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert message in err
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_missing_path_or_empty_folder_is_refused(tmp_path, capsys, command):
+    assert main([command, str(tmp_path / "nope")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert main([command, str(tmp_path)]) == 2
+    assert "has no records.json" in capsys.readouterr().err
