@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 import strategies
 from parbench.config import Config
 from parbench.devices import DeviceSet
+from parbench.measure import Pace
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
 __all__ = [
@@ -87,15 +88,16 @@ def _in_process_threads(config: Config):
         torch.set_num_threads(threads_before)
 
 
-def measure(config: Config) -> dict | None:
+def measure(config: Config, pace: Pace | None = None) -> dict | None:
     """Measure `config` with the launcher its strategy needs; return the merged fields (under
-    torchrun on rank 0; other ranks get None)."""
+    torchrun on rank 0; other ranks get None). With `pace`, an external timer drives every
+    step of this process, which then plays rank 0 itself (see `parbench.paced`)."""
     if torchrun_rank() is not None:
         return _under_torchrun(config)
     if _process_per_device(config):
-        return _spawn(config, "measure")
+        return _spawn(config, "measure", pace=pace)
     with _in_process_threads(config):
-        return merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
+        return merge([measure_worker(config, lambda s: DeviceSet(s.devices), pace=pace)])
 
 
 def verify_parameters(config: Config, images: torch.Tensor,
@@ -114,12 +116,13 @@ def _set_device(config: Config, device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def _run_rank(config: Config, task: str, device: torch.device, batch=None):
+def _run_rank(config: Config, task: str, device: torch.device, batch=None, pace=None):
     """This rank's part of `task`, in an initialised process group; rank 0 returns the result
     gathered from every rank (the merged measurement, or all the trained parameters)."""
     rank, size = dist.get_rank(), dist.get_world_size()
     if task == "measure":
-        mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier))
+        mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier,
+                                     pace))
     else:
         mine = trained_parameters(config, *batch)
     gathered = [None] * size if rank == 0 else None
@@ -166,6 +169,26 @@ def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
     os._exit(0)
 
 
+def _spawned_follower(index: int, size: int, *args) -> None:
+    """Ranks 1..N-1 where this process leads as rank 0."""
+    _spawned_worker(index + 1, size, *args)
+
+
+def _lead(config: Config, port: int, pace) -> dict:
+    """Play rank 0 of a measurement in this process (its steps driven by `pace`)."""
+    size = world_size(config)
+    device = config.used_devices.logical[0]
+    _set_device(config, device)
+    timeout = datetime.timedelta(seconds=config.timeout_s)
+    store = dist.TCPStore(LOOPBACK, port, size, is_master=False, timeout=timeout)
+    dist.init_process_group(process_group_backend(config.used_devices, config.backend),
+                            store=store, rank=0, world_size=size, timeout=timeout)
+    try:
+        return _run_rank(config, "measure", device, pace=pace)
+    finally:
+        dist.destroy_process_group()
+
+
 def _last_line(message: str) -> str:
     lines = [line for line in str(message).strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "no message"
@@ -188,30 +211,36 @@ def _loopback_store(config: Config):
         del store  # closes the listening socket, which the store now owns
 
 
-def _spawn(config: Config, task: str, batch=None):
+def _spawn(config: Config, task: str, batch=None, pace=None):
     processes = world_size(config)
+    lead = pace is not None  # this process is rank 0; spawn the others
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir, \
             _loopback_store(config) as port:
         context = mp.start_processes(
-            _spawned_worker, args=(processes, port, config, task, out_dir, batch),
-            nprocs=processes, join=False, start_method="spawn")
+            _spawned_follower if lead else _spawned_worker,
+            args=(processes, port, config, task, out_dir, batch),
+            nprocs=processes - lead, join=False, start_method="spawn")
         deadline = time.monotonic() + config.timeout_s
         try:
+            result = _lead(config, port, pace) if lead else None
             while not context.join(timeout=0.5):
                 if time.monotonic() > deadline:
                     alive = [rank for rank, p in enumerate(context.processes) if p.is_alive()]
                     raise LaunchError(f"timed out after {config.timeout_s:.0f} s; ranks still "
                                       f"running: {alive}")
         except mp.ProcessRaisedException as error:
-            raise LaunchError(f"rank {error.error_index} failed: "
+            raise LaunchError(f"rank {error.error_index + lead} failed: "
                               f"{_last_line(error.msg)}") from None
         except mp.ProcessExitedException as error:
-            raise LaunchError(f"rank {error.error_index} died: {_last_line(error.msg)}") from None
+            raise LaunchError(f"rank {error.error_index + lead} died: "
+                              f"{_last_line(error.msg)}") from None
         finally:
             for process in context.processes:
                 if process.is_alive():
                     process.kill()
                 process.join()
+        if lead:
+            return result
         if task == "measure":
             return json.loads((Path(out_dir) / "result.json").read_text())
         return torch.load(Path(out_dir) / "parameters.pt", weights_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -16,6 +17,7 @@ from parbench.devices import DeviceSet
 
 __all__ = [
     "GpuSampler",
+    "Pace",
     "PeakMemory",
     "StepTiming",
     "imbalance",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 MIB = 2**20
+# pace(i): entered before step i and left once it is synchronised (an external timer's hook).
+Pace = Callable[[int], contextlib.AbstractContextManager]
 
 
 @dataclass(frozen=True)
@@ -50,24 +54,28 @@ class StepTiming:
 
 
 def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], warmup: int,
-               steps: int) -> StepTiming:
+               steps: int, pace: Pace | None = None) -> StepTiming:
     """Run `warmup` discarded steps, then time `steps` steps.
 
     `synchronize` waits for every participating device (and, across processes, every rank)
-    before a step's clock starts and before it stops, so a step's time includes all the work
-    it queued.
+    before a step's clock starts and after every step, so a step's time includes all the work
+    it queued. `pace(i)`, where an external timer drives the steps (pytest-benchmark), is
+    entered before step i and left once it is synchronised.
     """
-    for i in range(warmup):
-        step(i)
+    pace = pace or (lambda i: contextlib.nullcontext())
     synchronize()
     times = []
-    start = time.perf_counter()
-    for i in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
-        step(i)
-        synchronize()
-        times.append(time.perf_counter() - t0)
-    return StepTiming(tuple(times), time.perf_counter() - start)
+    start = None
+    for i in range(warmup + steps):
+        with pace(i):
+            t0 = time.perf_counter()
+            step(i)
+            synchronize()
+            t1 = time.perf_counter()
+        if i >= warmup:
+            start = t0 if start is None else start
+            times.append(t1 - t0)
+    return StepTiming(tuple(times), t1 - start)
 
 
 def imbalance(values: Sequence[float]) -> float:

@@ -83,8 +83,12 @@ def _failure_reason(error: BaseException) -> str:
 
 
 def run_config(config: Config, run_id: str = "", index: int = 0,
-               environment: dict | None = None) -> dict:
-    """Measure one configuration and return its record; failures become a record, not a raise."""
+               environment: dict | None = None,
+               measure: Callable[[Config], dict] = launch.measure) -> dict:
+    """Measure one configuration and return its record; failures become a record, not a raise.
+
+    `measure` returns the launcher's merged fields (another driver, such as pytest-benchmark,
+    passes its own, see `parbench.paced`)."""
     workload = config.workload
     used = config.used_devices
     base = dict(
@@ -106,7 +110,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         outcome = dict(status="skipped", reason=reason)
     else:
         try:
-            outcome = _measured_fields(config, launch.measure(config))
+            outcome = _measured_fields(config, measure(config))
         except Exception as error:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

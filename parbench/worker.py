@@ -12,7 +12,7 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
-from parbench.measure import GpuSampler, PeakMemory, time_steps
+from parbench.measure import GpuSampler, Pace, PeakMemory, time_steps
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
@@ -47,11 +47,13 @@ def _loss_value(loss: torch.Tensor) -> float:
 
 
 def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy], DeviceSet],
-                   barrier: Callable[[], None] = lambda: None) -> WorkerMeasurement:
+                   barrier: Callable[[], None] = lambda: None,
+                   pace: Pace | None = None) -> WorkerMeasurement:
     """Train `config` for its warm-up and measured steps in this process and measure it.
 
     `local_devices(strategy)` names the devices this process drives; `barrier` joins the
-    other processes of the configuration, if any, around every measured step.
+    other processes of the configuration, if any, after every step; `pace` lets an external
+    timer drive the steps (see `time_steps`).
     """
     strategy = _build(config)
     batches = None
@@ -81,9 +83,9 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
         sampler = GpuSampler() if devices.kind == "cuda" else None
         if sampler is not None:
             with sampler:
-                timing = time_steps(step, sync, config.warmup, config.steps)
+                timing = time_steps(step, sync, config.warmup, config.steps, pace)
         else:
-            timing = time_steps(step, sync, config.warmup, config.steps)
+            timing = time_steps(step, sync, config.warmup, config.steps, pace)
 
         physical = memory.read_mib()
         logical = strategy.logical_memory_mib()

@@ -1,0 +1,71 @@
+"""What training one global batch costs with each strategy: throughput, memory, scaling.
+
+Every benchmark reads the one measurement `common.Measured.setup_cache` makes: asv starts a
+fresh interpreter for every parameter combination (launch_method spawn), which costs
+seconds each: the suite keeps to four tracked figures.
+"""
+
+from asv_runner.benchmarks.mark import SkipNotImplemented, skip_for_params
+
+from . import common
+
+
+def _record(cache, strategy, model, world_size=None):
+    record = cache.get((strategy, model, world_size))
+    if record is None or record["status"] != "ok":
+        raise SkipNotImplemented(record["reason"] if record else "not measured here")
+    return record
+
+
+class Throughput(common.Measured):
+    """Images per second of each strategy on the same global batch."""
+
+    params = (common.STRATEGIES, common.MODELS)
+    param_names = ("strategy", "model")
+
+    @skip_for_params(common.skipped_strategies())
+    def track_throughput(self, cache, strategy, model):
+        return _record(cache, strategy, model)["throughput_ips"]
+
+    track_throughput.unit = "images/s"
+
+
+class MemoryImbalance(common.Measured):
+    """How unevenly a strategy loads its devices: the fullest device's peak over the mean."""
+
+    params = (common.STRATEGIES, common.MODELS)
+    param_names = ("strategy", "model")
+
+    @skip_for_params(common.skipped_strategies())
+    def track_memory_imbalance(self, cache, strategy, model):
+        return _record(cache, strategy, model)["memory_imbalance"]
+
+    track_memory_imbalance.unit = "max/mean"
+
+
+class MemoryPerDevice(common.Measured):
+    """Peak memory of each logical device the strategy uses."""
+
+    params = (common.STRATEGIES, common.MODELS, list(range(len(common.device_set()))))
+    param_names = ("strategy", "model", "device")
+
+    @skip_for_params(common.skipped_strategies())
+    def track_peak_memory(self, cache, strategy, model, device):
+        peaks = _record(cache, strategy, model)["peak_memory_mib"]
+        if device >= len(peaks):
+            raise SkipNotImplemented(f"{strategy} uses {len(peaks)} device(s)")
+        return peaks[device]
+
+    track_peak_memory.unit = "MiB"
+
+
+class DataParallelScaling(common.Measured):
+    """How data-parallel throughput grows with ranks: the efficiency T(N) / (N x T(1))."""
+
+    params = (common.DATA_PARALLEL, common.MODELS, common.world_sizes())
+    param_names = ("strategy", "model", "world_size")
+
+    def track_scaling_efficiency(self, cache, strategy, model, world_size):
+        return _record(cache, strategy, model, world_size)["scaling_efficiency"]
+
+    track_scaling_efficiency.unit = "T(N)/(N*T(1))"

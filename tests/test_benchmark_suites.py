@@ -1,0 +1,33 @@
+"""The asv and pytest-benchmark suites load and are wired as documented (measuring with them
+is done by `asv run` and `pytest --benchmark-only`, not here)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(240)
+def test_asv_check_finds_no_problems():
+    done = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No problems found" in done.stdout
+
+
+@pytest.mark.timeout(240)
+def test_plain_pytest_skips_the_benchmarks_and_benchmark_only_selects_them():
+    plain = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert plain.returncode == 0, plain.stdout
+    assert "run it with pytest --benchmark-only" in plain.stdout
+    assert " passed" not in plain.stdout
+    listed = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--benchmark-only",
+                             "--collect-only", "-q"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=200)
+    assert "test_training_step[single]" in listed.stdout
+    assert "test_training_step[ddp]" in listed.stdout
+    assert "test_training_step[data-parallel]" not in listed.stdout  # needs CUDA
