@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable SVGs
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -179,9 +180,9 @@ def plot_memory(frame: pd.DataFrame):
                        color=strategy_colour(record["strategy"]), edgecolor="black",
                        linewidth=0.5, alpha=1.0 - 0.5 * d / max(len(peaks), 1))
             if peaks:
-                ax.annotate(f"max/mean {record['memory_imbalance']:.2f}", (xi, max(peaks)),
+                ax.annotate(f"{record['memory_imbalance']:.2f}", (xi, max(peaks)),
                             textcoords="offset points", xytext=(0, 3), ha="center",
-                            fontsize=8)
+                            fontsize=8, rotation=90 if len(group) > 8 else 0)
         ax.set_xticks(range(len(group)), [config_label(r) for _, r in group.iterrows()],
                       rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("peak memory per device (MiB)")
@@ -190,8 +191,8 @@ def plot_memory(frame: pd.DataFrame):
     sources = frame["memory_source"].dropna().astype(str)
     how = ("tensors counted per logical device" if sources.str.startswith("tensors").any()
            else "allocator peaks per device")
-    fig.suptitle(_title(frame, f"Peak memory per device, one bar each, left to right ({how})"),
-                 fontsize=10)
+    fig.suptitle(_title(frame, f"Peak memory per device, one bar each, left to right ({how}; "
+                               "label: imbalance max / mean)"), fontsize=10)
     return fig
 
 

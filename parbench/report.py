@@ -121,7 +121,7 @@ def _run_summary(folder: Path) -> list | None:
     name = f"[{folder.name}]({folder.name}/README.md)" if (folder / "README.md").is_file() \
         else folder.name
     first = frame.iloc[0]
-    return [name, first.get("host"), ", ".join(frame["devices"].astype(str).unique()),
+    return [name, first.get("host"), " / ".join(frame["devices"].astype(str).unique()),
             bool(frame["emulated"].fillna(False).astype(bool).any()),
             ", ".join(frame["strategy"].astype(str).unique()),
             f"{len(ok)} / {len(frame)}",
