@@ -183,3 +183,13 @@ def test_the_installed_command_prints_no_traceback(argv):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path):
+    status, _, err = _run(capsys, "run", "--strategy", "single", "--batch-size", "2,4",
+                          "--devices", "cpu", "--results-dir", str(tmp_path), "--progress", "on",
+                          *TINY)
+    assert status == 0
+    assert "single resnet18 batch 4 32px fp32 on cpu" in err
+    assert "2/2 [" in err and "<" in err  # done / total [elapsed<remaining]
+    assert "[1/2]" not in err  # the bar replaces the line per configuration
