@@ -4,7 +4,9 @@ environment, list strategies."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -266,8 +268,41 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
         raise UsageError(str(error)) from None
 
 
+# Arguments that say how to run, not what to measure: not stored for --resume.
+_NOT_SWEEP = ("handler", "command", "resume", "progress", "results_dir", "tag")
+
+
+def _sweep_arguments(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in vars(args).items() if k not in _NOT_SWEEP}
+
+
+def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.Namespace:
+    """The run's own sweep arguments; any given again must agree with them."""
+    try:
+        stored = folder.read_command()
+    except ResultsError as error:
+        raise UsageError(str(error)) from None
+    defaults = _sweep_arguments(_parser().parse_args(["run"]))
+    for key, given in _sweep_arguments(args).items():
+        if given != defaults.get(key) and given != stored.get(key):
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} {given} differs from the resumed run's {stored.get(key)}; "
+                             f"resume with `parbench run --resume {folder.path}` alone, or "
+                             "start a new run")
+    return argparse.Namespace(**{**vars(args), **stored})
+
+
 def _command_run(args: argparse.Namespace) -> int:
     rank = launch.torchrun_rank()
+    if args.resume:
+        if rank is not None:
+            raise UsageError("--resume is not supported under torchrun; resume without it")
+        try:
+            folder = RunFolder.open(args.resume)
+        except ResultsError as error:
+            raise UsageError(str(error)) from None
+        args = _resumed_arguments(args, folder)
+        return _run_and_record(args, _build_configs(args), rank, folder)
     if rank is None:
         return _run_and_record(args, _build_configs(args), rank)
     try:
@@ -280,22 +315,32 @@ def _command_run(args: argparse.Namespace) -> int:
         launch.leave_torchrun()
 
 
-def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None) -> int:
-    """Measure the sweep into a new run folder and print its table (rank 0 under torchrun)."""
+def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None,
+                    resumed: RunFolder | None = None) -> int:
+    """Measure the sweep into a new run folder (or what a resumed one lacks) and print its
+    table (rank 0 under torchrun)."""
     cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
                        if c.used_devices.kind == "cpu"), default=0)
     if cpu_threads > cpu_cores() and rank is None:
         print(f"warning: up to {cpu_threads} threads on {cpu_cores()} cores: emulated devices "
               "will compete for cores; lower --threads-per-device", file=sys.stderr)
+    previous = resumed.read_records() if resumed else []
     try:
-        folder = RunFolder.create(args.results_dir, args.tag)
+        folder = resumed or RunFolder.create(args.results_dir, args.tag)
+        folder.write_command(_sweep_arguments(args))
     except OSError as error:
         reason = error.strerror or str(error)
         raise UsageError(f"cannot write results to {args.results_dir!r} ({reason}); "
                          "choose a writable folder with --results-dir") from None
+    kept = {r.get("config_key") for r in previous if r.get("status") in runner.FINAL_STATUSES}
+    already = sum(c.key() in kept for c in configs)
+    if resumed:
+        print(f"resuming {folder.path}: {already} of {len(configs)} configurations already "
+              "measured", file=sys.stderr)
 
     show_bar = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    bar = tqdm(total=len(configs), file=sys.stderr, unit="config", dynamic_ncols=True,
+    bar = tqdm(total=len(configs), initial=already, file=sys.stderr, unit="config",
+               dynamic_ncols=True,
                bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}",
                disable=not show_bar)
 
@@ -313,11 +358,18 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
 
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                         on_done=on_done, stop_on_failure=rank is not None)
+                         on_done=on_done, stop_on_failure=rank is not None, previous=previous)
     except launch.LaunchError as error:
         print(f"parbench: stopped under torchrun ({error}); records so far: {folder.path}",
               file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        bar.close()
+        measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0
+        print(f"parbench: interrupted; {measured} configuration(s) are recorded in "
+              f"{folder.path}; measure the rest with `parbench run --resume {folder.path}`",
+              file=sys.stderr)
+        return 130
     finally:
         bar.close()
     _print_table(folder)
@@ -489,6 +541,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="a progress bar naming the configuration being measured, with an "
                           "ETA (default auto: on when stderr is a terminal; else a line per "
                           "configuration)")
+    run.add_argument("--resume", metavar="RUN", help="measure only what the run folder RUN "
+                     "lacks (its own arguments are used; failed configurations are measured "
+                     "again)")
     run.add_argument("--results-dir", default="results", help="where run folders are written")
     run.add_argument("--tag", default="", help="suffix for the run folder's name")
     run.set_defaults(handler=_command_run)
@@ -544,7 +599,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM (a scheduler, `kill`) stops a sweep as Ctrl-C does: workers are stopped and
+    # every finished configuration is already on disk.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         args = _parser().parse_args(argv)
         return args.handler(args)

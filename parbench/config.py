@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,16 @@ class Config:
         """The devices the strategy takes out of those given (single takes the first)."""
         cls = strategies.lookup(self.strategy).cls
         return self.devices.take(len(cls.select_devices(self.devices.logical, **self.options)))
+
+    def key(self) -> str:
+        """What identifies this configuration's measurement (to find it again on --resume)."""
+        return json.dumps(dict(
+            strategy=self.strategy, options={k: v for k, v in sorted(self.options.items())
+                                             if v is not None},
+            workload=self.workload.describe(), global_batch=self.global_batch,
+            devices=self.devices.describe(), warmup=self.warmup, steps=self.steps,
+            threads_per_device=self.threads_per_device, backend=self.backend,
+            loader_workers=self.loader_workers), sort_keys=True)
 
     def label(self) -> str:
         w = self.workload

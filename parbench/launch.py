@@ -4,9 +4,11 @@ torchrun (one process per device across nodes, rank 0 merging the record)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 LOOPBACK = "127.0.0.1"
+_LAUNCHER_PID = "PARBENCH_LAUNCHER_PID"
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -144,8 +147,21 @@ def _loopback_environment() -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
 
 
+def _die_with_parent() -> None:
+    """Linux: this worker is killed if the launching process dies, even by SIGKILL, so no
+    rank outlives an interrupted sweep."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the launcher's own clean-up still applies
+    if os.getppid() != int(os.environ.get(_LAUNCHER_PID, os.getppid())):
+        os._exit(1)  # the launcher died while this worker was starting
+
+
 def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
                     out_dir: str, batch) -> None:
+    _die_with_parent()
     _loopback_environment()
     device = config.used_devices.logical[rank]
     _set_device(config, device)
@@ -216,6 +232,7 @@ def _spawn(config: Config, task: str, batch=None, pace=None):
     lead = pace is not None  # this process is rank 0; spawn the others
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir, \
             _loopback_store(config) as port:
+        os.environ[_LAUNCHER_PID] = str(os.getpid())  # inherited: see _die_with_parent
         context = mp.start_processes(
             _spawned_follower if lead else _spawned_worker,
             args=(processes, port, config, task, out_dir, batch),

@@ -20,7 +20,7 @@ STATUSES = ("ok", "oom", "error", "skipped")
 # Column order of records.csv; every record has every field (None where it does not apply).
 # The environment's keys (parbench.environment) follow these.
 FIELDS = (
-    "run_id", "config_index", "status", "reason",
+    "run_id", "config_index", "config_key", "status", "reason",
     "strategy", "strategy_options", "model", "image_size", "num_classes", "precision",
     "channels_last", "global_batch", "stages", "partition", "split_size", "micro_batches",
     "bubble_fraction", "data", "devices", "physical_devices", "nodes",
@@ -90,6 +90,31 @@ class RunFolder:
         atomic_write_text(path / ".write-check", "")  # fail now, not after the first measurement
         (path / ".write-check").unlink()
         return folder
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFolder:
+        """An existing run folder (to resume it); ResultsError if it is not one."""
+        folder = cls(Path(path))
+        if not (folder.path / "records.json").is_file():
+            raise ResultsError(f"{folder.path} is not a run folder (no records.json); give a "
+                               "folder written by `parbench run`")
+        return folder
+
+    def read_records(self) -> list[dict]:
+        """The records written so far (plain JSON, never unpickled)."""
+        return _records_from_json(self.path / "records.json")
+
+    def write_command(self, arguments: dict) -> None:
+        """The sweep's arguments, so that `--resume` measures the same configurations."""
+        atomic_write_text(self.path / "command.json", json.dumps(arguments, indent=2) + "\n")
+
+    def read_command(self) -> dict:
+        path = self.path / "command.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ResultsError(f"{path} cannot be read ({error}); a run can be resumed only "
+                               "if it was started by this version of parbench") from None
 
     def write_environment(self, environment: dict) -> None:
         atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")

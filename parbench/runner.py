@@ -92,7 +92,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
     workload = config.workload
     used = config.used_devices
     base = dict(
-        run_id=run_id, config_index=index, strategy=config.strategy,
+        run_id=run_id, config_index=index, config_key=config.key(), strategy=config.strategy,
         strategy_options=dict(config.options), model=workload.model,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
@@ -158,20 +158,29 @@ def add_comparisons(records: list[dict]) -> None:
                                        if not math.isnan(speedup) else None)
 
 
+# Outcomes a resumed sweep keeps; `error` configurations are measured again.
+FINAL_STATUSES = ("ok", "oom", "skipped")
+
+
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
               on_start: Callable[[int, Config], None] | None = None,
               on_done: Callable[[int, dict], None] | None = None,
-              stop_on_failure: bool = False) -> list[dict]:
+              stop_on_failure: bool = False, previous: list[dict] = ()) -> list[dict]:
     """Measure every configuration in order, rewriting the run folder after each one.
 
     A configuration that fails is recorded with its status and the sweep goes on (or, with
     `stop_on_failure`, raises LaunchError once the record is written: under torchrun the
     other ranks cannot be told to move on, so the job ends); whatever was measured before an
-    interruption is already on disk.
+    interruption is already on disk. `previous` records (of a resumed run) whose
+    configuration reached a final status are kept instead of measured again.
     """
     folder.write_environment(environment)
+    done = {r.get("config_key"): r for r in previous if r.get("status") in FINAL_STATUSES}
     records: list[dict] = []
     for index, config in enumerate(configs):
+        if config.key() in done:
+            records.append({**done[config.key()], "config_index": index})
+            continue
         if on_start:
             on_start(index, config)
         records.append(run_config(config, folder.run_id, index, environment))
