@@ -1,5 +1,5 @@
-"""The `parbench` command line: run and verify sweeps, plot and report results, show the
-environment, list strategies."""
+"""The `parbench` command line: run and verify sweeps, find the largest batch, plot and report
+results, show the environment, list strategies."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from parbench.config import Config, expand_sweep
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
+from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.plots import write_figures
 from parbench.report import write_index, write_run_report
 from parbench.results import ResultsError, RunFolder, load_records, read_results
@@ -165,6 +166,8 @@ def _build_configs(args: argparse.Namespace,
         timeout_s=_positive("--timeout", args.timeout),
         backend=args.backend,
         loader_workers=_at_least("--loader-workers", args.loader_workers, 0),
+        memory_cap_mib=(_at_least("--memory-cap-mib", args.memory_cap_mib, 1)
+                        if args.memory_cap_mib is not None else None),
     )
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
@@ -465,6 +468,64 @@ def _command_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _command_max_batch(args: argparse.Namespace) -> int:
+    names = _choice_list("--strategy", args.strategy, strategies.names())
+    devices = _device_set(args.devices or _default_devices()[0])
+    cap = _at_least("--memory-cap-mib", args.memory_cap_mib, 1) if args.memory_cap_mib else None
+    if cap is None and devices.kind == "cpu":
+        raise UsageError("on CPU give --memory-cap-mib: a CPU has no device memory to run out "
+                         "of, only the machine's")
+    start = _at_least("--start", args.start, 1)
+    limit = _at_least("--limit", args.limit, start)
+    workload = Workload(model=_choice_list("--model", args.model, MODELS)[0],
+                        image_size=_int_list("--image-size", args.image_size,
+                                             MIN_IMAGE_SIZE)[0],
+                        num_classes=_at_least("--num-classes", args.num_classes, 1))
+    configs = []
+    for name in names:
+        config = Config(name, workload, start, devices, warmup=1, steps=1,
+                        threads_per_device=_at_least("--threads-per-device",
+                                                     args.threads_per_device, 1),
+                        memory_cap_mib=cap, timeout_s=_positive("--timeout", args.timeout))
+        _check_devices_and_cut(replace(config, global_batch=batch_unit(config)))
+        if strategies.lookup(name).cls.unavailable_reason(config.used_devices.logical):
+            raise UsageError(f"{name} cannot run on {devices.describe()} here: "
+                             f"{strategies.lookup(name).cls.unavailable_reason(devices.logical)}")
+        configs.append(config)
+    try:
+        folder = RunFolder.create(args.results_dir, "max-batch")
+    except OSError as error:
+        raise UsageError(f"cannot write results to {args.results_dir!r} "
+                         f"({error.strerror or error}); choose a folder with --results-dir") \
+            from None
+    folder.write_environment(collect_environment())
+    records, found = [], []
+
+    def on_trial(record: dict) -> None:
+        records.append({**record, "config_index": len(records), "run_id": folder.run_id})
+        folder.write_records(records)
+        peak = record["peak_memory_max_mib"]
+        print(f"  {record['strategy']} batch {record['global_batch']}: {record['status']}"
+              + (f", peak {peak:.0f} MiB per device" if peak else ""), file=sys.stderr,
+              flush=True)
+
+    for config in configs:
+        try:
+            batch, limited, _ = find_max_batch(config, limit, on_trial)
+        except MaxBatchError as error:
+            print(f"{config.strategy}: no answer: {error}")
+            continue
+        found.append((config.strategy, batch, limited))
+    cap_text = f", {cap} MiB per process" if cap else ""
+    print(f"largest global batch that trains ({workload.model}, {workload.image_size}px, "
+          f"{devices.describe()}{cap_text}):")
+    for name, batch, limited in found:
+        print(f"  {name:<16} {batch if batch else 'none (not even the smallest)'}"
+              + (f" (the --limit {limit} stopped the search)" if limited else ""))
+    print(f"results: {folder.path}")
+    return 0 if len(found) == len(configs) else 1
+
+
 def _command_env(args: argparse.Namespace) -> int:
     print(format_environment(collect_environment()))
     return 0
@@ -528,6 +589,9 @@ def _parser() -> argparse.ArgumentParser:
                      "DistributedSampler")
     run.add_argument("--loader-workers", type=int, default=0,
                      help="DataLoader worker processes per rank for --data (default 0)")
+    run.add_argument("--memory-cap-mib", type=int, help="each process may allocate this many "
+                     "MiB beyond what it holds at the start (CPU: a memory limit to run out "
+                     "of, as on a GPU; beyond it the configuration is recorded as oom)")
     run.add_argument("--timeout", type=float, default=1800.0,
                      help="seconds a configuration may take before its processes are stopped "
                           "and it is recorded as an error (default 1800)")
@@ -569,6 +633,25 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--tolerance", type=float, default=1e-5,
                        help="largest accepted absolute parameter difference (default 1e-5)")
     check.set_defaults(handler=_command_verify)
+
+    largest = commands.add_parser(
+        "max-batch", help="find the largest global batch each strategy trains in memory",
+        description="Doubling, then bisection: each trial trains one warm-up and one measured "
+                    "step; out of memory ends a trial. On CPU a per-process cap stands in for "
+                    "device memory (--memory-cap-mib).")
+    largest.add_argument("--strategy", required=True, help="strategies (comma list)")
+    largest.add_argument("--model", default="resnet50")
+    largest.add_argument("--image-size", default="128")
+    largest.add_argument("--num-classes", type=int, default=1000)
+    largest.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
+    largest.add_argument("--memory-cap-mib", type=int, help="each process may allocate this "
+                         "many MiB beyond what it holds at the start (needed on CPU)")
+    largest.add_argument("--start", type=int, default=1, help="first batch tried (default 1)")
+    largest.add_argument("--limit", type=int, default=4096, help="largest batch tried")
+    largest.add_argument("--threads-per-device", type=int, default=1)
+    largest.add_argument("--timeout", type=float, default=1800.0)
+    largest.add_argument("--results-dir", default="results")
+    largest.set_defaults(handler=_command_max_batch)
 
     plot = commands.add_parser(
         "plot", help="draw figures from results",

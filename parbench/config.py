@@ -31,6 +31,9 @@ class Config:
     # a GPU of its own, else gloo.
     backend: str = "auto"
     loader_workers: int = 0  # DataLoader processes per rank, for image-folder data
+    # Each process may allocate this much beyond what it holds when the configuration starts
+    # (CPU; RLIMIT_DATA): a memory limit to run out of, as a GPU's is.
+    memory_cap_mib: int | None = None
 
     @property
     def used_devices(self) -> DeviceSet:

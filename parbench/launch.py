@@ -8,6 +8,8 @@ import ctypes
 import datetime
 import json
 import os
+import pickle
+import re
 import signal
 import socket
 import sys
@@ -99,6 +101,10 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
         return _under_torchrun(config)
     if _process_per_device(config):
         return _spawn(config, "measure", pace=pace)
+    if config.memory_cap_mib and pace is None:
+        # Under a cap an allocation can fail where torch cannot recover (even crash):
+        # never in the process that holds the sweep.
+        return _spawn(config, "alone")
     with _in_process_threads(config):
         return merge([measure_worker(config, lambda s: DeviceSet(s.devices), pace=pace)])
 
@@ -162,6 +168,11 @@ def _die_with_parent() -> None:
 def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
                     out_dir: str, batch) -> None:
     _die_with_parent()
+    if task == "alone":  # a one-process strategy, isolated in this worker
+        with _in_process_threads(config):
+            merged = merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
+        (Path(out_dir) / "result.json").write_text(json.dumps(merged))
+        return
     _loopback_environment()
     device = config.used_devices.logical[rank]
     _set_device(config, device)
@@ -205,9 +216,37 @@ def _lead(config: Config, port: int, pace) -> dict:
         dist.destroy_process_group()
 
 
+_OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
+
+
+def _root_failure(context, index: int, message: str) -> tuple[int, str]:
+    """The failure to report: the first one seen is often a rank whose peer died ("connection
+    closed by peer"), so wait briefly for the others and prefer one that ran out of memory."""
+    deadline = time.monotonic() + 3
+    while any(p.is_alive() for p in context.processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    failures = {index: message}
+    for other, path in enumerate(context.error_files):
+        if other != index and os.path.getsize(path) > 0:
+            with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
+                failures[other] = pickle.load(file)
+    for other, text in sorted(failures.items()):
+        if any(marker in text for marker in _OUT_OF_MEMORY):
+            return other, text
+    return index, message
+
+
 def _last_line(message: str) -> str:
-    lines = [line for line in str(message).strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "no message"
+    """The line of a worker's traceback that says what went wrong: running out of memory
+    wherever it appears (wrappers such as pipelining's re-raise it with context lines after
+    it), else the last exception line, else the last line."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    for pick in (lambda line: any(m in line for m in _OUT_OF_MEMORY),
+                 lambda line: re.match(r"^[\w.]+(Error|Exception|Exit)\b", line)):
+        chosen = [line for line in lines if pick(line)]
+        if chosen:
+            return chosen[-1]
+    return lines[-1] if lines else "no message"
 
 
 @contextlib.contextmanager
@@ -228,7 +267,7 @@ def _loopback_store(config: Config):
 
 
 def _spawn(config: Config, task: str, batch=None, pace=None):
-    processes = world_size(config)
+    processes = world_size(config)  # 1 for task "alone"
     lead = pace is not None  # this process is rank 0; spawn the others
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir, \
             _loopback_store(config) as port:
@@ -246,8 +285,8 @@ def _spawn(config: Config, task: str, batch=None, pace=None):
                     raise LaunchError(f"timed out after {config.timeout_s:.0f} s; ranks still "
                                       f"running: {alive}")
         except mp.ProcessRaisedException as error:
-            raise LaunchError(f"rank {error.error_index + lead} failed: "
-                              f"{_last_line(error.msg)}") from None
+            index, message = _root_failure(context, error.error_index, error.msg)
+            raise LaunchError(f"rank {index + lead} failed: {_last_line(message)}") from None
         except mp.ProcessExitedException as error:
             raise LaunchError(f"rank {error.error_index + lead} died: "
                               f"{_last_line(error.msg)}") from None
@@ -258,7 +297,7 @@ def _spawn(config: Config, task: str, batch=None, pace=None):
                 process.join()
         if lead:
             return result
-        if task == "measure":
+        if task in ("measure", "alone"):
             return json.loads((Path(out_dir) / "result.json").read_text())
         return torch.load(Path(out_dir) / "parameters.pt", weights_only=True)
 

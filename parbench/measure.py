@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import resource
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from parbench.devices import DeviceSet
 __all__ = [
     "GpuSampler",
     "Pace",
+    "memory_cap",
     "PeakMemory",
     "StepTiming",
     "imbalance",
@@ -76,6 +78,31 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
             start = t0 if start is None else start
             times.append(t1 - t0)
     return StepTiming(tuple(times), t1 - start)
+
+
+def _vm_data_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            match = re.search(r"VmData:\s+(\d+) kB", status.read())
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+@contextlib.contextmanager
+def memory_cap(mib: int | None):
+    """Let this process allocate at most `mib` MiB more than it holds now, until exit (Linux
+    RLIMIT_DATA: allocations beyond it fail as out of memory, as on a GPU); None: no cap."""
+    current = _vm_data_bytes() if mib else None
+    if current is None:
+        yield
+        return
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (current + mib * MIB, before[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, before)
 
 
 def imbalance(values: Sequence[float]) -> float:

@@ -25,6 +25,7 @@ FIELDS = (
     "channels_last", "global_batch", "stages", "partition", "split_size", "micro_batches",
     "bubble_fraction", "data", "devices", "physical_devices", "nodes",
     "device_kind", "world_size", "backend", "emulated", "threads_per_device", "torch_threads",
+    "memory_cap_mib",
     "warmup_steps", "measured_steps",
     "throughput_ips", "step_time_median_s", "step_time_p90_s", "step_time_min_s",
     "step_time_max_s", "step_times_s", "rank_step_times_s", "speedup_vs_baseline",

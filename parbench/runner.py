@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import traceback
 from collections.abc import Callable
@@ -69,9 +70,18 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     )
 
 
-def _is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(error, launch.LaunchError) and "OutOfMemoryError" in str(error))
+# How running out of memory reads in a worker's last line: CUDA, Python, torch's CPU allocator.
+_OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
+
+
+# oneDNN reports a failed scratch allocation this way; under a memory cap it means memory.
+_OUT_OF_MEMORY_UNDER_CAP = ("could not create a primitive",)
+
+
+def _is_out_of_memory(error: BaseException, capped: bool) -> bool:
+    markers = _OUT_OF_MEMORY + (_OUT_OF_MEMORY_UNDER_CAP if capped else ())
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or any(
+        marker in str(error) for marker in markers)
 
 
 def _failure_reason(error: BaseException) -> str:
@@ -100,7 +110,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         physical_devices=used.describe_physical(), device_kind=used.kind,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
         world_size=launch.world_size(config), backend=launch.backend_for(config),
-        data=workload.data_dir or "synthetic",
+        data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps, stages=config.options.get("stages"),
         split_size=config.options.get("split_size"),
@@ -112,9 +122,11 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         try:
             outcome = _measured_fields(config, measure(config))
         except Exception as error:
+            gc.collect()  # what the failed configuration held, before the next one starts
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            outcome = dict(status="oom" if _is_out_of_memory(error) else "error",
+            outcome = dict(status="oom" if _is_out_of_memory(error, bool(config.memory_cap_mib))
+                           else "error",
                            reason=_failure_reason(error))
     record = new_record(**{**base, **outcome})
     return {**record, **(environment or {})}

@@ -12,7 +12,7 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
-from parbench.measure import GpuSampler, Pace, PeakMemory, time_steps
+from parbench.measure import GpuSampler, Pace, PeakMemory, memory_cap, time_steps
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
@@ -55,6 +55,11 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
     other processes of the configuration, if any, after every step; `pace` lets an external
     timer drive the steps (see `time_steps`).
     """
+    with memory_cap(config.memory_cap_mib):
+        return _measure(config, local_devices, barrier, pace)
+
+
+def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
     strategy = _build(config)
     batches = None
     try:

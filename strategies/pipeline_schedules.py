@@ -61,6 +61,22 @@ class ScheduledPipeline(ProcessPerDevice):
         self._micro_batches = 1
 
     @classmethod
+    def check_config(cls, global_batch, devices, **options) -> None:
+        stages = len(cls.select_devices(devices, **options))
+        if global_batch < stages:
+            raise StrategyError(f"{cls.name}: a batch of {global_batch} cannot fill {stages} "
+                                f"stages (the schedules need at least one micro-batch per "
+                                f"stage); use --batch-size {stages} or more")
+        split, sizes = resolve_split(global_batch, options.get("split_size"), stages)
+        if len(set(sizes)) > 1:
+            lower = global_batch - global_batch % split
+            raise StrategyError(
+                f"{cls.name}: batch {global_batch} in micro-batches of {split} gives unequal "
+                f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
+                f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
+                f"--split-size that divides {global_batch}")
+
+    @classmethod
     def unavailable_reason(cls, devices) -> str | None:
         if devices[0].type == "cuda" and len(set(devices)) < len(devices):
             return ("stages sharing a GPU need gloo (NCCL refuses two ranks on one GPU), and "

@@ -155,6 +155,18 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--loader-workers", "-1"], "--loader-workers must be at least 0"),
     (["run", "--timeout", "0"], "--timeout must be above 0, got 0"),
     (["verify", "--strategy", "ddp", "--batch-size", "9"], "ddp: batch 9 does not divide"),
+    (["run", "--strategy", "pipeline-gpipe", "--devices", "cpu,cpu", "--batch-size", "10",
+      "--split-size", "3"], "batch 10 in micro-batches of 3 gives unequal sizes (3 and 2)"),
+    (["run", "--strategy", "pipeline-1f1b", "--devices", "cpu,cpu", "--batch-size", "1"],
+     "a batch of 1 cannot fill 2 stages"),
+    (["run", "--memory-cap-mib", "0"], "--memory-cap-mib must be at least 1, got 0"),
+    (["max-batch", "--strategy", "single", "--devices", "cpu"],
+     "on CPU give --memory-cap-mib"),
+    (["max-batch", "--strategy", "single", "--memory-cap-mib", "100", "--start", "8",
+      "--limit", "4"], "--limit must be at least 8, got 4"),
+    (["max-batch", "--strategy", "data-parallel", "--memory-cap-mib", "100"],
+     "data-parallel cannot run on cpu,cpu here"),
+    (["run", "--resume", "/no/such/run"], "is not a run folder (no records.json)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     if "cuda:3" in argv and torch.cuda.device_count() > 3:

@@ -1,0 +1,78 @@
+"""The largest global batch a strategy trains without running out of memory: doubling, then
+bisection, each trial a real configuration (one warm-up and one measured step)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import strategies
+from parbench.config import Config
+from parbench.runner import run_config
+
+__all__ = ["MaxBatchError", "batch_unit", "find_max_batch"]
+
+
+class MaxBatchError(RuntimeError):
+    """A trial failed for a reason other than memory, so no limit can be told."""
+
+
+def batch_unit(config: Config) -> int:
+    """The smallest batch step the strategy accepts on its devices (data-parallel: one image
+    per replica; process-per-stage pipelines: one image per default micro-batch)."""
+    cls = strategies.lookup(config.strategy).cls
+    for unit in range(1, 8 * len(config.devices) + 1):
+        try:
+            cls.check_config(unit, config.devices.logical, **config.options)
+        except strategies.StrategyError:
+            continue
+        return unit
+    return len(config.devices)
+
+
+def find_max_batch(config: Config, limit: int,
+                   on_trial: Callable[[dict], None] = lambda record: None
+                   ) -> tuple[int, bool, list[dict]]:
+    """(largest batch that trained, whether `limit` stopped the search first, every trial's
+    record). Batches are multiples of `batch_unit`, starting at config.global_batch's."""
+    unit = batch_unit(config)
+    trials: list[dict] = []
+
+    def fits(multiple: int) -> bool:
+        record = run_config(replace(config, global_batch=multiple * unit), index=len(trials))
+        trials.append(record)
+        on_trial(record)
+        if record["status"] not in ("ok", "oom"):
+            raise MaxBatchError(f"batch {multiple * unit}: {record['status']}: "
+                                f"{record['reason']}")
+        return record["status"] == "ok"
+
+    fitting, failing = 0, None  # largest multiple known to fit; smallest known not to
+    multiple = max(1, config.global_batch // unit)
+    while multiple * unit <= limit and _accepts(config, multiple * unit):
+        if not fits(multiple):
+            failing = multiple
+            break
+        fitting, multiple = multiple, multiple * 2
+    if failing is None:
+        return fitting * unit, True, trials
+    while failing - fitting > 1:
+        middle = (fitting + failing) // 2
+        while middle > fitting and not _accepts(config, middle * unit):
+            middle -= 1  # e.g. a batch the pipeline cannot cut into equal micro-batches
+        if middle == fitting:
+            break
+        if fits(middle):
+            fitting = middle
+        else:
+            failing = middle
+    return fitting * unit, False, trials
+
+
+def _accepts(config: Config, batch: int) -> bool:
+    try:
+        strategies.lookup(config.strategy).cls.check_config(batch, config.devices.logical,
+                                                            **config.options)
+    except strategies.StrategyError:
+        return False
+    return True

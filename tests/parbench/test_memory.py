@@ -1,0 +1,62 @@
+"""Running out of memory under a real cap (CPU, RLIMIT_DATA): recorded as oom, the sweep goes on,
+and max-batch finds the boundary."""
+
+import json
+
+import pytest
+
+from parbench.cli import main
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.max_batch import find_max_batch
+from parbench.runner import run_config
+
+TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "1",
+        "--warmup", "1", "--progress", "off"]
+
+
+def test_an_out_of_memory_configuration_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    status = main(["run", "--strategy", "single", "--devices", "cpu", "--batch-size",
+                   "8,2048,16", "--memory-cap-mib", "400", "--results-dir", str(tmp_path),
+                   *TINY])
+    assert status == 0
+    [folder] = list(tmp_path.iterdir())
+    records = json.loads((folder / "records.json").read_text())
+    assert [(r["global_batch"], r["status"]) for r in records] == [
+        (8, "ok"), (2048, "oom"), (16, "ok")]
+    assert "can't allocate memory" in records[1]["reason"]
+    assert all(r["memory_cap_mib"] == 400 for r in records)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_runs_out_of_memory_makes_the_configuration_oom(tiny_workload, child_pids):
+    config = Config("ddp", tiny_workload, 4096, parse_devices("cpu,cpu"), warmup=0, steps=1,
+                    memory_cap_mib=400, timeout_s=90)
+    record = run_config(config)
+    assert record["status"] == "oom", record["reason"]
+    assert record["reason"].startswith("LaunchError: rank ")
+    assert child_pids() == []
+
+
+@pytest.mark.timeout(180)
+def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap(tiny_workload):
+    # Each trial is a fresh capped process (seconds each): start near the boundary.
+    config = Config("single", tiny_workload, 64, parse_devices("cpu"), warmup=1, steps=1,
+                    memory_cap_mib=250)
+    batch, limited, trials = find_max_batch(config, limit=4096)
+    assert not limited and batch > 64
+    outcome = {r["global_batch"]: r["status"] for r in trials}
+    assert outcome[batch] == "ok" and outcome[batch + 1] == "oom"
+    assert list(outcome)[:2] == [64, 128]  # doubling first
+
+
+def test_max_batch_prints_the_answer_and_writes_every_trial(tmp_path, capsys):
+    status = main(["max-batch", "--strategy", "single", "--devices", "cpu", "--model",
+                   "resnet18", "--image-size", "32", "--num-classes", "10", "--memory-cap-mib",
+                   "400", "--start", "64", "--limit", "128", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "largest global batch that trains (resnet18, 32px, cpu, 400 MiB per process)" in out
+    [folder] = list(tmp_path.iterdir())
+    trials = json.loads((folder / "records.json").read_text())
+    assert trials[0]["global_batch"] == 64 and {r["status"] for r in trials} <= {"ok", "oom"}
