@@ -248,9 +248,14 @@ def _print_table(folder: RunFolder) -> None:
     for column in ("M", "bubble", "img/s", "median s", "p90 s", "speedup", "efficiency",
                    "scaling", "peak MiB", "mem max/mean", "TFLOP/s"):
         table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
+    table["memory trend"] = frame["memory_leak_suspected"].map(
+        lambda leak: "RISING" if leak is True else "-")
     print(table.to_string(index=False, float_format=_format_number, na_rep="-"))
     for _, row in frame[frame["status"] != "ok"].iterrows():
         print(f"  {row['strategy']} {row['status']}: {row['reason']}")
+    for _, row in frame[frame["memory_leak_suspected"] == True].iterrows():  # noqa: E712
+        print(f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
+              "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)")
 
 
 def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -184,8 +185,8 @@ def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
         result = _run_rank(config, task, device, batch)
         if rank == 0 and task == "measure":
             (Path(out_dir) / "result.json").write_text(json.dumps(result))
-        elif rank == 0:
-            torch.save(result, Path(out_dir) / "parameters.pt")
+        elif rank == 0:  # plain arrays, read back without unpickling anything
+            np.savez(Path(out_dir) / "parameters.npz", *[p.numpy() for p in result])
     finally:
         dist.destroy_process_group()
     # Done, and the result is on disk: leave without running C++ static destructors, which
@@ -299,7 +300,8 @@ def _spawn(config: Config, task: str, batch=None, pace=None):
             return result
         if task in ("measure", "alone"):
             return json.loads((Path(out_dir) / "result.json").read_text())
-        return torch.load(Path(out_dir) / "parameters.pt", weights_only=True)
+        with np.load(Path(out_dir) / "parameters.npz", allow_pickle=False) as arrays:
+            return [torch.from_numpy(arrays[f"arr_{i}"]) for i in range(len(arrays.files))]
 
 
 # ---- under torchrun ---------------------------------------------------------------------------

@@ -19,7 +19,9 @@ from parbench.devices import DeviceSet
 __all__ = [
     "GpuSampler",
     "Pace",
+    "allocated_mib",
     "memory_cap",
+    "memory_growth",
     "PeakMemory",
     "StepTiming",
     "imbalance",
@@ -113,13 +115,41 @@ def imbalance(values: Sequence[float]) -> float:
     return max(values) / (sum(values) / len(values))
 
 
-def _read_vm_hwm_kib() -> int | None:
+def _read_status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as status:
-            match = re.search(r"VmHWM:\s+(\d+) kB", status.read())
+            match = re.search(rf"{field}:\s+(\d+) kB", status.read())
     except OSError:
         return None
     return int(match.group(1)) if match else None
+
+
+def _read_vm_hwm_kib() -> int | None:
+    return _read_status_kib("VmHWM")
+
+
+def allocated_mib(devices: DeviceSet) -> float | None:
+    """Memory held right now: CUDA tensors on these GPUs, or this process's resident set."""
+    if devices.kind == "cuda":
+        return sum(torch.cuda.memory_allocated(d) for d in devices.physical) / MIB
+    rss = _read_status_kib("VmRSS")
+    return rss / 1024 if rss is not None else None
+
+
+def memory_growth(after_step_mib: Sequence[float], min_slope_mib: float = 1.0
+                  ) -> tuple[float | None, bool]:
+    """(least-squares growth in MiB per step, whether it is a steady rise: a leak, such as a
+    loss accumulated as a tensor that keeps every step's graph alive).
+
+    A rise is steady when memory grows by at least `min_slope_mib` per step and falls back
+    between at most one pair of consecutive steps; 3 steps at least are needed to say.
+    """
+    values = [v for v in after_step_mib if v is not None]
+    if len(values) < 3:
+        return None, False
+    slope = float(np.polyfit(np.arange(len(values)), values, 1)[0])
+    falls = sum(b <= a for a, b in zip(values[:-1], values[1:], strict=True))
+    return slope, slope >= min_slope_mib and falls <= 1
 
 
 class PeakMemory:

@@ -31,12 +31,14 @@ FIELDS = (
     "step_time_max_s", "step_times_s", "rank_step_times_s", "speedup_vs_baseline",
     "device_efficiency", "scaling_efficiency",
     "peak_memory_mib", "peak_memory_max_mib", "memory_imbalance", "memory_source",
-    "physical_peak_memory_mib", "flops_per_image", "achieved_tflops",
+    "physical_peak_memory_mib", "memory_after_step_mib", "memory_growth_mib_per_step",
+    "memory_leak_suspected", "flops_per_image", "achieved_tflops",
     "gpu_utilisation_pct", "gpu_memory_used_mib", "gpu_sampling", "loss_first", "loss_last",
 )
 # Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
 LIST_FIELDS = ("strategy_options", "step_times_s", "rank_step_times_s", "peak_memory_mib",
-               "physical_peak_memory_mib", "gpu_utilisation_pct", "gpu_memory_used_mib")
+               "physical_peak_memory_mib", "memory_after_step_mib", "gpu_utilisation_pct",
+               "gpu_memory_used_mib")
 
 
 def new_record(**values) -> dict:

@@ -14,7 +14,7 @@ import torch
 import strategies
 from parbench import launch
 from parbench.config import Config
-from parbench.measure import imbalance, training_flops_per_image
+from parbench.measure import imbalance, memory_growth, training_flops_per_image
 from parbench.results import RunFolder, new_record
 from parbench.workloads import Workload
 
@@ -39,6 +39,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     peaks = merged["peak_memory_mib"]
     options = merged["strategy_options"]
     losses = merged["losses"]
+    growth, leaking = memory_growth(merged["memory_after_step_mib"])
     return dict(
         status="ok",
         strategy_options=options,
@@ -60,6 +61,9 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         memory_imbalance=imbalance(peaks),
         memory_source=merged["memory_source"],
         physical_peak_memory_mib=merged["physical_peak_memory_mib"],
+        memory_after_step_mib=merged["memory_after_step_mib"],
+        memory_growth_mib_per_step=growth,
+        memory_leak_suspected=leaking,
         flops_per_image=flops,
         achieved_tflops=flops * throughput / 1e12,
         gpu_utilisation_pct=merged["gpu_utilisation_pct"],

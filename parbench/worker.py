@@ -12,7 +12,14 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
-from parbench.measure import GpuSampler, Pace, PeakMemory, memory_cap, time_steps
+from parbench.measure import (
+    GpuSampler,
+    Pace,
+    PeakMemory,
+    allocated_mib,
+    memory_cap,
+    time_steps,
+)
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
@@ -27,6 +34,7 @@ class WorkerMeasurement:
     memory_mib: list[float]  # per logical device this worker drives
     memory_source: str
     physical_memory_mib: list[float]  # per physical device this worker sees
+    memory_after_step_mib: list[float]  # held after each measured step (CUDA tensors, or RSS)
     torch_threads: int
     strategy_options: dict
     micro_batches: int
@@ -74,10 +82,14 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             memory.reset()
             strategy.reset_logical_memory()
 
+        after_step: list[float] = []
+
         def step(i: int) -> None:
             losses.append(strategy.train_step(*batches.next()))
             if i + 1 == config.warmup:
                 reset_memory()  # the peak of the measured steps, not of building the model
+            elif i >= config.warmup:
+                after_step.append(allocated_mib(devices))
 
         def sync() -> None:
             synchronize(devices)
@@ -114,6 +126,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             memory_mib=memory_mib,
             memory_source=source,
             physical_memory_mib=physical,
+            memory_after_step_mib=after_step,
             torch_threads=torch.get_num_threads(),
             strategy_options=dict(strategy.options),
             micro_batches=strategy.micro_batches,
@@ -150,6 +163,9 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         losses=losses,
         peak_memory_mib=[v for m in measurements for v in m.memory_mib],
         physical_peak_memory_mib=[v for m in measurements for v in m.physical_memory_mib],
+        # The fullest rank's after every step: one rank leaking is a leak.
+        memory_after_step_mib=[max(values) for values in zip(
+            *(m.memory_after_step_mib for m in measurements), strict=True)],
         memory_source=first.memory_source + (
             f" (one process per device, {len(measurements)} processes)"
             if len(measurements) > 1 else ""),

@@ -167,3 +167,25 @@ def test_two_torchrun_nodes_on_loopback_write_one_merged_record(tmp_path):
     assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
     assert ddp["emulated"]  # both nodes are this host
     assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload, child_pids):
+    """A rank frozen by SIGSTOP hangs its peer in the all-reduce: the launcher's deadline ends
+    both, kills them and records the error."""
+    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
+                    timeout_s=25)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    started = time.monotonic()
+    worker.start()
+    while len(child_pids()) < 2 and time.monotonic() - started < 20:
+        time.sleep(0.1)
+    time.sleep(3)
+    os.kill(max(child_pids()), signal.SIGSTOP)
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert 25 <= time.monotonic() - started < 45
+    assert result["status"] == "error"
+    assert "timed out after 25 s; ranks still running: [0, 1]" in result["reason"]
+    assert child_pids() == []

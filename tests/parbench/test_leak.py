@@ -1,0 +1,52 @@
+"""A real leak (a loss kept as a tensor, holding every step's graph) is flagged; a normal run is
+not."""
+
+import pytest
+
+from parbench.cli import main
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.measure import memory_growth
+from parbench.runner import run_config
+from strategies.single import SingleDevice
+
+
+@pytest.mark.parametrize("values, leaking", [
+    ([100, 110, 120, 130, 140], True),
+    ([100, 110, 105, 120, 130], True),  # one fall is noise
+    ([100, 101, 100, 101, 100], False),
+    ([100, 100.5, 101, 101.5, 102], False),  # under 1 MiB per step
+    ([100, 120], False),  # too few steps to say
+])
+def test_a_steady_rise_is_what_counts_as_a_leak(values, leaking):
+    assert memory_growth(values)[1] is leaking
+
+
+def _leaky(monkeypatch):
+    train_step = SingleDevice.train_step
+    kept = []
+
+    def train_step_keeping_the_loss(self, images, labels):
+        loss = self.loss_fn(self._model(images), labels)  # graph and activations alive
+        kept.append(loss)  # the classic bug: total_loss += loss, without .item()
+        return train_step(self, images, labels)
+
+    monkeypatch.setattr(SingleDevice, "train_step", train_step_keeping_the_loss)
+
+
+def test_a_loss_kept_as_a_tensor_is_flagged_in_the_record_and_the_table(
+        tiny_workload, monkeypatch, capsys, tmp_path):
+    config = Config("single", tiny_workload, 16, parse_devices("cpu"), warmup=2, steps=6)
+    clean = run_config(config)
+    assert clean["memory_leak_suspected"] is False, clean["memory_after_step_mib"]
+    _leaky(monkeypatch)
+    leaking = run_config(config)
+    assert leaking["memory_leak_suspected"] is True, leaking["memory_after_step_mib"]
+    assert leaking["memory_growth_mib_per_step"] > 1
+    assert len(leaking["memory_after_step_mib"]) == 6
+    assert main(["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
+                 "--image-size", "32", "--num-classes", "10", "--batch-size", "16", "--steps",
+                 "6", "--warmup", "2", "--progress", "off", "--results-dir",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "RISING" in out and "a leak?" in out
