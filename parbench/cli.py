@@ -333,13 +333,11 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         print(f"warning: up to {cpu_threads} threads on {cpu_cores()} cores: emulated devices "
               "will compete for cores; lower --threads-per-device", file=sys.stderr)
     previous = resumed.read_records() if resumed else []
+    folder = resumed or _new_run_folder(args.results_dir, args.tag)
     try:
-        folder = resumed or RunFolder.create(args.results_dir, args.tag)
         folder.write_command(_sweep_arguments(args))
     except OSError as error:
-        reason = error.strerror or str(error)
-        raise UsageError(f"cannot write results to {args.results_dir!r} ({reason}); "
-                         "choose a writable folder with --results-dir") from None
+        raise UsageError(f"cannot write to {folder.path} ({error.strerror or error})") from None
     kept = {r.get("config_key") for r in previous if r.get("status") in runner.FINAL_STATUSES}
     already = sum(c.key() in kept for c in configs)
     if resumed:
@@ -473,6 +471,15 @@ def _command_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _new_run_folder(results_dir: str, tag: str) -> RunFolder:
+    try:
+        return RunFolder.create(results_dir, tag)
+    except OSError as error:
+        raise UsageError(f"cannot write results to {results_dir!r} "
+                         f"({error.strerror or error}); choose a writable folder with "
+                         "--results-dir") from None
+
+
 def _command_max_batch(args: argparse.Namespace) -> int:
     names = _choice_list("--strategy", args.strategy, strategies.names())
     devices = _device_set(args.devices or _default_devices()[0])
@@ -493,16 +500,11 @@ def _command_max_batch(args: argparse.Namespace) -> int:
                                                      args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=_positive("--timeout", args.timeout))
         _check_devices_and_cut(replace(config, global_batch=batch_unit(config)))
-        if strategies.lookup(name).cls.unavailable_reason(config.used_devices.logical):
-            raise UsageError(f"{name} cannot run on {devices.describe()} here: "
-                             f"{strategies.lookup(name).cls.unavailable_reason(devices.logical)}")
+        reason = strategies.lookup(name).cls.unavailable_reason(config.used_devices.logical)
+        if reason:
+            raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")
         configs.append(config)
-    try:
-        folder = RunFolder.create(args.results_dir, "max-batch")
-    except OSError as error:
-        raise UsageError(f"cannot write results to {args.results_dir!r} "
-                         f"({error.strerror or error}); choose a folder with --results-dir") \
-            from None
+    folder = _new_run_folder(args.results_dir, "max-batch")
     folder.write_environment(collect_environment())
     records, found = [], []
 
