@@ -141,15 +141,18 @@ def memory_growth(after_step_mib: Sequence[float], min_slope_mib: float = 1.0
     """(least-squares growth in MiB per step, whether it is a steady rise: a leak, such as a
     loss accumulated as a tensor that keeps every step's graph alive).
 
-    A rise is steady when memory grows by at least `min_slope_mib` per step and falls back
-    between at most one pair of consecutive steps; 3 steps at least are needed to say.
+    A rise is steady when memory grows by at least `min_slope_mib` per step, rises between at
+    least half of the consecutive steps (a resident set grows in chunks, with plateaus) and
+    falls between at most one pair; 3 steps at least are needed to say.
     """
     values = [v for v in after_step_mib if v is not None]
     if len(values) < 3:
         return None, False
     slope = float(np.polyfit(np.arange(len(values)), values, 1)[0])
-    falls = sum(b <= a for a, b in zip(values[:-1], values[1:], strict=True))
-    return slope, slope >= min_slope_mib and falls <= 1
+    pairs = list(zip(values[:-1], values[1:], strict=True))
+    rises = sum(b > a for a, b in pairs)
+    falls = sum(b < a for a, b in pairs)
+    return slope, slope >= min_slope_mib and 2 * rises >= len(pairs) and falls <= 1
 
 
 class PeakMemory:

@@ -16,6 +16,8 @@ from strategies.single import SingleDevice
     ([100, 110, 105, 120, 130], True),  # one fall is noise
     ([100, 101, 100, 101, 100], False),
     ([100, 100.5, 101, 101.5, 102], False),  # under 1 MiB per step
+    ([100, 118, 118, 145, 145, 154], True),  # a resident set grows in chunks
+    ([874, 874, 874, 874, 874, 883], False),  # one late jump is not a trend
     ([100, 120], False),  # too few steps to say
 ])
 def test_a_steady_rise_is_what_counts_as_a_leak(values, leaking):
@@ -36,17 +38,17 @@ def _leaky(monkeypatch):
 
 def test_a_loss_kept_as_a_tensor_is_flagged_in_the_record_and_the_table(
         tiny_workload, monkeypatch, capsys, tmp_path):
-    config = Config("single", tiny_workload, 16, parse_devices("cpu"), warmup=2, steps=6)
+    config = Config("single", tiny_workload, 16, parse_devices("cpu"), warmup=2, steps=8)
     clean = run_config(config)
     assert clean["memory_leak_suspected"] is False, clean["memory_after_step_mib"]
     _leaky(monkeypatch)
     leaking = run_config(config)
     assert leaking["memory_leak_suspected"] is True, leaking["memory_after_step_mib"]
     assert leaking["memory_growth_mib_per_step"] > 1
-    assert len(leaking["memory_after_step_mib"]) == 6
+    assert len(leaking["memory_after_step_mib"]) == 8
     assert main(["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
                  "--image-size", "32", "--num-classes", "10", "--batch-size", "16", "--steps",
-                 "6", "--warmup", "2", "--progress", "off", "--results-dir",
+                 "8", "--warmup", "2", "--progress", "off", "--results-dir",
                  str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "RISING" in out and "a leak?" in out
