@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import re
 import resource
 import threading
@@ -128,10 +129,32 @@ def _read_vm_hwm_kib() -> int | None:
     return _read_status_kib("VmHWM")
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _heap_in_use_bytes() -> int | None:
+    """Bytes glibc's malloc has handed out and not taken back (torch's CPU tensors among
+    them); unlike the resident set it falls as soon as memory is freed. None off glibc."""
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
 def allocated_mib(devices: DeviceSet) -> float | None:
-    """Memory held right now: CUDA tensors on these GPUs, or this process's resident set."""
+    """Memory held right now: CUDA tensors on these GPUs; on CPU, malloc's bytes in use (or
+    the resident set where that cannot be read)."""
     if devices.kind == "cuda":
         return sum(torch.cuda.memory_allocated(d) for d in devices.physical) / MIB
+    in_use = _heap_in_use_bytes()
+    if in_use is not None:
+        return in_use / MIB
     rss = _read_status_kib("VmRSS")
     return rss / 1024 if rss is not None else None
 

@@ -34,7 +34,7 @@ class WorkerMeasurement:
     memory_mib: list[float]  # per logical device this worker drives
     memory_source: str
     physical_memory_mib: list[float]  # per physical device this worker sees
-    memory_after_step_mib: list[float]  # held after each measured step (CUDA tensors, or RSS)
+    memory_after_step_mib: list[float]  # held after each measured step (see allocated_mib)
     torch_threads: int
     strategy_options: dict
     micro_batches: int
