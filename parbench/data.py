@@ -86,7 +86,8 @@ class BatchSource:
         epoch = 0
         while True:
             self._sampler.set_epoch(epoch)
-            for images, labels in self._loader:
+            self._epoch = iter(self._loader)
+            for images, labels in self._epoch:
                 yield (images.to(self.device, non_blocking=True,
                                  memory_format=self._memory_format),
                        labels.to(self.device, non_blocking=True))
@@ -98,7 +99,12 @@ class BatchSource:
         return next(self._batches)
 
     def close(self) -> None:
-        """Stop the DataLoader's worker processes."""
+        """Stop the DataLoader's worker processes now (not whenever the iterator happens to be
+        garbage collected: a worker left behind outlives the configuration)."""
         if self._loader is not None:
             self._batches.close()
+            shutdown = getattr(getattr(self, "_epoch", None), "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self._epoch = None
             self._loader = None

@@ -36,7 +36,7 @@ def test_ranks_read_disjoint_parts_of_each_epoch(image_folder, tiny_workload):
     assert seen[0] | seen[1] == set(range(12))
 
 
-def test_loader_workers_deliver_the_same_batches(image_folder, tiny_workload):
+def test_loader_workers_deliver_the_same_batches(image_folder, tiny_workload, child_pids):
     workload = replace(tiny_workload, data_dir=str(image_folder()))
     in_process, with_workers = (BatchSource(workload, 4, "cpu", loader_workers=n)
                                 for n in (0, 2))
@@ -45,6 +45,7 @@ def test_loader_workers_deliver_the_same_batches(image_folder, tiny_workload):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     in_process.close()
     with_workers.close()
+    assert child_pids() == []  # the loader's workers are stopped, not left to the collector
 
 
 @pytest.mark.parametrize("classes, per_class, batch, num_classes, message", [
