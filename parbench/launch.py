@@ -30,9 +30,9 @@ from parbench.measure import Pace
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
 __all__ = [
-    "BACKENDS", "LaunchError", "backend_for", "backend_problem", "join_torchrun",
-    "leave_torchrun", "measure", "process_group_backend", "torchrun_rank", "verify_parameters",
-    "world_size",
+    "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
+    "join_torchrun", "leave_torchrun", "measure", "process_group_backend", "torchrun_rank",
+    "verify_parameters", "world_size",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -106,6 +106,11 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
         # Under a cap an allocation can fail where torch cannot recover (even crash):
         # never in the process that holds the sweep.
         return _spawn(config, "alone")
+    return _measure_here(config, pace)
+
+
+def _measure_here(config: Config, pace: Pace | None = None) -> dict:
+    """A one-process strategy, measured in this process on its devices' share of cores."""
     with _in_process_threads(config):
         return merge([measure_worker(config, lambda s: DeviceSet(s.devices), pace=pace)])
 
@@ -166,21 +171,25 @@ def _die_with_parent() -> None:
         os._exit(1)  # the launcher died while this worker was starting
 
 
-def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
-                    out_dir: str, batch) -> None:
-    _die_with_parent()
-    if task == "alone":  # a one-process strategy, isolated in this worker
-        with _in_process_threads(config):
-            merged = merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
-        (Path(out_dir) / "result.json").write_text(json.dumps(merged))
-        return
-    _loopback_environment()
+def _join_group(config: Config, port: int, rank: int, size: int) -> torch.device:
+    """Take rank's device and join the process group through the launcher's loopback store."""
     device = config.used_devices.logical[rank]
     _set_device(config, device)
     timeout = datetime.timedelta(seconds=config.timeout_s)
     store = dist.TCPStore(LOOPBACK, port, size, is_master=False, timeout=timeout)
     dist.init_process_group(process_group_backend(config.used_devices, config.backend),
                             store=store, rank=rank, world_size=size, timeout=timeout)
+    return device
+
+
+def _spawned_worker(rank: int, size: int, port: int, config: Config, task: str,
+                    out_dir: str, batch) -> None:
+    _die_with_parent()
+    if task == "alone":  # a one-process strategy, isolated in this worker
+        (Path(out_dir) / "result.json").write_text(json.dumps(_measure_here(config)))
+        return
+    _loopback_environment()
+    device = _join_group(config, port, rank, size)
     try:
         result = _run_rank(config, task, device, batch)
         if rank == 0 and task == "measure":
@@ -204,20 +213,15 @@ def _spawned_follower(index: int, size: int, *args) -> None:
 
 def _lead(config: Config, port: int, pace) -> dict:
     """Play rank 0 of a measurement in this process (its steps driven by `pace`)."""
-    size = world_size(config)
-    device = config.used_devices.logical[0]
-    _set_device(config, device)
-    timeout = datetime.timedelta(seconds=config.timeout_s)
-    store = dist.TCPStore(LOOPBACK, port, size, is_master=False, timeout=timeout)
-    dist.init_process_group(process_group_backend(config.used_devices, config.backend),
-                            store=store, rank=0, world_size=size, timeout=timeout)
+    device = _join_group(config, port, 0, world_size(config))
     try:
         return _run_rank(config, "measure", device, pace=pace)
     finally:
         dist.destroy_process_group()
 
 
-_OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
+# How running out of memory reads in a worker's traceback: CUDA, Python, torch's CPU allocator.
+OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
 
 
 def _root_failure(context, index: int, message: str) -> tuple[int, str]:
@@ -232,7 +236,7 @@ def _root_failure(context, index: int, message: str) -> tuple[int, str]:
             with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
                 failures[other] = pickle.load(file)
     for other, text in sorted(failures.items()):
-        if any(marker in text for marker in _OUT_OF_MEMORY):
+        if any(marker in text for marker in OUT_OF_MEMORY):
             return other, text
     return index, message
 
@@ -242,7 +246,7 @@ def _last_line(message: str) -> str:
     wherever it appears (wrappers such as pipelining's re-raise it with context lines after
     it), else the last exception line, else the last line."""
     lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
-    for pick in (lambda line: any(m in line for m in _OUT_OF_MEMORY),
+    for pick in (lambda line: any(m in line for m in OUT_OF_MEMORY),
                  lambda line: re.match(r"^[\w.]+(Error|Exception|Exit)\b", line)):
         chosen = [line for line in lines if pick(line)]
         if chosen:
@@ -354,9 +358,6 @@ def _under_torchrun(config: Config) -> dict | None:
         device = config.used_devices.logical[rank]
         _set_device(config, device)
         return _run_rank(config, "measure", device)
-    merged = None
-    if rank == 0:
-        with _in_process_threads(config):
-            merged = merge([measure_worker(config, lambda s: DeviceSet(s.devices))])
+    merged = _measure_here(config) if rank == 0 else None
     dist.barrier()
     return merged

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import re
 import resource
 import threading
@@ -135,14 +136,24 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
-def _heap_in_use_bytes() -> int | None:
-    """Bytes glibc's malloc has handed out and not taken back (torch's CPU tensors among
-    them); unlike the resident set it falls as soon as memory is freed. None off glibc."""
+@functools.cache
+def _mallinfo2():
+    """glibc's mallinfo2, looked up once (it is read after every measured step); None off
+    glibc."""
     try:
         mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
     except (OSError, AttributeError):
         return None
     mallinfo2.restype = _MallInfo2
+    return mallinfo2
+
+
+def _heap_in_use_bytes() -> int | None:
+    """Bytes glibc's malloc has handed out and not taken back (torch's CPU tensors among
+    them); unlike the resident set it falls as soon as memory is freed. None off glibc."""
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
+        return None
     info = mallinfo2()
     return info.uordblks + info.hblkhd
 

@@ -74,8 +74,6 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     )
 
 
-# How running out of memory reads in a worker's last line: CUDA, Python, torch's CPU allocator.
-_OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
 
 
 # oneDNN reports a failed scratch allocation this way; under a memory cap it means memory.
@@ -83,7 +81,7 @@ _OUT_OF_MEMORY_UNDER_CAP = ("could not create a primitive",)
 
 
 def _is_out_of_memory(error: BaseException, capped: bool) -> bool:
-    markers = _OUT_OF_MEMORY + (_OUT_OF_MEMORY_UNDER_CAP if capped else ())
+    markers = launch.OUT_OF_MEMORY + (_OUT_OF_MEMORY_UNDER_CAP if capped else ())
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or any(
         marker in str(error) for marker in markers)
 

@@ -120,6 +120,13 @@ class Strategy(ABC):
     def reset_logical_memory(self) -> None:
         """Start a new window for `logical_memory_mib`."""
 
+    def prepare_training(self, parameters, loss_device: torch.device) -> None:
+        """The workload's loss, its optimiser over `parameters`, and its gradient scaler for
+        the device the loss is computed on: the same training for every strategy."""
+        self.loss_fn = self.workload.loss_fn()
+        self.optimizer = self.workload.make_optimizer(parameters)
+        self.scaler = self.workload.make_grad_scaler(loss_device)
+
     def close(self) -> None:
         """Release what `setup` started (threads, process groups)."""
 

@@ -34,9 +34,7 @@ class DataParallel(SplitBatch):
         self._model = self.workload.build_model_on(device)
         self._parallel = nn.DataParallel(self._model, device_ids=list(self.devices),
                                          output_device=device)
-        self.loss_fn = self.workload.loss_fn()
-        self.optimizer = self.workload.make_optimizer(self._model.parameters())
-        self.scaler = self.workload.make_grad_scaler(device)
+        self.prepare_training(self._model.parameters(), device)
 
     @property
     def model(self) -> nn.Module:

@@ -31,9 +31,7 @@ class ModelParallel(Strategy):
                                                    sample_batch=8)
         self.options["partition"] = self.partition.describe()
         self._model = nn.Sequential(*(stage.module for stage in self.stages))
-        self.loss_fn = self.workload.loss_fn()
-        self.optimizer = self.workload.make_optimizer(self._model.parameters())
-        self.scaler = self.workload.make_grad_scaler(self.devices[-1])
+        self.prepare_training(self._model.parameters(), self.devices[-1])
 
     @property
     def model(self) -> nn.Module:

@@ -62,9 +62,7 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         self._module = self.workload.build_model_on(device)
         self._wrapped = self.wrap(self._module)
         self._stage = Stage(self.rank, self._wrapped, device)
-        self.loss_fn = self.workload.loss_fn()
-        self.optimizer = self.workload.make_optimizer(self._wrapped.parameters())
-        self.scaler = self.workload.make_grad_scaler(device)
+        self.prepare_training(self._wrapped.parameters(), device)
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One update from this rank's shard; gradients are averaged over ranks in backward."""

@@ -32,9 +32,7 @@ class SingleDevice(Strategy):
         device = self.devices[0]
         self._model = self.workload.build_model_on(device)
         self._stage = Stage(0, self._model, device)
-        self.loss_fn = self.workload.loss_fn()
-        self.optimizer = self.workload.make_optimizer(self._model.parameters())
-        self.scaler = self.workload.make_grad_scaler(device)
+        self.prepare_training(self._model.parameters(), device)
 
     @property
     def model(self) -> nn.Module:
