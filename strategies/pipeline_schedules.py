@@ -152,11 +152,13 @@ class ScheduledPipeline(ProcessPerDevice):
 
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
+        # The whole batch, split by the schedule itself into its (equal, see check_config)
+        # micro-batches: the one calling convention every supported release shares (2.14 also
+        # takes pre-split `arg_mbs`; 2.11 and 2.13 pass such keywords on to the model).
         if self.rank == 0:
-            self._schedule.step(arg_mbs=[(chunk,) for chunk in images.split(sizes)])
+            self._schedule.step(images)
         elif self.rank == depth - 1:
-            self._schedule.step(target_mbs=list(labels.split(sizes)), losses=losses,
-                                return_outputs=False)
+            self._schedule.step(target=labels, losses=losses, return_outputs=False)
         else:
             self._schedule.step()
         self.optimizer.step()
