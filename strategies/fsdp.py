@@ -3,6 +3,7 @@ state sharded over ranks, each residual block gathered only while it runs."""
 
 from __future__ import annotations
 
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -21,17 +22,24 @@ class FSDP(RankDataParallel):
     summary = "one process per device, fully_shard (FSDP2) per residual block"
     option_names = ("world_size",)
 
-    def __init__(self, workload, devices, **options) -> None:
+    @classmethod
+    def check_workload(cls, workload) -> None:
+        super().check_workload(workload)
         if workload.precision == "fp16":
-            raise StrategyError("fsdp: fp16 loss scaling is not coordinated across shards here; "
+            raise StrategyError("fp16 loss scaling is not coordinated across shards here; "
                                 "use --precision bf16 or fp32")
-        super().__init__(workload, devices, **options)
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        for name, block in resnet_blocks(model):
-            if "." in name:  # layerN.M: a residual block, not the stem or the head
-                fully_shard(block)
-        return fully_shard(model)
+        # layerN.M: a residual block, not the stem or the head (the root unit holds those).
+        units = [fully_shard(block) for name, block in resnet_blocks(model) if "." in name]
+        units.append(fully_shard(model))
+        if dist.get_backend() == "gloo":
+            # torch 2.8's gloo reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338),
+            # giving N times the gradient: reduce by SUM and let FSDP divide, as gloo's own
+            # AVG does where it works (verify catches the difference).
+            for unit in units:
+                unit.set_force_sum_reduction_for_comms(True)
+        return units[-1]
 
     def trained_parameters(self):
         full = [parameter.full_tensor() for parameter in self.model.parameters()]  # collective

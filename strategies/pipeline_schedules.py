@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -14,6 +16,23 @@ from strategies.stages import Stage, resolve_split
 __all__ = ["SCHEDULES", "ScheduledPipeline"]
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+# Whether the last stage may skip merging the micro-batches' outputs (torch 2.8's step has no
+# `return_outputs`, and passes unknown keywords on to the model).
+_SKIPS_OUTPUTS = all("return_outputs" in inspect.signature(schedule.step).parameters
+                     for schedule in SCHEDULES.values())
+
+
+class _ContiguousGradient(torch.autograd.Function):
+    """Identity whose gradient is made contiguous: the gradient a stage sends back for its
+    input must be, for gloo (a compiled or channels_last stage may produce another layout)."""
+
+    @staticmethod
+    def forward(ctx, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs.view_as(inputs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
 
 
 class _CountedAutocast(nn.Module):
@@ -27,8 +46,12 @@ class _CountedAutocast(nn.Module):
         self._workload = workload
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if inputs.requires_grad:
+            inputs = _ContiguousGradient.apply(inputs)
         with self._workload.autocast(self._stage.device):
-            return self._stage.forward(inputs)
+            # gloo sends contiguous tensors only, and a compiled or channels_last stage may
+            # return another layout (a no-op where the output is contiguous already).
+            return self._stage.forward(inputs).contiguous()
 
 
 class ScheduledPipeline(ProcessPerDevice):
@@ -51,14 +74,18 @@ class ScheduledPipeline(ProcessPerDevice):
         if schedule not in SCHEDULES:
             raise StrategyError(f"unknown schedule {schedule!r}; choose from "
                                 f"{', '.join(SCHEDULES)}")
-        if workload.precision == "fp16":
-            raise StrategyError("fp16 loss scaling is not coordinated across pipeline ranks; "
-                                "use --precision bf16 or fp32 with process-per-stage pipelines")
         super().__init__(workload, devices, schedule=schedule, split_size=split_size, **options)
         self.schedule_name = schedule
         self.split_size = split_size
         self._schedule = None
         self._micro_batches = 1
+
+    @classmethod
+    def check_workload(cls, workload) -> None:
+        super().check_workload(workload)
+        if workload.precision == "fp16":
+            raise StrategyError("fp16 loss scaling is not coordinated across pipeline ranks; "
+                                "use --precision bf16 or fp32 with process-per-stage pipelines")
 
     @classmethod
     def check_config(cls, global_batch, devices, **options) -> None:
@@ -125,7 +152,7 @@ class ScheduledPipeline(ProcessPerDevice):
         module = split_model(model, partition)[self.rank]
         module = self.workload.prepare_model(module.to(device)).train()
         self._stage_module = module
-        self._counted = Stage(self.rank, module, device)
+        self._counted = Stage(self.rank, self.workload.compiled(module), device)
         self._stage = PipelineStage(_CountedAutocast(self._counted, self.workload), self.rank,
                                     len(self.devices), device)
         self.optimizer = self.workload.make_optimizer(module.parameters())
@@ -154,11 +181,12 @@ class ScheduledPipeline(ProcessPerDevice):
         losses: list[torch.Tensor] = []
         # The whole batch, split by the schedule itself into its (equal, see check_config)
         # micro-batches: the one calling convention every supported release shares (2.14 also
-        # takes pre-split `arg_mbs`; 2.11 and 2.13 pass such keywords on to the model).
+        # takes pre-split `arg_mbs`; 2.8 to 2.13 pass such keywords on to the model).
         if self.rank == 0:
             self._schedule.step(images)
         elif self.rank == depth - 1:
-            self._schedule.step(target=labels, losses=losses, return_outputs=False)
+            skip = {"return_outputs": False} if _SKIPS_OUTPUTS else {}
+            self._schedule.step(target=labels, losses=losses, **skip)
         else:
             self._schedule.step()
         self.optimizer.step()

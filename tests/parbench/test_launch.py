@@ -23,6 +23,17 @@ def test_one_step_equals_the_single_device_step(tiny_workload, name, child_pids)
 
 
 @pytest.mark.timeout(180)
+def test_channels_last_stages_send_contiguous_activations_and_gradients(tiny_workload):
+    # gloo sends contiguous tensors only; a channels_last stage's output and input gradient
+    # are not, unless the stage makes them so.
+    workload = replace(tiny_workload, image_size=64, channels_last=True)
+    [verdict] = verify(workload, CPU2, ["pipeline-gpipe"], 8, {"split_size": 2},
+                       tolerance=1e-5)
+    assert verdict.error is None, verdict.error
+    assert verdict.max_abs_difference <= 1e-5, verdict
+
+
+@pytest.mark.timeout(180)
 def test_a_measured_run_has_one_memory_figure_per_rank(tiny_workload):
     config = Config("pipeline-gpipe", tiny_workload, 8, CPU2, warmup=1, steps=2,
                     options={"split_size": 2})

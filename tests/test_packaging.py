@@ -1,0 +1,39 @@
+"""The torch/torchvision requirements are ranges that keep a GPU host's own PyTorch, and the
+constraints file pins a pair inside them."""
+
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _requirements() -> dict[str, Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {r.name: r for r in map(Requirement, project["dependencies"])}
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("package, host_version", [
+    ("torch", "2.11.0+cu130"),  # the H100/H200 hosts' own builds
+    ("torchvision", "0.26.0+cu130"),
+    ("torch", "2.8.0"),  # the lowest supported pair (tox -e torch-min)
+    ("torchvision", "0.23.0"),
+])
+def test_a_host_pytorch_in_range_is_kept(package, host_version):
+    assert _requirements()[package].specifier.contains(host_version, prereleases=False)
+
+
+def test_the_range_is_a_range_and_the_tested_pair_lies_in_it():
+    requirements, pins = _requirements(), _pins()
+    for package in ("torch", "torchvision"):
+        specifier = requirements[package].specifier
+        assert not any(spec.operator == "==" for spec in specifier), "pinned, not a range"
+        assert specifier.contains(pins[package]), (package, pins[package])
