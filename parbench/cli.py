@@ -19,7 +19,14 @@ import strategies
 from parbench import launch, runner
 from parbench.config import Config, expand_sweep
 from parbench.data import DataError, open_image_folder
-from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
+from parbench.devices import (
+    DeviceError,
+    DeviceSet,
+    cpu_cores,
+    format_bytes,
+    host_memory_bytes,
+    parse_devices,
+)
 from parbench.environment import collect_environment, format_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.plots import write_figures
@@ -149,6 +156,9 @@ def _build_configs(args: argparse.Namespace,
             names = [n for n in names if n == strategies.BASELINE
                      or strategies.lookup(n).cls.process_per_device]
     batches = _int_list("--batch-size", args.batch_size, 1)
+    if args.compile and args.warmup < 1:
+        raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
+                         "model, and that step must not be measured")
     configs = expand_sweep(
         strategy=names,
         model=_choice_list("--model", args.model, MODELS),
@@ -159,6 +169,7 @@ def _build_configs(args: argparse.Namespace,
         options=_strategy_options(args, batches),
         num_classes=_at_least("--num-classes", args.num_classes, 1),
         channels_last=args.channels_last,
+        compile=args.compile,
         seed=args.seed,
         warmup=_at_least("--warmup", args.warmup, 0),
         steps=_at_least("--steps", args.steps, 1),
@@ -173,8 +184,10 @@ def _build_configs(args: argparse.Namespace,
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
     checked_data = set()
     for config in configs:
-        _check_devices_and_cut(config)
+        # The quick comparison records a strategy that cannot train the workload as skipped.
+        _check_devices_and_cut(config, check_workload=requested)
         _check_launch(config)
+        _check_batch_fits(config)
         if args.data and (config.workload, config.global_batch) not in checked_data:
             checked_data.add((config.workload, config.global_batch))
             try:
@@ -210,11 +223,14 @@ def _check_launch(config: Config) -> None:
                          "--nproc-per-node, not --world-size or --stages")
 
 
-def _check_devices_and_cut(config: Config) -> None:
-    """Refuse too few devices for the strategy or its stages, and impossible cuts, before
-    anything runs (the cut is planned on a meta-device model: no memory, no compute)."""
+def _check_devices_and_cut(config: Config, check_workload: bool = True) -> None:
+    """Refuse too few devices for the strategy or its stages, impossible cuts and (where the
+    strategy was asked for by name) a workload it cannot train, before anything runs (the cut
+    is planned on a meta-device model: no memory, no compute)."""
     try:
         stages = len(config.used_devices)
+        if check_workload:
+            strategies.lookup(config.strategy).cls.check_workload(config.workload)
         strategies.lookup(config.strategy).cls.check_config(
             config.global_batch, config.devices.logical, **config.options)
         if "stages" in strategies.accepted_options(config.strategy):
@@ -225,6 +241,26 @@ def _check_devices_and_cut(config: Config) -> None:
             plan_cut(model, stages, "params" if balance in (None, "time") else balance)
     except strategies.StrategyError as error:
         raise UsageError(f"{config.strategy}: {error}") from None
+
+
+def _check_batch_fits(config: Config) -> None:
+    """Refuse a batch of input images that alone exceeds the memory it must be made in: the
+    host's (the global batch is made there) or a GPU's (its share of the batch)."""
+    workload = config.workload
+    per_image = 3 * workload.image_size**2 * 4  # float32 pixels
+    shares = [("this machine's memory", config.global_batch, host_memory_bytes())]
+    if config.used_devices.kind == "cuda":
+        device = config.used_devices.logical[0]
+        shares.append((f"{device}'s memory", -(-config.global_batch // launch.world_size(config)),
+                       torch.cuda.get_device_properties(device).total_memory))
+    for where, images, available in shares:
+        if available and images * per_image > available:
+            raise UsageError(
+                f"--batch-size {config.global_batch} at --image-size {workload.image_size}: "
+                f"{images} input images alone need {format_bytes(images * per_image)} "
+                f"({images} x 3 x {workload.image_size}x{workload.image_size} float32), more "
+                f"than {where} ({format_bytes(available)}); use a smaller --image-size or "
+                "--batch-size")
 
 
 def _format_number(value: float) -> str:
@@ -425,7 +461,7 @@ def _command_verify(args: argparse.Namespace) -> int:
         options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
         print(f"{v.strategy:<16} {options_text:<34} {v.max_abs_difference:>16.3e} "
               f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
-              f"{'ok' if v.ok else 'FAILED'}")
+              f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else ""))
     return 0 if all(v.ok for v in verdicts) else 1
 
 
@@ -500,7 +536,7 @@ def _command_max_batch(args: argparse.Namespace) -> int:
                                                      args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=_positive("--timeout", args.timeout))
         _check_devices_and_cut(replace(config, global_batch=batch_unit(config)))
-        reason = strategies.lookup(name).cls.unavailable_reason(config.used_devices.logical)
+        reason = strategies.skip_reason(name, workload, config.used_devices.logical)
         if reason:
             raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")
         configs.append(config)
@@ -565,6 +601,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)} (autocast; "
                      "fp16 adds gradient scaling)")
     run.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    run.add_argument("--compile", action="store_true",
+                     help="torch.compile the model (each stage, each replica); the first "
+                          "warm-up step compiles, its time is recorded apart "
+                          "(compile_time_s), so --warmup must be at least 1")
     run.add_argument("--devices", action="append",
                      help="logical devices, e.g. cpu, cuda:0, cpu,cpu (emulated) or "
                           "cuda:0,cuda:1; repeat the flag to sweep device sets "

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DeviceError", "DeviceSet", "parse_devices", "synchronize"]
+__all__ = ["DeviceError", "DeviceSet", "format_bytes", "host_memory_bytes", "parse_devices",
+           "synchronize"]
 
 
 class DeviceError(ValueError):
@@ -112,6 +113,23 @@ def cpu_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def format_bytes(count: float) -> str:
+    """1536 -> '1.5 KiB'; binary units up to PiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(count) < 1024:
+            return f"{count:.3g} {unit}" if unit != "B" else f"{count:.0f} B"
+        count /= 1024
+    return f"{count:.3g} PiB"
 
 
 def synchronize(devices: DeviceSet | tuple[torch.device, ...]) -> None:

@@ -22,10 +22,11 @@ class Verdict:
     max_abs_difference: float  # largest |parameter - baseline parameter| after one step
     baseline_update: float  # largest |parameter change| of the baseline's own step
     tolerance: float
+    error: str | None = None  # why the strategy's step failed (then it is not ok)
 
     @property
     def ok(self) -> bool:
-        return self.max_abs_difference <= self.tolerance
+        return self.error is None and self.max_abs_difference <= self.tolerance
 
 
 def _max_abs_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -60,12 +61,14 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
         kept = strategies.options_for(name, options)
         config = Config(name, workload, global_batch, devices, options=kept,
                         threads_per_device=threads_per_device)
-        reference = baseline(strategies.lookup(name).cls.equivalent_accumulation(
-            global_batch, devices.logical, **kept))
-        parameters = launch.verify_parameters(config, images, labels)
-        verdicts.append(Verdict(
-            strategy=name, options=kept,
-            max_abs_difference=_max_abs_difference(parameters, reference),
-            baseline_update=_max_abs_difference(reference, initial),
-            tolerance=tolerance))
+        try:
+            reference = baseline(strategies.lookup(name).cls.equivalent_accumulation(
+                global_batch, devices.logical, **kept))
+            parameters = launch.verify_parameters(config, images, labels)
+        except Exception as error:  # one failing strategy is one row; the rest are checked
+            verdicts.append(Verdict(name, kept, float("nan"), float("nan"), tolerance,
+                                    error=f"{error.__class__.__name__}: {error}"[:300]))
+            continue
+        verdicts.append(Verdict(name, kept, _max_abs_difference(parameters, reference),
+                                _max_abs_difference(reference, initial), tolerance))
     return verdicts

@@ -27,6 +27,8 @@ class Workload:
     num_classes: int = 1000
     precision: str = "fp32"
     channels_last: bool = False
+    # torch.compile each module a strategy runs (compiled by the first warm-up step).
+    compile: bool = False
     seed: int = 0
     learning_rate: float = 0.01
     momentum: float = 0.9
@@ -78,6 +80,14 @@ class Workload:
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         return model
+
+    def compiled(self, module: nn.Module) -> nn.Module:
+        """`module` under torch.compile when the workload asks for it (it compiles on its first
+        call, which the harness keeps in the warm-up); else `module` itself. The compiled
+        module shares the original's parameters."""
+        # Static shapes: stages and micro-batches of other shapes each get their own graph
+        # (the stages share nn.Sequential.forward, which dynamo would otherwise make dynamic).
+        return torch.compile(module, dynamic=False) if self.compile else module
 
     def loss_fn(self) -> nn.Module:
         return nn.CrossEntropyLoss()

@@ -18,7 +18,7 @@ from strategies.single import SingleDevice
 
 __all__ = [
     "BASELINE", "REGISTRY", "Strategy", "StrategyError", "accepted_options", "available",
-    "create", "lookup", "names", "options_for",
+    "create", "lookup", "names", "options_for", "skip_reason",
 ]
 
 
@@ -68,6 +68,17 @@ def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
         else:
             reasons[name] = entry.cls.unavailable_reason(devices)
     return reasons
+
+
+def skip_reason(name: str, workload, devices: Sequence[torch.device]) -> str | None:
+    """Why strategy `name` cannot train `workload` on `devices` here (it is then recorded as
+    skipped), or None if it can."""
+    cls = lookup(name).cls
+    try:
+        cls.check_workload(workload)
+    except StrategyError as error:
+        return str(error)
+    return cls.unavailable_reason(devices)
 
 
 def accepted_options(name: str) -> tuple[str, ...]:

@@ -38,8 +38,11 @@ class Strategy(ABC):
     process_per_device: ClassVar[bool] = False
     # Options a sweep may set (`--split-size` -> split_size); others are not passed.
     option_names: ClassVar[tuple[str, ...]] = ()
+    # Why the strategy cannot run under --compile (torch.compile), or None if it can.
+    compile_refusal: ClassVar[str | None] = None
 
     def __init__(self, workload: Workload, devices: Sequence[torch.device], **options) -> None:
+        self.check_workload(workload)
         self.workload = workload
         self.devices = self.select_devices(devices, **options)
         self.options = {k: v for k, v in options.items() if v is not None}
@@ -65,6 +68,12 @@ class Strategy(ABC):
             )
         count = stages or ranks or cls.max_devices
         return tuple(devices[:count] if count else devices)
+
+    @classmethod
+    def check_workload(cls, workload: Workload) -> None:
+        """Refuse a workload this strategy cannot train (raise StrategyError saying why)."""
+        if workload.compile and cls.compile_refusal:
+            raise StrategyError(cls.compile_refusal)
 
     @classmethod
     def check_config(cls, global_batch: int, devices: Sequence[torch.device],

@@ -61,7 +61,8 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         device = self.input_device
         self._module = self.workload.build_model_on(device)
         self._wrapped = self.wrap(self._module)
-        self._stage = Stage(self.rank, self._wrapped, device)
+        # Compiled around the wrapper, as DDP and FSDP2 recommend (DDP's buckets still overlap).
+        self._stage = Stage(self.rank, self.workload.compiled(self._wrapped), device)
         self.prepare_training(self._wrapped.parameters(), device)
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ class SingleDevice(Strategy):
     def setup(self) -> None:
         device = self.devices[0]
         self._model = self.workload.build_model_on(device)
-        self._stage = Stage(0, self._model, device)
+        self._stage = Stage(0, self.workload.compiled(self._model), device)
         self.prepare_training(self._model.parameters(), device)
 
     @property

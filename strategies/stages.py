@@ -137,5 +137,5 @@ def build_stages(workload, devices: Sequence[torch.device], balance: str,
     stages = []
     for index, (module, device) in enumerate(zip(modules, devices, strict=True)):
         module = workload.prepare_model(module.to(device)).train()
-        stages.append(Stage(index, module, device))
+        stages.append(Stage(index, workload.compiled(module), device))
     return partition, stages

@@ -91,6 +91,26 @@ def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     assert "3.000e-03" in out and "FAILED" in out
 
 
+def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys, monkeypatch):
+    from parbench import launch
+
+    real = launch.verify_parameters
+
+    def fails_for_model_parallel(config, images, labels):
+        if config.strategy == "model-parallel":
+            raise RuntimeError("stage 1 exploded")
+        return real(config, images, labels)
+
+    monkeypatch.setattr(launch, "verify_parameters", fails_for_model_parallel)
+    status, out, err = _run(capsys, "verify", "--strategy", "model-parallel,pipeline",
+                            "--devices", "cpu,cpu", "--model", "resnet18", "--batch-size", "4",
+                            "--image-size", "64")
+    assert status == 1 and "Traceback" not in err
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert rows["model-parallel"].endswith("FAILED (RuntimeError: stage 1 exploded)")
+    assert rows["pipeline"].endswith("ok")
+
+
 def test_env_prints_what_results_are_stamped_with(capsys):
     status, out, _ = _run(capsys, "env")
     assert status == 0
@@ -167,6 +187,15 @@ def test_strategies_lists_every_name(capsys):
     (["max-batch", "--strategy", "data-parallel", "--memory-cap-mib", "100"],
      "data-parallel cannot run on cpu,cpu here"),
     (["run", "--resume", "/no/such/run"], "is not a run folder (no records.json)"),
+    (["run", "--strategy", "pipeline-gpipe", "--devices", "cpu,cpu", "--precision", "fp16"],
+     "pipeline-gpipe: fp16 loss scaling is not coordinated across pipeline ranks"),
+    (["run", "--strategy", "fsdp", "--devices", "cpu,cpu", "--precision", "bf16,fp16"],
+     "fsdp: fp16 loss scaling is not coordinated across shards"),
+    (["run", "--strategy", "data-parallel", "--compile"],
+     "data-parallel: torch.compile does not support nn.DataParallel"),
+    (["run", "--compile", "--warmup", "0"], "--compile needs --warmup 1 or more"),
+    (["run", "--image-size", "100000"],
+     "--batch-size 32 at --image-size 100000: 32 input images alone need 3.49 TiB"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     if "cuda:3" in argv and torch.cuda.device_count() > 3:
@@ -205,3 +234,29 @@ def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path)
     assert "single resnet18 batch 4 32px fp32 on cpu" in err
     assert "2/2 [" in err and "<" in err  # done / total [elapsed<remaining]
     assert "[1/2]" not in err  # the bar replaces the line per configuration
+
+
+def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skipped(
+        capsys, tmp_path):
+    status, out, err = _run(capsys, "run", "--precision", "fp16", "--devices", "cpu,cpu",
+                            "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
+    assert status == 0, err
+    frame = load_records(_run_folder(out)).set_index("strategy")
+    for name in ("fsdp", "pipeline-gpipe", "pipeline-1f1b"):
+        assert frame.loc[name, "status"] == "skipped"
+        assert "fp16 loss scaling is not coordinated" in frame.loc[name, "reason"]
+    assert frame.loc["single", "status"] == "ok"
+
+
+@pytest.mark.timeout(600)
+def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(capsys, tmp_path):
+    status, out, err = _run(capsys, "run", "--strategy", "single", "--compile", "--devices",
+                            "cpu", "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
+    assert status == 0, err
+    record = load_records(_run_folder(out)).iloc[0]
+    assert record["status"] == "ok", record["reason"]
+    assert record["compile"]
+    # The first warm-up step compiled (seconds, on a CPU); the measured ones did not.
+    assert record["first_step_time_s"] > 5 * record["step_time_max_s"]
+    assert record["compile_time_s"] == pytest.approx(
+        record["first_step_time_s"] - record["step_time_median_s"])
