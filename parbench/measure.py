@@ -1,4 +1,4 @@
-"""Measurement: synchronised step timing, per-device peak memory, FLOPs and GPU sampling."""
+"""Measurement: synchronised step timing, per-device peak memory and FLOPs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import ctypes
 import functools
 import re
 import resource
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from parbench.devices import DeviceSet
 
 __all__ = [
-    "GpuSampler",
     "Pace",
     "allocated_mib",
     "memory_cap",
@@ -38,10 +36,12 @@ Pace = Callable[[int], contextlib.AbstractContextManager]
 
 @dataclass(frozen=True)
 class StepTiming:
-    """Wall time of each measured step (warm-up excluded) and of the whole measured span."""
+    """Wall time of each measured step and of the whole measured span; the discarded warm-up
+    steps' times apart (the first one includes compilation under --compile)."""
 
     step_times_s: tuple[float, ...]
     total_s: float
+    warmup_times_s: tuple[float, ...] = ()
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.step_times_s, q))
@@ -70,7 +70,7 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
     """
     pace = pace or (lambda i: contextlib.nullcontext())
     synchronize()
-    times = []
+    times, warmup_times = [], []
     start = None
     for i in range(warmup + steps):
         with pace(i):
@@ -81,7 +81,9 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
         if i >= warmup:
             start = t0 if start is None else start
             times.append(t1 - t0)
-    return StepTiming(tuple(times), t1 - start)
+        else:
+            warmup_times.append(t1 - t0)
+    return StepTiming(tuple(times), t1 - start, tuple(warmup_times))
 
 
 def _vm_data_bytes() -> int | None:
@@ -94,9 +96,17 @@ def _vm_data_bytes() -> int | None:
 
 
 @contextlib.contextmanager
-def memory_cap(mib: int | None):
-    """Let this process allocate at most `mib` MiB more than it holds now, until exit (Linux
-    RLIMIT_DATA: allocations beyond it fail as out of memory, as on a GPU); None: no cap."""
+def memory_cap(mib: int | None, devices: DeviceSet | None = None):
+    """Let this process allocate at most `mib` MiB more than it holds now, until exit; None:
+    no cap. On CUDA devices, each GPU's caching allocator is capped
+    (`torch.cuda.set_per_process_memory_fraction`: beyond it allocations raise
+    torch.OutOfMemoryError), so a card of 80 GB can run out at a size a test chooses; on CPU,
+    the process's data segment (Linux RLIMIT_DATA: beyond it allocations fail as out of
+    memory, as on a GPU)."""
+    if mib and devices is not None and devices.kind == "cuda":
+        with _cuda_memory_cap(mib, devices.physical):
+            yield
+        return
     current = _vm_data_bytes() if mib else None
     if current is None:
         yield
@@ -107,6 +117,20 @@ def memory_cap(mib: int | None):
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, before)
+
+
+@contextlib.contextmanager
+def _cuda_memory_cap(mib: int, gpus: Sequence[torch.device]):
+    for gpu in gpus:
+        total = torch.cuda.get_device_properties(gpu).total_memory
+        held = torch.cuda.memory_reserved(gpu)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (held + mib * MIB) / total), gpu)
+    try:
+        yield
+    finally:
+        for gpu in gpus:
+            torch.cuda.empty_cache()
+            torch.cuda.set_per_process_memory_fraction(1.0, gpu)
 
 
 def imbalance(values: Sequence[float]) -> float:
@@ -244,60 +268,3 @@ def training_flops_per_image(build_model: Callable[[], torch.nn.Module], image_s
     with FlopCounterMode(display=False) as counter:
         model(images).sum().backward()
     return counter.get_total_flops() // 2
-
-
-class GpuSampler:
-    """Samples GPU utilisation and used memory (via GPUtil / nvidia-smi) in a background thread.
-
-    Where GPUtil is not installed or nvidia-smi is absent it records nothing and says why.
-    """
-
-    def __init__(self, interval_s: float = 0.2) -> None:
-        self.interval_s = interval_s
-        self.samples: list[list[tuple[float, float]]] = []  # per sample: (util %, MiB) per GPU
-        self.unavailable_reason: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        try:
-            import GPUtil
-        except Exception as error:  # ImportError, or distutils missing on Python >= 3.12
-            self.unavailable_reason = f"GPUtil not usable ({error.__class__.__name__})"
-            return
-        self._gputil = GPUtil
-        if not self._read():
-            self.unavailable_reason = "no GPU reported by nvidia-smi"
-
-    def _read(self) -> list[tuple[float, float]]:
-        try:
-            return [(gpu.load * 100.0, gpu.memoryUsed) for gpu in self._gputil.getGPUs()]
-        except Exception:  # nvidia-smi missing or failing: GPUtil raises or returns []
-            return []
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            sample = self._read()
-            if sample:
-                self.samples.append(sample)
-
-    def __enter__(self) -> GpuSampler:
-        if self.unavailable_reason is None:
-            self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def mean_utilisation(self) -> list[float]:
-        """Mean utilisation % per GPU over the samples (empty when nothing was sampled)."""
-        if not self.samples:
-            return []
-        gpus = range(len(self.samples[0]))
-        return [float(np.mean([sample[i][0] for sample in self.samples])) for i in gpus]
-
-    def max_memory_used_mib(self) -> list[float]:
-        if not self.samples:
-            return []
-        return [float(max(s[i][1] for s in self.samples)) for i in range(len(self.samples[0]))]

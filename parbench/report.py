@@ -24,11 +24,13 @@ ENVIRONMENT = (("host", "host"), ("timestamp_utc", "measured (UTC)"),
                ("cpu_cores_available", "CPU cores available"), ("python_version", "Python"),
                ("platform", "platform"))
 
-COLUMNS = (("status", "status"), ("devices", "devices"), ("micro_batches", "M"),
+COLUMNS = (("status", "status"), ("devices", "devices"), ("precision", "precision"),
+           ("channels_last", "channels last"), ("compile", "compiled"), ("micro_batches", "M"),
            ("throughput_ips", "img/s"), ("step_time_median_s", "median step s"),
            ("step_time_p90_s", "p90 step s"), ("speedup_vs_baseline", "speedup"),
            ("device_efficiency", "efficiency"), ("scaling_efficiency", "scaling"),
-           ("peak_memory_max_mib", "peak MiB"), ("memory_imbalance", "mem max/mean"))
+           ("peak_memory_max_mib", "peak MiB"), ("memory_imbalance", "mem max/mean"),
+           ("gpu_utilisation_pct", "GPU util %"), ("images_per_joule", "img/J"))
 
 
 def _cell(value) -> str:
@@ -36,6 +38,8 @@ def _cell(value) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):  # one value per device
+        return ", ".join(_cell(v) for v in value) or "-"
     if isinstance(value, float):
         return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value).replace("|", "\\|").replace("\n", " ")

@@ -40,6 +40,8 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     options = merged["strategy_options"]
     losses = merged["losses"]
     growth, leaking = memory_growth(merged["memory_after_step_mib"])
+    first_step = (merged["warmup_step_times_s"] or [None])[0]
+    median = float(np.percentile(times, 50))
     return dict(
         status="ok",
         strategy_options=options,
@@ -50,11 +52,15 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         bubble_fraction=bubble_fraction(merged["pipeline_stages"], merged["micro_batches"]),
         torch_threads=merged["torch_threads"],
         throughput_ips=throughput,
-        step_time_median_s=float(np.percentile(times, 50)),
+        step_time_median_s=median,
         step_time_p90_s=float(np.percentile(times, 90)),
         step_time_min_s=min(times),
         step_time_max_s=max(times),
         step_times_s=times,
+        first_step_time_s=first_step,
+        # The first warm-up step compiles: its time beyond a measured step's.
+        compile_time_s=(first_step - median if config.workload.compile and first_step
+                        else None),
         rank_step_times_s=merged["rank_step_times_s"],
         peak_memory_mib=peaks,
         peak_memory_max_mib=max(peaks),
@@ -69,6 +75,9 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         gpu_utilisation_pct=merged["gpu_utilisation_pct"],
         gpu_memory_used_mib=merged["gpu_memory_used_mib"],
         gpu_sampling=merged["gpu_sampling"],
+        gpu_energy_j=merged["gpu_energy_j"],
+        images_per_joule=(config.global_batch * len(times) / merged["gpu_energy_j"]
+                          if merged["gpu_energy_j"] else None),
         loss_first=losses[0],
         loss_last=losses[-1],
     )
@@ -108,6 +117,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         strategy_options=dict(config.options), model=workload.model,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
+        compile=workload.compile,
         global_batch=config.global_batch, devices=used.describe(),
         physical_devices=used.describe_physical(), device_kind=used.kind,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
@@ -117,7 +127,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         measured_steps=config.steps, stages=config.options.get("stages"),
         split_size=config.options.get("split_size"),
     )
-    reason = strategies.lookup(config.strategy).cls.unavailable_reason(used.logical)
+    reason = strategies.skip_reason(config.strategy, workload, used.logical)
     if reason is not None:
         outcome = dict(status="skipped", reason=reason)
     else:
@@ -136,7 +146,8 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
 
 def _comparison_key(record: dict) -> tuple:
     return tuple(record[k] for k in ("model", "image_size", "num_classes", "precision",
-                                     "channels_last", "global_batch", "device_kind"))
+                                     "channels_last", "compile", "global_batch",
+                                     "device_kind"))
 
 
 def _device_count(record: dict) -> int:
@@ -212,6 +223,6 @@ def follow_sweep(configs: list[Config]) -> None:
     in the same order, measured together; rank 0 records them. A failure raises, which ends
     this process and, through torchrun, the job."""
     for config in configs:
-        if strategies.lookup(config.strategy).cls.unavailable_reason(
-                config.used_devices.logical) is None:
+        if strategies.skip_reason(config.strategy, config.workload,
+                                  config.used_devices.logical) is None:
             launch.measure(config)

@@ -12,8 +12,8 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
+from parbench.gpu_sampling import GpuSampler
 from parbench.measure import (
-    GpuSampler,
     Pace,
     PeakMemory,
     allocated_mib,
@@ -30,6 +30,7 @@ class WorkerMeasurement:
 
     step_times_s: list[float]
     total_s: float
+    warmup_step_times_s: list[float]
     losses: list[float]  # per measured step; nan where this worker computes no loss
     memory_mib: list[float]  # per logical device this worker drives
     memory_source: str
@@ -42,6 +43,7 @@ class WorkerMeasurement:
     gpu_utilisation_pct: list[float]
     gpu_memory_used_mib: list[float]
     gpu_sampling: str
+    gpu_energy_j: dict[str, float]  # per GPU (by uuid) over the measured steps, where reported
 
 
 def _build(config: Config) -> strategies.Strategy:
@@ -63,8 +65,17 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
     other processes of the configuration, if any, after every step; `pace` lets an external
     timer drive the steps (see `time_steps`).
     """
-    with memory_cap(config.memory_cap_mib):
+    with memory_cap(config.memory_cap_mib, _capped_devices(config)):
         return _measure(config, local_devices, barrier, pace)
+
+
+def _capped_devices(config: Config) -> DeviceSet:
+    """What this process's memory cap applies to: every device of a one-process strategy; a
+    rank's own GPU (the launcher made it current) where there is one process per device."""
+    used = config.used_devices
+    if used.kind == "cuda" and strategies.lookup(config.strategy).cls.process_per_device:
+        return DeviceSet((torch.device("cuda", torch.cuda.current_device()),))
+    return used
 
 
 def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
@@ -76,18 +87,22 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
         memory = PeakMemory(devices)
+        sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
         losses: list[torch.Tensor] = []
 
-        def reset_memory() -> None:
+        def open_window() -> None:
+            """The measured steps start: peaks and energy are counted from here."""
             memory.reset()
             strategy.reset_logical_memory()
+            if sampler is not None:
+                sampler.start_energy()
 
         after_step: list[float] = []
 
         def step(i: int) -> None:
             losses.append(strategy.train_step(*batches.next()))
             if i + 1 == config.warmup:
-                reset_memory()  # the peak of the measured steps, not of building the model
+                open_window()  # the peak of the measured steps, not of building the model
             elif i >= config.warmup:
                 after_step.append(allocated_mib(devices))
 
@@ -96,11 +111,11 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             barrier()
 
         if config.warmup == 0:
-            reset_memory()
-        sampler = GpuSampler() if devices.kind == "cuda" else None
+            open_window()
         if sampler is not None:
             with sampler:
                 timing = time_steps(step, sync, config.warmup, config.steps, pace)
+                sampler.stop_energy()
         else:
             timing = time_steps(step, sync, config.warmup, config.steps, pace)
 
@@ -122,6 +137,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         return WorkerMeasurement(
             step_times_s=list(timing.step_times_s),
             total_s=timing.total_s,
+            warmup_step_times_s=list(timing.warmup_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
             memory_mib=memory_mib,
             memory_source=source,
@@ -133,7 +149,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             pipeline_stages=strategy.pipeline_stages,
             gpu_utilisation_pct=sampler.mean_utilisation() if sampler else [],
             gpu_memory_used_mib=sampler.max_memory_used_mib() if sampler else [],
-            gpu_sampling=(sampler.unavailable_reason or "GPUtil") if sampler else "not a GPU run",
+            gpu_sampling=sampler.source if sampler else "not a GPU run",
+            gpu_energy_j=sampler.energy_j if sampler else {},
         )
     finally:
         if batches is not None:
@@ -160,6 +177,8 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         rank_step_times_s=([m.step_times_s for m in measurements]
                            if len(measurements) > 1 else None),
         total_s=max(m.total_s for m in measurements),
+        warmup_step_times_s=[max(values) for values in zip(
+            *(m.warmup_step_times_s for m in measurements), strict=True)],
         losses=losses,
         peak_memory_mib=[v for m in measurements for v in m.memory_mib],
         physical_peak_memory_mib=[v for m in measurements for v in m.physical_memory_mib],
@@ -176,6 +195,10 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         gpu_utilisation_pct=first.gpu_utilisation_pct,
         gpu_memory_used_mib=first.gpu_memory_used_mib,
         gpu_sampling=first.gpu_sampling,
+        # Ranks sharing a GPU read the same counter: each GPU counted once.
+        gpu_energy_j=sum({uuid: joules for m in measurements
+                          for uuid, joules in m.gpu_energy_j.items()}.values())
+        if all(m.gpu_energy_j for m in measurements) else None,
     )
 
 

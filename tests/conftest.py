@@ -63,3 +63,14 @@ def image_folder(tmp_path):
     """make(classes, per_class) -> a folder of images in ImageFolder layout."""
     return lambda classes=2, per_class=6: _make_image_folder(tmp_path / "data", classes,
                                                              per_class)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need CUDA: skipped, saying so, where there is none."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); "
+                                   "run `pytest -m gpu` on a GPU host")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

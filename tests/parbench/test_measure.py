@@ -4,10 +4,8 @@ import sys
 import time
 
 import pytest
-import torch
 
 from parbench.measure import (
-    GpuSampler,
     StepTiming,
     imbalance,
     time_steps,
@@ -70,12 +68,3 @@ def test_flops_match_the_known_resnet50_count():
     # torchvision documents 4.09 GMACs forward at 224 px; training ~ 3x forward, 2 FLOPs per MAC.
     flops = training_flops_per_image(Workload(model="resnet50").build_model, 224)
     assert flops / 1e9 == pytest.approx(3 * 2 * 4.09, rel=0.02)
-
-
-def test_gpu_sampler_records_nothing_without_a_gpu_and_says_why():
-    if torch.cuda.is_available():
-        pytest.skip("this host has a GPU")
-    with GpuSampler(interval_s=0.01) as sampler:
-        time.sleep(0.05)
-    assert sampler.unavailable_reason
-    assert sampler.mean_utilisation() == []

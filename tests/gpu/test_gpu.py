@@ -1,0 +1,251 @@
+"""Every CUDA path on one GPU, with the host's PyTorch: `pytest -m gpu` (skipped without CUDA).
+
+One GPU stands in for two with `cuda:0,cuda:0` (emulated); strategies that cannot share a GPU
+must say why in their record. Sized to finish in a few minutes on one H100.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from parbench import cli, worker
+from parbench.config import Config
+from parbench.devices import DeviceSet, parse_devices, synchronize
+from parbench.measure import time_steps
+from parbench.runner import run_config
+from parbench.workloads import Workload
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU, SHARED = "cuda:0", "cuda:0,cuda:0"
+WORKLOAD = Workload(model="resnet50", image_size=128)
+# Parameters, gradients and SGD momentum of resnet50 (25.6 M float32 parameters each).
+RESNET50_STATE_MIB = 3 * 25.557e6 * 4 / 2**20
+
+
+def _run(strategy: str, devices: str = GPU, batch: int = 32, steps: int = 5, warmup: int = 2,
+         workload: Workload = WORKLOAD, **fields) -> dict:
+    config = Config(strategy, workload, batch, parse_devices(devices), warmup=warmup,
+                    steps=steps, timeout_s=300, **fields)
+    return run_config(config)
+
+
+def _ok(record: dict) -> dict:
+    assert record["status"] == "ok", record["reason"]
+    assert record["throughput_ips"] > 0
+    assert record["loss_last"] == pytest.approx(record["loss_last"])  # not nan
+    return record
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_single_trains_at_every_precision(precision, channels_last):
+    record = _ok(_run("single", workload=replace(WORKLOAD, precision=precision,
+                                                  channels_last=channels_last)))
+    assert record["device_kind"] == "cuda" and record["emulated"] is False
+    assert record["memory_source"].startswith("cuda max_memory_allocated")
+    # The allocator's peak holds at least the parameters, gradients and momentum.
+    assert record["peak_memory_max_mib"] > RESNET50_STATE_MIB
+
+
+def test_step_timing_waits_for_the_gpu():
+    device = torch.device(GPU)
+    cycles = 50_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)  # warm the kernel up
+    torch.cuda.synchronize()
+    queued_at = time.perf_counter()
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    host_s = time.perf_counter() - queued_at  # what a host timer sees without waiting
+    torch.cuda.synchronize()
+    gpu_s = start.elapsed_time(end) / 1000
+    assert host_s < gpu_s / 5, "the sleep kernel should be queued, not waited for"
+    timing = time_steps(lambda i: torch.cuda._sleep(cycles),
+                        lambda: synchronize(DeviceSet((device,))), warmup=1, steps=3)
+    assert min(timing.step_times_s) >= 0.9 * gpu_s
+
+
+def test_peak_memory_per_logical_device_comes_from_each_process_allocator():
+    # ddp on one GPU: two processes, each with its own CUDA allocator, so each rank's peak is
+    # the allocator's, per logical device.
+    record = _ok(_run("ddp", SHARED))
+    assert record["memory_source"].startswith("cuda max_memory_allocated")
+    assert len(record["peak_memory_mib"]) == 2
+    assert all(peak > RESNET50_STATE_MIB for peak in record["peak_memory_mib"])
+    assert record["memory_imbalance"] == pytest.approx(1.0, abs=0.1)
+
+
+@pytest.mark.parametrize("strategy", ["model-parallel", "pipeline", "ddp", "fsdp"])
+def test_emulated_strategies_run_on_one_gpu(strategy):
+    record = _ok(_run(strategy, SHARED))
+    assert record["emulated"] is True
+    assert record["devices"] == SHARED
+    assert len(record["peak_memory_mib"]) == 2 and min(record["peak_memory_mib"]) > 0
+    if strategy in ("ddp", "fsdp"):
+        assert record["backend"] == "gloo"  # NCCL refuses two ranks on one GPU
+        assert record["world_size"] == 2
+    else:  # one process: the stages' own tensors, told apart per logical device
+        assert record["memory_source"].startswith("tensors per logical device")
+
+
+@pytest.mark.parametrize("strategy, because", [
+    ("pipeline-gpipe", "NCCL refuses two ranks on one GPU"),
+    ("pipeline-1f1b", "NCCL refuses two ranks on one GPU"),
+    ("data-parallel", "needs distinct GPUs"),
+])
+def test_strategies_that_cannot_share_a_gpu_record_why(strategy, because):
+    record = _run(strategy, SHARED)
+    assert record["status"] == "skipped"
+    assert because in record["reason"]
+
+
+def test_verify_on_one_gpu_emulating_two(capsys):
+    assert cli.main(["verify", "--devices", SHARED]) == 0
+    table = capsys.readouterr().out
+    for strategy in ("model-parallel", "pipeline", "ddp", "fsdp"):
+        assert re.search(rf"^{strategy} .* ok$", table, re.MULTILINE), table
+
+
+def test_out_of_memory_is_recorded_on_the_gpu_and_the_next_configuration_runs():
+    big = _run("single", batch=512, steps=1, warmup=1, memory_cap_mib=1024,
+               workload=replace(WORKLOAD, image_size=224))
+    assert big["status"] == "oom", big["reason"]
+    assert "out of memory" in big["reason"].lower()
+    _ok(_run("single", batch=8, steps=1, warmup=1))
+
+
+def test_max_batch_finds_the_limit_under_a_cap(tmp_path, capsys):
+    assert cli.main(["max-batch", "--strategy", "single", "--devices", GPU, "--model",
+                     "resnet18", "--image-size", "128", "--memory-cap-mib", "2048",
+                     "--limit", "4096", "--results-dir", str(tmp_path)]) == 0
+    found = re.search(r"^\s+single\s+(\d+)$", capsys.readouterr().out, re.MULTILINE)
+    assert found, "no batch found"
+    assert 8 <= int(found.group(1)) < 4096  # a limit, found below the search's own
+    trials = json.loads(next(tmp_path.glob("*/records.json")).read_text())
+    assert {t["status"] for t in trials} == {"ok", "oom"}
+
+
+def test_gpu_utilisation_memory_and_energy_are_sampled():
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    record = _ok(_run("single", batch=64, steps=30))
+    assert record["gpu_sampling"] == "nvml"
+    assert record["gpu_utilisation_pct"][0] > 50
+    assert record["gpu_memory_used_mib"][0] >= record["peak_memory_max_mib"]
+    if record["gpu_energy_j"] is not None:  # NVML reports energy from Volta on
+        assert record["gpu_energy_j"] > 0
+        assert record["images_per_joule"] == pytest.approx(
+            64 * 30 / record["gpu_energy_j"])
+
+
+class _NoSampler:
+    source = "not sampled (cost check)"
+    energy_j: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def start_energy(self):
+        pass
+
+    def stop_energy(self):
+        pass
+
+    def mean_utilisation(self):
+        return []
+
+    def max_memory_used_mib(self):
+        return []
+
+
+def test_sampling_costs_less_than_one_percent(monkeypatch):
+    sampled, unsampled = [], []
+    for _ in range(3):  # alternate, so drift hits both alike
+        sampled.append(_ok(_run("single", batch=64, steps=30))["step_time_median_s"])
+        with monkeypatch.context() as patch:
+            patch.setattr(worker, "GpuSampler", _NoSampler)
+            unsampled.append(_ok(_run("single", batch=64, steps=30))["step_time_median_s"])
+    cost = min(sampled) / min(unsampled) - 1
+    assert cost < 0.01, f"sampling slowed the step by {cost:.1%}"
+
+
+def test_compile_is_kept_out_of_the_measured_steps():
+    workload = replace(WORKLOAD, precision="bf16", channels_last=True)
+    eager = _ok(_run("single", workload=workload, steps=10))
+    compiled = _ok(_run("single", workload=replace(workload, compile=True), steps=10))
+    assert compiled["compile"] is True
+    assert compiled["compile_time_s"] > 1  # inductor took seconds on the first warm-up step
+    assert compiled["step_time_max_s"] < compiled["first_step_time_s"] / 5
+    assert compiled["throughput_ips"] > 0.9 * eager["throughput_ips"]
+
+
+def test_a_batch_larger_than_the_gpu_is_refused_before_anything_runs(tmp_path, capsys):
+    total = torch.cuda.get_device_properties(0).total_memory
+    side = int((total / 12) ** 0.5) + 64  # one float32 image of this side exceeds the GPU
+    assert cli.main(["run", "--strategy", "single", "--devices", GPU, "--batch-size", "1",
+                     "--image-size", str(side), "--results-dir", str(tmp_path)]) == 2
+    message = capsys.readouterr().err
+    assert "input images alone need" in message and len(message.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def _environment(**extra) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def test_pytest_benchmark_measures_the_gpu(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/test_strategies.py", "--benchmark-only",
+         "-k", "single or ddp", f"--benchmark-json={out}", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=_environment(PARBENCH_BENCH_DEVICES=SHARED), capture_output=True,
+        text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    benchmarks = json.loads(out.read_text())["benchmarks"]
+    records = {b["extra_info"]["record"]["strategy"]: b["extra_info"]["record"]
+               for b in benchmarks}
+    assert set(records) == {"single", "ddp"}
+    assert all(r["device_kind"] == "cuda" and r["status"] == "ok" for r in records.values())
+
+
+def test_asv_runs_on_the_gpu_in_the_existing_environment(tmp_path):
+    pytest.importorskip("asv", reason="asv is not installed (pip install its wheel)")
+    work = tmp_path / "repo"
+    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".asv", "results", ".venv",
+                                                              ".tox", "__pycache__"))
+    env = _environment(PARBENCH_ASV_DEVICES=GPU, PYTHONPATH=str(work))
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+
+    def asv(*args, timeout=500):
+        return subprocess.run([sys.executable, "-m", "asv", *args], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    assert asv("machine", "--yes").returncode == 0
+    done = asv("run", "--python=same", "--quick", "--set-commit-hash", commit,
+               "--bench", "Throughput")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = [p for p in (work / ".asv" / "results").rglob("*.json")
+               if p.name != "machine.json"]
+    assert results, done.stdout
+    stored = json.loads(results[0].read_text())
+    throughput = next(v for k, v in stored["results"].items() if "track_throughput" in k)
+    values = [v for v in throughput[0] if v is not None]
+    assert values and all(v > 0 for v in values), throughput
