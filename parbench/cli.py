@@ -245,14 +245,17 @@ def _check_devices_and_cut(config: Config, check_workload: bool = True) -> None:
 
 def _check_batch_fits(config: Config) -> None:
     """Refuse a batch of input images that alone exceeds the memory it must be made in: the
-    host's (the global batch is made there) or a GPU's (its share of the batch)."""
+    host's (the global batch is made there), or a GPU's (however a strategy spreads the batch
+    over its distinct GPUs, one of them holds at least an equal share)."""
     workload = config.workload
     per_image = 3 * workload.image_size**2 * 4  # float32 pixels
     shares = [("this machine's memory", config.global_batch, host_memory_bytes())]
     if config.used_devices.kind == "cuda":
-        device = config.used_devices.logical[0]
-        shares.append((f"{device}'s memory", -(-config.global_batch // launch.world_size(config)),
-                       torch.cuda.get_device_properties(device).total_memory))
+        gpus = config.used_devices.physical
+        smallest = min(torch.cuda.get_device_properties(g).total_memory for g in gpus)
+        shares.append((f"the memory of {'each of ' if len(gpus) > 1 else ''}"
+                       f"{','.join(map(str, gpus))}", -(-config.global_batch // len(gpus)),
+                       smallest))
     for where, images, available in shares:
         if available and images * per_image > available:
             raise UsageError(

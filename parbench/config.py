@@ -32,7 +32,8 @@ class Config:
     backend: str = "auto"
     loader_workers: int = 0  # DataLoader processes per rank, for image-folder data
     # Each process may allocate this much beyond what it holds when the configuration starts
-    # (CPU; RLIMIT_DATA): a memory limit to run out of, as a GPU's is.
+    # (CPU: RLIMIT_DATA, a memory limit to run out of, as a GPU's is; CUDA: the caching
+    # allocator's per-process fraction, see measure.memory_cap).
     memory_cap_mib: int | None = None
 
     @property

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["GpuSampler", "nvml_index"]
+from parbench.measure import MIB
 
-MIB = 2**20
+__all__ = ["GpuSampler"]
 
 
-def nvml_index(device: torch.device) -> int:
+def _nvml_index(device: torch.device) -> int:
     """NVML's (and nvidia-smi's) index of a CUDA device, which differs from torch's under
     CUDA_VISIBLE_DEVICES."""
     try:
@@ -35,15 +35,22 @@ class _Nvml:
         self._nvml = pynvml
         self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
         self.uuids = [self._text(pynvml.nvmlDeviceGetUUID(h)) for h in self._handles]
+        self._read()  # raises here, not in the sampling thread, where NVML cannot read (vGPU)
 
     @staticmethod
     def _text(value) -> str:
         return value.decode() if isinstance(value, bytes) else str(value)
 
-    def read(self) -> list[tuple[float, float]]:
+    def _read(self) -> list[tuple[float, float]]:
         nvml = self._nvml
         return [(float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
                  nvml.nvmlDeviceGetMemoryInfo(h).used / MIB) for h in self._handles]
+
+    def read(self) -> list[tuple[float, float]]:
+        try:
+            return self._read()
+        except self._nvml.NVMLError:  # a reading that fails is skipped, not the sampling
+            return []
 
     def energy_mj(self) -> list[float] | None:
         """Energy each GPU used since its driver loaded, in mJ (None: not reported, as on GPUs
@@ -59,7 +66,8 @@ class _Nvml:
 
 
 class _Gputil:
-    """GPUtil, as the project card names: it starts nvidia-smi for every reading."""
+    """GPUtil (what the project's design first named): it starts nvidia-smi for every
+    reading, so it costs more than NVML; the fallback where nvidia-ml-py is missing."""
 
     source = "GPUtil (nvidia-smi per sample)"
 
@@ -105,7 +113,8 @@ class GpuSampler:
     """Samples the given GPUs' utilisation and used memory in a background thread, and where
     NVML reports it, the energy they used between `start_energy()` and `stop_energy()`.
 
-    `source` says how: "nvml", "GPUtil (nvidia-smi per sample)", or why nothing was sampled.
+    `source` says how: "nvml", "GPUtil (nvidia-smi per sample)", or why nothing was sampled
+    (then `per_gpu()` is empty).
     """
 
     def __init__(self, devices: Sequence[torch.device] = (torch.device("cuda", 0),),
@@ -114,8 +123,8 @@ class GpuSampler:
         self.samples: list[list[tuple[float, float]]] = []  # per sample: (util %, MiB) per GPU
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._reader, self.unavailable_reason = _open_reader([nvml_index(d) for d in devices])
-        self.source = self._reader.source if self._reader else self.unavailable_reason
+        self._reader, why_not = _open_reader([_nvml_index(d) for d in devices])
+        self.source = self._reader.source if self._reader else why_not
         self._energy_start: list[float] | None = None
         self.energy_j: dict[str, float] = {}  # GPU uuid -> joules over the energy window
 
@@ -161,3 +170,15 @@ class GpuSampler:
         if not self.samples:
             return []
         return [float(max(s[i][1] for s in self.samples)) for i in range(len(self.samples[0]))]
+
+    def per_gpu(self) -> dict[str, dict]:
+        """{GPU uuid: mean utilisation %, max used MiB, joules (each None where not sampled or
+        reported)}: what processes sharing or splitting GPUs merge, each GPU once."""
+        if self._reader is None:
+            return {}
+        missing = [None] * len(self._reader.uuids)
+        return {uuid: dict(utilisation_pct=utilisation, memory_used_mib=memory,
+                           energy_j=self.energy_j.get(uuid))
+                for uuid, utilisation, memory in zip(
+                    self._reader.uuids, self.mean_utilisation() or missing,
+                    self.max_memory_used_mib() or missing, strict=True)}

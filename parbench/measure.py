@@ -41,7 +41,7 @@ class StepTiming:
 
     step_times_s: tuple[float, ...]
     total_s: float
-    warmup_times_s: tuple[float, ...] = ()
+    warmup_step_times_s: tuple[float, ...] = ()
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.step_times_s, q))
@@ -60,19 +60,24 @@ class StepTiming:
 
 
 def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], warmup: int,
-               steps: int, pace: Pace | None = None) -> StepTiming:
+               steps: int, pace: Pace | None = None,
+               start_measuring: Callable[[], None] = lambda: None) -> StepTiming:
     """Run `warmup` discarded steps, then time `steps` steps.
 
     `synchronize` waits for every participating device (and, across processes, every rank)
     before a step's clock starts and after every step, so a step's time includes all the work
-    it queued. `pace(i)`, where an external timer drives the steps (pytest-benchmark), is
-    entered before step i and left once it is synchronised.
+    it queued. `start_measuring()` runs once the warm-up is done on every device, before the
+    first measured step (to reset peaks, read an energy counter). `pace(i)`, where an external
+    timer drives the steps (pytest-benchmark), is entered before step i and left once it is
+    synchronised.
     """
     pace = pace or (lambda i: contextlib.nullcontext())
     synchronize()
     times, warmup_times = [], []
     start = None
     for i in range(warmup + steps):
+        if i == warmup:
+            start_measuring()
         with pace(i):
             t0 = time.perf_counter()
             step(i)
@@ -121,6 +126,7 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
 
 @contextlib.contextmanager
 def _cuda_memory_cap(mib: int, gpus: Sequence[torch.device]):
+    torch.cuda.empty_cache()  # what the allocator caches unused is not held
     for gpu in gpus:
         total = torch.cuda.get_device_properties(gpu).total_memory
         held = torch.cuda.memory_reserved(gpu)
@@ -128,8 +134,8 @@ def _cuda_memory_cap(mib: int, gpus: Sequence[torch.device]):
     try:
         yield
     finally:
+        torch.cuda.empty_cache()
         for gpu in gpus:
-            torch.cuda.empty_cache()
             torch.cuda.set_per_process_memory_fraction(1.0, gpu)
 
 

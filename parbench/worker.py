@@ -40,10 +40,8 @@ class WorkerMeasurement:
     strategy_options: dict
     micro_batches: int
     pipeline_stages: int
-    gpu_utilisation_pct: list[float]
-    gpu_memory_used_mib: list[float]
     gpu_sampling: str
-    gpu_energy_j: dict[str, float]  # per GPU (by uuid) over the measured steps, where reported
+    gpus: dict[str, dict]  # GPU uuid -> what was sampled on it (GpuSampler.per_gpu)
 
 
 def _build(config: Config) -> strategies.Strategy:
@@ -90,8 +88,9 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
         losses: list[torch.Tensor] = []
 
-        def open_window() -> None:
-            """The measured steps start: peaks and energy are counted from here."""
+        def start_measuring() -> None:
+            """Peaks (of the measured steps, not of building the model) and energy count
+            from here: the warm-up is done on every device."""
             memory.reset()
             strategy.reset_logical_memory()
             if sampler is not None:
@@ -101,23 +100,20 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
 
         def step(i: int) -> None:
             losses.append(strategy.train_step(*batches.next()))
-            if i + 1 == config.warmup:
-                open_window()  # the peak of the measured steps, not of building the model
-            elif i >= config.warmup:
+            if i >= config.warmup:
                 after_step.append(allocated_mib(devices))
 
         def sync() -> None:
             synchronize(devices)
             barrier()
 
-        if config.warmup == 0:
-            open_window()
         if sampler is not None:
             with sampler:
-                timing = time_steps(step, sync, config.warmup, config.steps, pace)
+                timing = time_steps(step, sync, config.warmup, config.steps, pace,
+                                    start_measuring)
                 sampler.stop_energy()
         else:
-            timing = time_steps(step, sync, config.warmup, config.steps, pace)
+            timing = time_steps(step, sync, config.warmup, config.steps, pace, start_measuring)
 
         physical = memory.read_mib()
         logical = strategy.logical_memory_mib()
@@ -137,7 +133,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         return WorkerMeasurement(
             step_times_s=list(timing.step_times_s),
             total_s=timing.total_s,
-            warmup_step_times_s=list(timing.warmup_times_s),
+            warmup_step_times_s=list(timing.warmup_step_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
             memory_mib=memory_mib,
             memory_source=source,
@@ -147,10 +143,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             strategy_options=dict(strategy.options),
             micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages,
-            gpu_utilisation_pct=sampler.mean_utilisation() if sampler else [],
-            gpu_memory_used_mib=sampler.max_memory_used_mib() if sampler else [],
             gpu_sampling=sampler.source if sampler else "not a GPU run",
-            gpu_energy_j=sampler.energy_j if sampler else {},
+            gpus=sampler.per_gpu() if sampler else {},
         )
     finally:
         if batches is not None:
@@ -192,14 +186,22 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         strategy_options=first.strategy_options,
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,
-        gpu_utilisation_pct=first.gpu_utilisation_pct,
-        gpu_memory_used_mib=first.gpu_memory_used_mib,
         gpu_sampling=first.gpu_sampling,
-        # Ranks sharing a GPU read the same counter: each GPU counted once.
-        gpu_energy_j=sum({uuid: joules for m in measurements
-                          for uuid, joules in m.gpu_energy_j.items()}.values())
-        if all(m.gpu_energy_j for m in measurements) else None,
+        **_merge_gpus(measurements),
     )
+
+
+def _merge_gpus(measurements: list[WorkerMeasurement]) -> dict:
+    """Every GPU the workers sampled, once each (ranks sharing a GPU read the same counters),
+    in rank order: mean utilisation %, max used MiB, and the joules of them all where every
+    GPU reports energy."""
+    gpus = {uuid: sampled for m in measurements for uuid, sampled in m.gpus.items()}
+    energy = [g["energy_j"] for g in gpus.values()]
+    return dict(gpu_utilisation_pct=[g["utilisation_pct"] for g in gpus.values()
+                                     if g["utilisation_pct"] is not None],
+                gpu_memory_used_mib=[g["memory_used_mib"] for g in gpus.values()
+                                     if g["memory_used_mib"] is not None],
+                gpu_energy_j=sum(energy) if energy and None not in energy else None)
 
 
 def trained_parameters(config: Config, images: torch.Tensor,

@@ -51,7 +51,10 @@ class Workload:
             raise ValueError(f"num classes must be at least 1, got {self.num_classes}")
 
     def describe(self) -> dict:
-        return asdict(self)
+        described = asdict(self)
+        if not self.compile:  # as before --compile existed: run folders resume as they were
+            del described["compile"]
+        return described
 
     def build_model(self) -> nn.Module:
         """A randomly initialised ResNet; the same weights for the same seed, on the CPU."""

@@ -38,7 +38,8 @@ class Strategy(ABC):
     process_per_device: ClassVar[bool] = False
     # Options a sweep may set (`--split-size` -> split_size); others are not passed.
     option_names: ClassVar[tuple[str, ...]] = ()
-    # Why the strategy cannot run under --compile (torch.compile), or None if it can.
+    # Why the strategy cannot train in fp16 or under --compile (torch.compile), or None.
+    fp16_refusal: ClassVar[str | None] = None
     compile_refusal: ClassVar[str | None] = None
 
     def __init__(self, workload: Workload, devices: Sequence[torch.device], **options) -> None:
@@ -72,6 +73,8 @@ class Strategy(ABC):
     @classmethod
     def check_workload(cls, workload: Workload) -> None:
         """Refuse a workload this strategy cannot train (raise StrategyError saying why)."""
+        if workload.precision == "fp16" and cls.fp16_refusal:
+            raise StrategyError(cls.fp16_refusal)
         if workload.compile and cls.compile_refusal:
             raise StrategyError(cls.compile_refusal)
 

@@ -7,7 +7,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from strategies.base import StrategyError
 from strategies.partition import resnet_blocks
 from strategies.rank_parallel import RankDataParallel
 
@@ -22,12 +21,8 @@ class FSDP(RankDataParallel):
     summary = "one process per device, fully_shard (FSDP2) per residual block"
     option_names = ("world_size",)
 
-    @classmethod
-    def check_workload(cls, workload) -> None:
-        super().check_workload(workload)
-        if workload.precision == "fp16":
-            raise StrategyError("fp16 loss scaling is not coordinated across shards here; "
-                                "use --precision bf16 or fp32")
+    fp16_refusal = ("fp16 loss scaling is not coordinated across shards here; use "
+                    "--precision bf16 or fp32")
 
     def wrap(self, model: nn.Module) -> nn.Module:
         # layerN.M: a residual block, not the stem or the head (the root unit holds those).

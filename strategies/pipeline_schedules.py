@@ -80,12 +80,8 @@ class ScheduledPipeline(ProcessPerDevice):
         self._schedule = None
         self._micro_batches = 1
 
-    @classmethod
-    def check_workload(cls, workload) -> None:
-        super().check_workload(workload)
-        if workload.precision == "fp16":
-            raise StrategyError("fp16 loss scaling is not coordinated across pipeline ranks; "
-                                "use --precision bf16 or fp32 with process-per-stage pipelines")
+    fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
+                    "--precision bf16 or fp32 with process-per-stage pipelines")
 
     @classmethod
     def check_config(cls, global_batch, devices, **options) -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from parbench.gpu_sampling import GpuSampler
+from parbench.worker import merge
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))
 
@@ -74,9 +75,45 @@ def test_nvml_is_preferred_and_gives_utilisation_memory_and_energy(monkeypatch):
     assert sampler.max_memory_used_mib() == [1024.0, 2048.0]
     # 250 J and 500 J between start_energy and stop_energy (NVML counts mJ).
     assert sampler.energy_j == {"GPU-0": 250.0, "GPU-1": 500.0}
-    # One call per reading: utilisation and memory, per GPU, per sample.
-    assert nvml.calls == 2 * len(GPUS) * len(sampler.samples)
+    # One call per reading: utilisation and memory, per GPU, per sample (and one at start).
+    assert nvml.calls == 2 * len(GPUS) * (len(sampler.samples) + 1)
     assert nvml.shut_down
+    assert sampler.per_gpu() == {
+        "GPU-0": dict(utilisation_pct=40.0, memory_used_mib=1024.0, energy_j=250.0),
+        "GPU-1": dict(utilisation_pct=50.0, memory_used_mib=2048.0, energy_j=500.0)}
+
+
+def test_ranks_sharing_a_gpu_count_it_once():
+    def rank(gpus):
+        return types.SimpleNamespace(
+            step_times_s=[1.0], total_s=1.0, warmup_step_times_s=[], losses=[0.5],
+            memory_mib=[1.0], physical_memory_mib=[1.0], memory_after_step_mib=[1.0],
+            memory_source="x", torch_threads=1, strategy_options={}, micro_batches=1,
+            pipeline_stages=1, gpu_sampling="nvml", gpus=gpus)
+
+    gpu = lambda pct, joules: dict(utilisation_pct=pct, memory_used_mib=10.0 * pct,  # noqa: E731
+                                   energy_j=joules)
+    shared = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-0": gpu(80.0, 100.0)})])
+    assert shared["gpu_utilisation_pct"] == [80.0] and shared["gpu_energy_j"] == 100.0
+    apart = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, 50.0)})])
+    assert apart["gpu_utilisation_pct"] == [80.0, 60.0]
+    assert apart["gpu_memory_used_mib"] == [800.0, 600.0]
+    assert apart["gpu_energy_j"] == 150.0
+    unreported = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, None)})])
+    assert unreported["gpu_energy_j"] is None  # a total of some GPUs would mislead
+
+
+def test_a_gpu_nvml_cannot_read_falls_back_to_gputil(monkeypatch):
+    nvml = _FakeNvml()
+
+    def unsupported(handle):
+        raise nvml.NVMLError("Not Supported")
+
+    nvml.nvmlDeviceGetUtilizationRates = unsupported
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    gpus = [types.SimpleNamespace(id=i, load=0.5, memoryUsed=100.0) for i in range(2)]
+    monkeypatch.setitem(sys.modules, "GPUtil", types.SimpleNamespace(getGPUs=lambda: gpus))
+    assert GpuSampler(GPUS).source == "GPUtil (nvidia-smi per sample)"
 
 
 def test_energy_is_left_out_where_nvml_does_not_report_it(monkeypatch):
