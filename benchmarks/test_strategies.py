@@ -1,4 +1,5 @@
-"""pytest-benchmark: one training-step benchmark per strategy that can run here.
+"""pytest-benchmark: one training-step benchmark per strategy of parbench's suite that can run
+here (`parbench.suite`, the configurations asv and the CLI's quick comparison measure too).
 
 Each timed call is one optimiser step of the whole global batch, returning once every device
 and rank has finished it (the same launcher, processes and synchronisation as `parbench run`).
@@ -6,38 +7,23 @@ The devices come from PARBENCH_BENCH_DEVICES (default `cpu,cpu`, two emulated de
 """
 
 import os
+from dataclasses import replace
 
 import pytest
 
-import strategies
-from parbench.config import Config
+from parbench import suite
 from parbench.devices import parse_devices
 from parbench.paced import PacedRun
 from parbench.runner import run_config
-from parbench.workloads import Workload
 
 DEVICES = parse_devices(os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu"))
-WORKLOAD = Workload(model="resnet18", image_size=128)
-GLOBAL_BATCH, WARMUP, STEPS = 32, 2, 5
-
-
-def _can_run(name: str) -> bool:
-    cls = strategies.lookup(name).cls
-    try:
-        cls.check_config(GLOBAL_BATCH, DEVICES.logical)
-    except strategies.StrategyError:
-        return False
-    return strategies.available(DEVICES.logical)[name] is None
-
-
-RUNNABLE = [name for name in strategies.names() if _can_run(name)]
+RUNNABLE = suite.runnable(DEVICES)
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("strategy", RUNNABLE)
 def test_training_step(benchmark, strategy):
-    config = Config(strategy, WORKLOAD, GLOBAL_BATCH, DEVICES, warmup=WARMUP, steps=STEPS,
-                    timeout_s=600)
+    config = replace(suite.config(strategy, DEVICES), timeout_s=600)
 
     def timed_by_pytest_benchmark(config):
         run = PacedRun(config)
