@@ -11,38 +11,37 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import torch
 from tqdm import tqdm
 
 import strategies
-from parbench import launch, runner
+from parbench import launch, runner, suite
+from parbench.checks import ConfigError, check
 from parbench.config import Config, expand_sweep
 from parbench.data import DataError, open_image_folder
 from parbench.devices import (
     DeviceError,
     DeviceSet,
     cpu_cores,
-    format_bytes,
-    host_memory_bytes,
     parse_devices,
 )
 from parbench.environment import collect_environment, format_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.plots import write_figures
-from parbench.report import write_index, write_run_report
+from parbench.report import results_table, write_index, write_run_report
 from parbench.results import ResultsError, RunFolder, load_records, read_results
 from parbench.verify import verify
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
-from strategies.partition import BALANCES, plan_cut
+from strategies.partition import BALANCES
 
 __all__ = ["QUICK_RUN", "main"]
 
 EXIT_USAGE = 2
 
-# `parbench run` with no arguments: every strategy this machine can run, sized to take about a
-# minute on two CPU cores.
-QUICK_RUN = dict(model="resnet18", batch_size="32", image_size="128", steps=5, warmup=2)
+# `parbench run` with no arguments measures the suite's configuration (resnet18, batch 32,
+# 128 px, 2 + 5 steps), as asv and pytest-benchmark do: about a minute on two CPU cores.
+QUICK_RUN = dict(model=suite.MODELS[0], batch_size=str(suite.GLOBAL_BATCH),
+                 image_size=str(suite.IMAGE_SIZE), steps=suite.STEPS, warmup=suite.WARMUP)
 
 
 class UsageError(Exception):
@@ -185,9 +184,7 @@ def _build_configs(args: argparse.Namespace,
     checked_data = set()
     for config in configs:
         # The quick comparison records a strategy that cannot train the workload as skipped.
-        _check_devices_and_cut(config, check_workload=requested)
-        _check_launch(config)
-        _check_batch_fits(config)
+        _check(config, check_workload=requested)
         if args.data and (config.workload, config.global_batch) not in checked_data:
             checked_data.add((config.workload, config.global_batch))
             try:
@@ -197,104 +194,17 @@ def _build_configs(args: argparse.Namespace,
     return configs
 
 
+def _check(config: Config, check_workload: bool = True) -> None:
+    try:
+        check(config, check_workload)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
 def _positive(flag: str, value: float) -> float:
     if not value > 0:
         raise UsageError(f"{flag} must be above 0, got {value}")
     return value
-
-
-def _check_launch(config: Config) -> None:
-    """Refuse a backend that cannot connect the ranks, and, under torchrun, strategies that
-    do not run one process per rank."""
-    used = config.used_devices
-    if launch.backend_for(config) is not None:
-        problem = launch.backend_problem(used, config.backend)
-        if problem:
-            raise UsageError(problem)
-    if launch.torchrun_rank() is None:
-        return
-    process_per_device = strategies.lookup(config.strategy).cls.process_per_device
-    if not process_per_device and len(used) > 1:
-        raise UsageError(f"{config.strategy} drives all its devices from one process; run it "
-                         "without torchrun")
-    if process_per_device and len(used) != len(config.devices):
-        raise UsageError(f"under torchrun, {config.strategy} runs on all {len(config.devices)} "
-                         "processes; set their number with torchrun's --nnodes and "
-                         "--nproc-per-node, not --world-size or --stages")
-
-
-def _check_devices_and_cut(config: Config, check_workload: bool = True) -> None:
-    """Refuse too few devices for the strategy or its stages, impossible cuts and (where the
-    strategy was asked for by name) a workload it cannot train, before anything runs (the cut
-    is planned on a meta-device model: no memory, no compute)."""
-    try:
-        stages = len(config.used_devices)
-        if check_workload:
-            strategies.lookup(config.strategy).cls.check_workload(config.workload)
-        strategies.lookup(config.strategy).cls.check_config(
-            config.global_batch, config.devices.logical, **config.options)
-        if "stages" in strategies.accepted_options(config.strategy):
-            balance = config.options.get("balance")
-            with torch.device("meta"):
-                model = config.workload.build_model()
-            # Timing needs real data; the structural checks are the same for every balance.
-            plan_cut(model, stages, "params" if balance in (None, "time") else balance)
-    except strategies.StrategyError as error:
-        raise UsageError(f"{config.strategy}: {error}") from None
-
-
-def _check_batch_fits(config: Config) -> None:
-    """Refuse a batch of input images that alone exceeds the memory it must be made in: the
-    host's (the global batch is made there), or a GPU's (however a strategy spreads the batch
-    over its distinct GPUs, one of them holds at least an equal share)."""
-    workload = config.workload
-    per_image = 3 * workload.image_size**2 * 4  # float32 pixels
-    shares = [("this machine's memory", config.global_batch, host_memory_bytes())]
-    if config.used_devices.kind == "cuda":
-        gpus = config.used_devices.physical
-        smallest = min(torch.cuda.get_device_properties(g).total_memory for g in gpus)
-        shares.append((f"the memory of {'each of ' if len(gpus) > 1 else ''}"
-                       f"{','.join(map(str, gpus))}", -(-config.global_batch // len(gpus)),
-                       smallest))
-    for where, images, available in shares:
-        if available and images * per_image > available:
-            raise UsageError(
-                f"--batch-size {config.global_batch} at --image-size {workload.image_size}: "
-                f"{images} input images alone need {format_bytes(images * per_image)} "
-                f"({images} x 3 x {workload.image_size}x{workload.image_size} float32), more "
-                f"than {where} ({format_bytes(available)}); use a smaller --image-size or "
-                "--batch-size")
-
-
-def _format_number(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    return f"{value:.3g}"
-
-
-def _print_table(folder: RunFolder) -> None:
-    frame = load_records(folder.path)
-    columns = {
-        "strategy": "strategy", "model": "model", "global_batch": "batch",
-        "image_size": "px", "devices": "devices", "emulated": "emulated", "status": "status",
-        "micro_batches": "M", "bubble_fraction": "bubble", "throughput_ips": "img/s",
-        "step_time_median_s": "median s", "step_time_p90_s": "p90 s",
-        "speedup_vs_baseline": "speedup", "device_efficiency": "efficiency",
-        "scaling_efficiency": "scaling", "peak_memory_max_mib": "peak MiB",
-        "memory_imbalance": "mem max/mean", "achieved_tflops": "TFLOP/s",
-    }
-    table = frame[list(columns)].rename(columns=columns)
-    for column in ("M", "bubble", "img/s", "median s", "p90 s", "speedup", "efficiency",
-                   "scaling", "peak MiB", "mem max/mean", "TFLOP/s"):
-        table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
-    table["memory trend"] = frame["memory_leak_suspected"].map(
-        lambda leak: "RISING" if leak is True else "-")
-    print(table.to_string(index=False, float_format=_format_number, na_rep="-"))
-    for _, row in frame[frame["status"] != "ok"].iterrows():
-        print(f"  {row['strategy']} {row['status']}: {row['reason']}")
-    for _, row in frame[frame["memory_leak_suspected"] == True].iterrows():  # noqa: E712
-        print(f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
-              "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)")
 
 
 def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
@@ -417,7 +327,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         return 130
     finally:
         bar.close()
-    _print_table(folder)
+    print(results_table(load_records(folder.path)))
     print(f"results: {folder.path}")
     return 0
 
@@ -446,8 +356,8 @@ def _command_verify(args: argparse.Namespace) -> int:
                         num_classes=_at_least("--num-classes", args.num_classes, 1),
                         seed=args.seed)
     for name in names:
-        _check_devices_and_cut(Config(name, workload, batch, devices,
-                                      options=strategies.options_for(name, options)))
+        _check(Config(name, workload, batch, devices,
+                      options=strategies.options_for(name, options)))
     tolerance = args.tolerance
     if not tolerance > 0:
         raise UsageError(f"--tolerance must be above 0, got {tolerance}")
@@ -538,7 +448,7 @@ def _command_max_batch(args: argparse.Namespace) -> int:
                         threads_per_device=_at_least("--threads-per-device",
                                                      args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=_positive("--timeout", args.timeout))
-        _check_devices_and_cut(replace(config, global_batch=batch_unit(config)))
+        _check(replace(config, global_batch=batch_unit(config)))
         reason = strategies.skip_reason(name, workload, config.used_devices.logical)
         if reason:
             raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")

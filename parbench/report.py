@@ -11,7 +11,8 @@ import pandas as pd
 from parbench.plots import config_label
 from parbench.results import atomic_write_text, load_records
 
-__all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "write_index", "write_run_report"]
+__all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "results_table", "write_index",
+           "write_run_report"]
 
 INDEX_BEGIN = "<!-- parbench:runs (written by `parbench report`; edit outside these lines) -->"
 INDEX_END = "<!-- /parbench:runs -->"
@@ -150,3 +151,38 @@ def write_index(results_dir: Path) -> Path:
         text = text.rstrip("\n") + "\n\n## All runs\n\n" + block + "\n"
     atomic_write_text(path, text)
     return path
+
+
+def _format_number(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+# The table printed after a run: record field -> column heading.
+_TABLE = {
+    "strategy": "strategy", "model": "model", "global_batch": "batch", "image_size": "px",
+    "devices": "devices", "emulated": "emulated", "status": "status", "micro_batches": "M",
+    "bubble_fraction": "bubble", "throughput_ips": "img/s", "step_time_median_s": "median s",
+    "step_time_p90_s": "p90 s", "speedup_vs_baseline": "speedup",
+    "device_efficiency": "efficiency", "scaling_efficiency": "scaling",
+    "peak_memory_max_mib": "peak MiB", "memory_imbalance": "mem max/mean",
+    "achieved_tflops": "TFLOP/s",
+}
+
+
+def results_table(frame: pd.DataFrame) -> str:
+    """The records as the text table printed after a run, then why each configuration that
+    is not ok is not, and every steady memory rise."""
+    table = frame[list(_TABLE)].rename(columns=_TABLE)
+    numeric = [h for k, h in _TABLE.items() if k not in (
+        "strategy", "model", "global_batch", "image_size", "devices", "emulated", "status")]
+    for column in numeric:
+        table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
+    table["memory trend"] = frame["memory_leak_suspected"].map(
+        lambda leak: "RISING" if leak is True else "-")
+    lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]
+    lines += [f"  {row['strategy']} {row['status']}: {row['reason']}"
+              for _, row in frame[frame["status"] != "ok"].iterrows()]
+    lines += [f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
+              "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)"
+              for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
+    return "\n".join(lines)
