@@ -19,12 +19,7 @@ from parbench import launch, runner, suite
 from parbench.checks import ConfigError, check
 from parbench.config import Config, expand_sweep
 from parbench.data import DataError, open_image_folder
-from parbench.devices import (
-    DeviceError,
-    DeviceSet,
-    cpu_cores,
-    parse_devices,
-)
+from parbench.devices import DeviceError, DeviceSet, cpu_cores, parse_devices
 from parbench.environment import collect_environment, format_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.plots import write_figures
