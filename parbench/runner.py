@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import gc
 import math
-import traceback
 from collections.abc import Callable
 
 import numpy as np
@@ -85,24 +84,6 @@ def _measured_fields(config: Config, merged: dict) -> dict:
 
 
 
-# oneDNN reports a failed scratch allocation this way; under a memory cap it means memory.
-_OUT_OF_MEMORY_UNDER_CAP = ("could not create a primitive",)
-
-
-def _is_out_of_memory(error: BaseException, capped: bool) -> bool:
-    markers = launch.OUT_OF_MEMORY + (_OUT_OF_MEMORY_UNDER_CAP if capped else ())
-    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or any(
-        marker in str(error) for marker in markers)
-
-
-def _failure_reason(error: BaseException) -> str:
-    reason = f"{error.__class__.__name__}: {error}".strip()[:500]
-    if isinstance(error, launch.LaunchError):
-        return reason
-    frame = traceback.extract_tb(error.__traceback__)[-1]
-    return f"{reason} (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
-
-
 def run_config(config: Config, run_id: str = "", index: int = 0,
                environment: dict | None = None,
                measure: Callable[[Config], dict] = launch.measure) -> dict:
@@ -137,9 +118,10 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
             gc.collect()  # what the failed configuration held, before the next one starts
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            outcome = dict(status="oom" if _is_out_of_memory(error, bool(config.memory_cap_mib))
-                           else "error",
-                           reason=_failure_reason(error))
+            outcome = dict(
+                status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
+                else "error",
+                reason=launch.failure_reason(error))
     record = new_record(**{**base, **outcome})
     return {**record, **(environment or {})}
 

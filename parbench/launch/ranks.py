@@ -1,0 +1,70 @@
+"""What one process does for a launcher: train and measure in this process, or play one rank
+of a process group and gather every rank's result on rank 0."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+
+from parbench.config import Config
+from parbench.devices import DeviceSet
+from parbench.measure import Pace
+from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
+
+__all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
+
+
+class Task(enum.Enum):
+    """What a launched process is asked to do."""
+
+    MEASURE = "measure"  # train and measure; rank 0 returns the merged measurement
+    ALONE = "alone"  # a one-process strategy measured in a process of its own (memory cap)
+    VERIFY = "verify"  # one step from a given batch; rank 0 returns every trained parameter
+
+
+@contextlib.contextmanager
+def in_process_threads(config: Config):
+    """Each op runs on its logical device's share of cores; strategies that drive several
+    devices run one worker thread per device, so N logical devices = N cores of work."""
+    threads_before = torch.get_num_threads()
+    if config.used_devices.kind == "cpu":
+        torch.set_num_threads(config.threads_per_device)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def measure_here(config: Config, pace: Pace | None = None) -> dict:
+    """A one-process strategy, measured in this process on its devices' share of cores."""
+    with in_process_threads(config):
+        return merge([measure_worker(config, lambda s: DeviceSet(s.devices), pace=pace)])
+
+
+def set_device(config: Config, device: torch.device) -> None:
+    if device.type == "cpu":
+        torch.set_num_threads(config.threads_per_device)
+    else:
+        torch.cuda.set_device(device)
+
+
+def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=None):
+    """This rank's part of `task`, in an initialised process group; rank 0 returns the result
+    gathered from every rank (the merged measurement, or all the trained parameters)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if task is Task.MEASURE:
+        mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier,
+                                     pace))
+    else:
+        mine = trained_parameters(config, *batch)
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    if rank != 0:
+        return None
+    if task is Task.MEASURE:
+        return merge([WorkerMeasurement(**m) for m in gathered])
+    return [parameter for part in gathered for parameter in part]
