@@ -12,7 +12,6 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
-from parbench.gpu_sampling import GpuSampler
 from parbench.measure import (
     Pace,
     PeakMemory,
@@ -20,6 +19,7 @@ from parbench.measure import (
     memory_cap,
     time_steps,
 )
+from parbench.measure.sampling import GpuSampler
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 

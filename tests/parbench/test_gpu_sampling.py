@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from parbench.gpu_sampling import GpuSampler
+from parbench.measure.sampling import GpuSampler
 from parbench.worker import merge
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))

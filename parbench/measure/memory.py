@@ -1,4 +1,5 @@
-"""Measurement: synchronised step timing, per-device peak memory and FLOPs."""
+"""Memory: peaks per device over the measured steps, what is held after each step and whether
+it keeps rising, imbalance across devices, and caps to run out of memory under."""
 
 from __future__ import annotations
 
@@ -7,88 +8,16 @@ import ctypes
 import functools
 import re
 import resource
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from parbench.devices import DeviceSet
 
-__all__ = [
-    "Pace",
-    "allocated_mib",
-    "memory_cap",
-    "memory_growth",
-    "PeakMemory",
-    "StepTiming",
-    "imbalance",
-    "time_steps",
-    "training_flops_per_image",
-]
+__all__ = ["MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap", "memory_growth"]
 
 MIB = 2**20
-# pace(i): entered before step i and left once it is synchronised (an external timer's hook).
-Pace = Callable[[int], contextlib.AbstractContextManager]
-
-
-@dataclass(frozen=True)
-class StepTiming:
-    """Wall time of each measured step and of the whole measured span; the discarded warm-up
-    steps' times apart (the first one includes compilation under --compile)."""
-
-    step_times_s: tuple[float, ...]
-    total_s: float
-    warmup_step_times_s: tuple[float, ...] = ()
-
-    def percentile(self, q: float) -> float:
-        return float(np.percentile(self.step_times_s, q))
-
-    @property
-    def median_s(self) -> float:
-        return self.percentile(50)
-
-    @property
-    def p90_s(self) -> float:
-        return self.percentile(90)
-
-    def throughput(self, samples_per_step: int) -> float:
-        """Samples per second over the measured span: samples / wall time, not 1 / median."""
-        return samples_per_step * len(self.step_times_s) / self.total_s
-
-
-def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], warmup: int,
-               steps: int, pace: Pace | None = None,
-               start_measuring: Callable[[], None] = lambda: None) -> StepTiming:
-    """Run `warmup` discarded steps, then time `steps` steps.
-
-    `synchronize` waits for every participating device (and, across processes, every rank)
-    before a step's clock starts and after every step, so a step's time includes all the work
-    it queued. `start_measuring()` runs once the warm-up is done on every device, before the
-    first measured step (to reset peaks, read an energy counter). `pace(i)`, where an external
-    timer drives the steps (pytest-benchmark), is entered before step i and left once it is
-    synchronised.
-    """
-    pace = pace or (lambda i: contextlib.nullcontext())
-    synchronize()
-    times, warmup_times = [], []
-    start = None
-    for i in range(warmup + steps):
-        if i == warmup:
-            start_measuring()
-        with pace(i):
-            t0 = time.perf_counter()
-            step(i)
-            synchronize()
-            t1 = time.perf_counter()
-        if i >= warmup:
-            start = t0 if start is None else start
-            times.append(t1 - t0)
-        else:
-            warmup_times.append(t1 - t0)
-    return StepTiming(tuple(times), t1 - start, tuple(warmup_times))
 
 
 def _vm_data_bytes() -> int | None:
@@ -261,16 +190,3 @@ class PeakMemory:
                 kib = _read_vm_hwm_kib()
                 peaks.append(kib / 1024 if kib is not None else float("nan"))
         return peaks
-
-
-def training_flops_per_image(build_model: Callable[[], torch.nn.Module], image_size: int) -> int:
-    """FLOPs of one forward and backward pass per image, counted on the meta device (no compute).
-
-    Counted by torch.utils.flop_counter for the matmuls and convolutions, which dominate a ResNet.
-    """
-    with torch.device("meta"):
-        model = build_model().to("meta")
-    images = torch.empty(2, 3, image_size, image_size, device="meta")
-    with FlopCounterMode(display=False) as counter:
-        model(images).sum().backward()
-    return counter.get_total_flops() // 2

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from parbench.measure import MIB
+from parbench.measure.memory import MIB
 
 __all__ = ["GpuSampler"]
 
