@@ -4,6 +4,7 @@ results, show the environment, list strategies."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -656,6 +657,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("parbench: interrupted; records measured so far are in the run folder",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`parbench strategies | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ class Strategy(ABC):
         needed = max(cls.min_devices, stages or ranks or 0)
         if len(devices) < needed:
             what = (f"{stages} stages need" if stages else
-                    f"world size {ranks} needs" if ranks else f"strategy {cls.name} needs")
+                    f"world size {ranks} needs" if ranks else "needs")
             example = ",".join([devices[0].type if devices else "cpu"] * needed)
             raise StrategyError(
                 f"{what} at least {needed} devices, got {len(devices)} "

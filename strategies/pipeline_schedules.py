@@ -87,14 +87,14 @@ class ScheduledPipeline(ProcessPerDevice):
     def check_config(cls, global_batch, devices, **options) -> None:
         stages = len(cls.select_devices(devices, **options))
         if global_batch < stages:
-            raise StrategyError(f"{cls.name}: a batch of {global_batch} cannot fill {stages} "
+            raise StrategyError(f"a batch of {global_batch} cannot fill {stages} "
                                 f"stages (the schedules need at least one micro-batch per "
                                 f"stage); use --batch-size {stages} or more")
         split, sizes = resolve_split(global_batch, options.get("split_size"), stages)
         if len(set(sizes)) > 1:
             lower = global_batch - global_batch % split
             raise StrategyError(
-                f"{cls.name}: batch {global_batch} in micro-batches of {split} gives unequal "
+                f"batch {global_batch} in micro-batches of {split} gives unequal "
                 f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
                 f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
                 f"--split-size that divides {global_batch}")
@@ -163,7 +163,7 @@ class ScheduledPipeline(ProcessPerDevice):
             return SCHEDULES[self.schedule_name](self._stage, n_microbatches=count,
                                                  loss_fn=weighted_loss, scale_grads=False)
         except ValueError as error:
-            raise StrategyError(f"{self.name}: {error}") from None
+            raise StrategyError(str(error)) from None
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch, depth = len(images), len(self.devices)

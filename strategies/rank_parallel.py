@@ -24,7 +24,7 @@ class SplitBatch(Strategy):
         if global_batch % replicas:
             lower = global_batch - global_batch % replicas
             raise StrategyError(
-                f"{cls.name}: batch {global_batch} does not divide over {replicas} replicas; "
+                f"batch {global_batch} does not divide over {replicas} replicas; "
                 f"use a multiple of {replicas}, e.g. --batch-size {lower or replicas} or "
                 f"{lower + replicas}")
 

@@ -148,7 +148,7 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--strategy", "pipeline", "--devices", "cpu,cpu", "--stages", "3"],
      "3 stages need at least 3 devices, got 2 (cpu,cpu)"),
     (["run", "--strategy", "model-parallel", "--devices", "cpu"],
-     "strategy model-parallel needs at least 2 devices, got 1 (cpu)"),
+     "model-parallel: needs at least 2 devices, got 1 (cpu)"),
     (["run", "--stages", "1"], "--stages must be at least 2, got 1"),
     (["run", "--balance", "random"], "unknown balance 'random'"),
     (["run", "--stages", "3", "--balance", "tutorial"], "--balance tutorial cuts into 2 stages"),
@@ -224,6 +224,13 @@ def test_the_installed_command_prints_no_traceback(argv):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    done = subprocess.run(f"{sys.executable} -m parbench strategies --devices cpu | head -1",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("single")
+    assert done.stderr == ""
 
 
 def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path):
