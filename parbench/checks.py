@@ -56,7 +56,7 @@ def _check_launch(config: Config) -> None:
             raise ConfigError(problem)
     if launch.torchrun_rank() is None:
         return
-    process_per_device = strategies.lookup(config.strategy).cls.process_per_device
+    process_per_device = launch.process_per_device(config)
     if not process_per_device and len(used) > 1:
         raise ConfigError(f"{config.strategy} drives all its devices from one process; run it "
                           "without torchrun")

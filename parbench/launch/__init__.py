@@ -39,7 +39,8 @@ from parbench.worker import trained_parameters
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
     "failure_reason", "is_out_of_memory", "join_torchrun", "leave_torchrun", "measure",
-    "process_group_backend", "torchrun_rank", "verify_parameters", "world_size",
+    "process_group_backend", "process_per_device", "torchrun_rank", "verify_parameters",
+    "world_size",
 ]
 
 

@@ -20,15 +20,6 @@ __all__ = ["MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap", "mem
 MIB = 2**20
 
 
-def _vm_data_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as status:
-            match = re.search(r"VmData:\s+(\d+) kB", status.read())
-    except OSError:
-        return None
-    return int(match.group(1)) * 1024 if match else None
-
-
 @contextlib.contextmanager
 def memory_cap(mib: int | None, devices: DeviceSet | None = None):
     """Let this process allocate at most `mib` MiB more than it holds now, until exit; None:
@@ -41,12 +32,12 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
         with _cuda_memory_cap(mib, devices.physical):
             yield
         return
-    current = _vm_data_bytes() if mib else None
-    if current is None:
+    data_kib = _read_status_kib("VmData") if mib else None
+    if data_kib is None:
         yield
         return
     before = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (current + mib * MIB, before[1]))
+    resource.setrlimit(resource.RLIMIT_DATA, (data_kib * 1024 + mib * MIB, before[1]))
     try:
         yield
     finally:

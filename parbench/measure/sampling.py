@@ -117,8 +117,7 @@ class GpuSampler:
     (then `per_gpu()` is empty).
     """
 
-    def __init__(self, devices: Sequence[torch.device] = (torch.device("cuda", 0),),
-                 interval_s: float = 0.2) -> None:
+    def __init__(self, devices: Sequence[torch.device], interval_s: float = 0.2) -> None:
         self.interval_s = interval_s
         self.samples: list[list[tuple[float, float]]] = []  # per sample: (util %, MiB) per GPU
         self._stop = threading.Event()
