@@ -32,8 +32,9 @@ def test_training_step(benchmark, strategy):
         return run.finish()
 
     record = run_config(config, measure=timed_by_pytest_benchmark)
-    assert record["status"] == "ok", record["reason"]
+    assert record.ok, record.reason
     benchmark.extra_info.update(
-        {key: record[key] for key in ("throughput_ips", "peak_memory_mib", "memory_imbalance",
-                                      "emulated", "devices", "world_size", "memory_source")},
-        record=record)
+        {key: getattr(record, key) for key in ("throughput_ips", "peak_memory_mib",
+                                               "memory_imbalance", "emulated", "devices",
+                                               "world_size", "memory_source")},
+        record=record.to_dict())

@@ -9,7 +9,6 @@ import strategies
 from parbench import launch
 from parbench.config import Config
 from parbench.devices import format_bytes, host_memory_bytes
-from strategies.partition import plan_cut
 
 __all__ = ["ConfigError", "check"]
 
@@ -21,27 +20,22 @@ class ConfigError(ValueError):
 def check(config: Config, check_workload: bool = True) -> None:
     """Raise ConfigError for what `config` cannot do here; `check_workload=False` leaves a
     workload the strategy refuses to be recorded as skipped instead (the quick comparison)."""
-    _check_devices_and_cut(config, check_workload)
+    _check_plan(config, check_workload)
     _check_launch(config)
     _check_batch_fits(config)
 
 
-def _check_devices_and_cut(config: Config, check_workload: bool) -> None:
-    """Too few devices for the strategy or its stages, impossible cuts and a workload the
-    strategy cannot train (the cut is planned on a meta-device model: no memory, no
-    compute)."""
-    cls = strategies.lookup(config.strategy).cls
+def _check_plan(config: Config, check_workload: bool) -> None:
+    """What the strategy refuses (its plan): too few devices, bad option values, impossible
+    cuts and a workload it cannot train. A machine that cannot run it is not refused: the
+    configuration is recorded as skipped."""
     try:
+        config.plan  # noqa: B018 (planning is the check)
+    except strategies.WorkloadRefused as error:
         if check_workload:
-            cls.check_workload(config.workload)
-        cls.check_config(config.global_batch, config.devices.logical, **config.options)
-        if "stages" in strategies.accepted_options(config.strategy):
-            balance = config.options.get("balance")
-            with torch.device("meta"):
-                model = config.workload.build_model()
-            # Timing needs real data; the structural checks are the same for every balance.
-            plan_cut(model, len(config.used_devices),
-                     "params" if balance in (None, "time") else balance)
+            raise ConfigError(f"{config.strategy}: {error}") from None
+    except strategies.Unavailable:
+        pass
     except strategies.StrategyError as error:
         raise ConfigError(f"{config.strategy}: {error}") from None
 
@@ -56,7 +50,7 @@ def _check_launch(config: Config) -> None:
             raise ConfigError(problem)
     if launch.torchrun_rank() is None:
         return
-    process_per_device = launch.process_per_device(config)
+    process_per_device = config.process_per_device
     if not process_per_device and len(used) > 1:
         raise ConfigError(f"{config.strategy} drives all its devices from one process; run it "
                           "without torchrun")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterable
@@ -11,7 +12,13 @@ import strategies
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 
-__all__ = ["Config", "expand_sweep"]
+__all__ = ["Config", "expand_sweep", "options_for"]
+
+
+def options_for(name: str, options: dict) -> dict:
+    """The options, out of `options`, that strategy `name` takes and that are set (not None)."""
+    taken = strategies.lookup(name).cls.Options.names()
+    return {k: v for k, v in options.items() if k in taken and v is not None}
 
 
 @dataclass(frozen=True)
@@ -36,11 +43,33 @@ class Config:
     # allocator's per-process fraction, see measure.memory_cap).
     memory_cap_mib: int | None = None
 
+    @functools.cached_property
+    def plan(self) -> strategies.Plan:
+        """How the strategy will run this configuration (raises StrategyError, Unavailable or
+        WorkloadRefused saying why it cannot; see `strategies.plan`)."""
+        return strategies.plan(self.strategy, self.workload, self.global_batch,
+                               self.devices.logical, self.options)
+
+    def unavailable_reason(self) -> str | None:
+        """Why this machine cannot run the configuration (it is then recorded as skipped), or
+        None if it can; a configuration the strategy refuses raises StrategyError."""
+        try:
+            self.plan  # noqa: B018 (planning is the check)
+        except strategies.Unavailable as error:
+            return str(error)
+        return None
+
+    @property
+    def process_per_device(self) -> bool:
+        """Whether the strategy runs one process per device (else one process for all)."""
+        return strategies.lookup(self.strategy).cls.process_per_device
+
     @property
     def used_devices(self) -> DeviceSet:
         """The devices the strategy takes out of those given (single takes the first)."""
         cls = strategies.lookup(self.strategy).cls
-        return self.devices.take(len(cls.select_devices(self.devices.logical, **self.options)))
+        options = cls.Options.from_values(self.options)
+        return self.devices.take(len(cls.select_devices(self.devices.logical, options)))
 
     def key(self) -> str:
         """What identifies this configuration's measurement (to find it again on --resume)."""
@@ -66,15 +95,15 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
     """The cartesian product of the swept values, strategies varying fastest.
 
     `options` lists the strategy-option combinations to sweep; each strategy receives only the
-    options it accepts (see `strategies.accepted_options`), and a combination that differs only
-    in options a strategy ignores is measured once for it.
+    options it takes (its `Options` fields), and a combination that differs only in options a
+    strategy ignores is measured once for it.
     """
     workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last", "compile", "seed")
                        if k in common}
     configs, seen = [], set()
     for dev, mdl, size, prec, batch, opts, name in itertools.product(
             devices, model, image_size, precision, global_batch, list(options), strategy):
-        kept = strategies.options_for(name, opts)
+        kept = options_for(name, opts)
         key = (dev, mdl, size, prec, batch, name, tuple(sorted(kept.items())))
         if key in seen:
             continue

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import strategies
 from parbench.config import Config
+from parbench.record import Record
 from parbench.runner import run_config
 
 __all__ = ["MaxBatchError", "batch_unit", "find_max_batch"]
@@ -20,32 +21,27 @@ class MaxBatchError(RuntimeError):
 def batch_unit(config: Config) -> int:
     """The smallest batch step the strategy accepts on its devices (data-parallel: one image
     per replica; process-per-stage pipelines: one image per default micro-batch)."""
-    cls = strategies.lookup(config.strategy).cls
     for unit in range(1, 8 * len(config.devices) + 1):
-        try:
-            cls.check_config(unit, config.devices.logical, **config.options)
-        except strategies.StrategyError:
-            continue
-        return unit
+        if _accepts(config, unit):
+            return unit
     return len(config.devices)
 
 
 def find_max_batch(config: Config, limit: int,
-                   on_trial: Callable[[dict], None] = lambda record: None
-                   ) -> tuple[int, bool, list[dict]]:
+                   on_trial: Callable[[Record], None] = lambda record: None
+                   ) -> tuple[int, bool, list[Record]]:
     """(largest batch that trained, whether `limit` stopped the search first, every trial's
     record). Batches are multiples of `batch_unit`, starting at config.global_batch's."""
     unit = batch_unit(config)
-    trials: list[dict] = []
+    trials: list[Record] = []
 
     def fits(multiple: int) -> bool:
         record = run_config(replace(config, global_batch=multiple * unit), index=len(trials))
         trials.append(record)
         on_trial(record)
-        if record["status"] not in ("ok", "oom"):
-            raise MaxBatchError(f"batch {multiple * unit}: {record['status']}: "
-                                f"{record['reason']}")
-        return record["status"] == "ok"
+        if record.status not in ("ok", "oom"):
+            raise MaxBatchError(f"batch {multiple * unit}: {record.status}: {record.reason}")
+        return record.ok
 
     fitting, failing = 0, None  # largest multiple known to fit; smallest known not to
     multiple = max(1, config.global_batch // unit)
@@ -70,9 +66,9 @@ def find_max_batch(config: Config, limit: int,
 
 
 def _accepts(config: Config, batch: int) -> bool:
+    """Whether the strategy can train this batch (e.g. one it can split equally)."""
     try:
-        strategies.lookup(config.strategy).cls.check_config(batch, config.devices.logical,
-                                                            **config.options)
+        replace(config, global_batch=batch).unavailable_reason()
     except strategies.StrategyError:
         return False
-    return True
+    return True  # where the machine cannot run it, the trial records that

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 import strategies  # noqa: E402
 from parbench.runner import bubble_fraction  # noqa: E402
 
-__all__ = ["FIGURES", "config_label", "strategy_colour", "write_figures"]
+__all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "write_figures"]
 
 _PALETTE = plt.get_cmap("tab10").colors
 
@@ -29,24 +29,20 @@ def strategy_colour(name: str):
     return _PALETTE[names.index(name) % len(_PALETTE)] if name in names else "0.5"
 
 
-def _options_text(record: pd.Series) -> str:
-    options = record.get("strategy_options") or {}
-    shown = []
-    if record.get("split_size") == record.get("split_size") and record.get("split_size"):
-        shown.append(f"split {int(record['split_size'])}")
-    if options.get("world_size"):
-        shown.append(f"N={options['world_size']}")
-    for key in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "sync_batchnorm",
-                "accumulation_split"):
-        if options.get(key):
-            shown.append(key if options[key] is True else f"{key}={options[key]}")
-    return ", ".join(shown)
+def options_text(options: dict | None) -> str:
+    """A record's strategy options as each strategy's Options name them: `K=2, split=4`
+    (switches by name; keys no strategy takes, from older records, left out)."""
+    specs = strategies.option_specs()
+    return ", ".join(specs[k].text(v) for k, v in (options or {}).items()
+                     if k in specs and v not in (None, False))
 
 
 def config_label(record: pd.Series) -> str:
-    """`strategy (options)` for axis ticks."""
-    options = _options_text(record)
-    return f"{record['strategy']}\n({options})" if options else record["strategy"]
+    """`strategy (options)` for axis ticks, the options wrapped to the strategy's width."""
+    options = options_text(record.get("strategy_options"))
+    if not options:
+        return record["strategy"]
+    return record["strategy"] + "\n" + textwrap.fill(f"({options})", 24)
 
 
 def _workload_text(frame: pd.DataFrame) -> str:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from parbench.plots import config_label
+from parbench.plots import config_label, options_text
 from parbench.results import atomic_write_text, load_records
 
-__all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "results_table", "write_index",
-           "write_run_report"]
+__all__ = ["INDEX_BEGIN", "INDEX_END", "answers", "markdown_table", "results_table",
+           "write_index", "write_run_report"]
 
 INDEX_BEGIN = "<!-- parbench:runs (written by `parbench report`; edit outside these lines) -->"
 INDEX_END = "<!-- /parbench:runs -->"
@@ -83,8 +83,9 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
                   f"({shared}). "
                   "The code paths are real; the speedups are not what as many real devices "
                   "would give.", ""]
-    lines += [f"Workload: {_workload_line(frame)}.", "",
-              "## Figures", ""]
+    lines += [f"Workload: {_workload_line(frame)}.", "", "## Answers", ""]
+    lines += [f"- {line}" for line in answers(frame)] or ["(no ok records)"]
+    lines += ["", "## Figures", ""]
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
              *[r.get(column) for column, _ in COLUMNS]] for _, r in frame.iterrows()]
@@ -157,32 +158,79 @@ def _format_number(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
+def _named(record: pd.Series) -> str:
+    options = options_text(record.get("strategy_options"))
+    return f"{record['strategy']} ({options})" if options else record["strategy"]
+
+
+def _from_ideal(record: pd.Series, devices: int) -> str:
+    """How far a record is from `devices` times the single device's throughput."""
+    speedup, efficiency = record.get("speedup_vs_baseline"), record.get("device_efficiency")
+    if devices == 1 or speedup is None or speedup != speedup:
+        return ""
+    text = f", {speedup:.2f}x the single device: {efficiency:.0%} of the ideal {devices}x"
+    if efficiency > 1:
+        text += (" (ABOVE the ideal: more than parallelism is at work, e.g. smaller "
+                 "micro-batches running faster per image; measure single "
+                 "--accumulation-split at the same split to tell them apart)")
+    return text
+
+
+def answers(frame: pd.DataFrame) -> list[str]:
+    """What a reader came for, per workload and number of devices: the fastest strategy, the
+    one with the least memory on its fullest device, and how far each is from ideal."""
+    ok = frame[frame["status"] == "ok"]
+    lines = []
+    workload = ["model", "global_batch", "image_size", "precision"]
+    for (model, batch, size, precision), group in ok.groupby(workload, sort=False):
+        counts = group["devices"].astype(str).str.count(",") + 1
+        for devices, same in group.groupby(counts):
+            fastest = same.loc[same["throughput_ips"].idxmax()]
+            leanest = same.loc[same["peak_memory_max_mib"].idxmin()]
+            emulated = " (emulated)" if same["emulated"].fillna(False).astype(bool).any() else ""
+            lines.append(
+                f"{model}, batch {batch}, {size} px, {precision}, {devices} device"
+                f"{'s' if devices > 1 else ''}{emulated}: fastest {_named(fastest)} at "
+                f"{_format_number(fastest['throughput_ips'])} img/s"
+                f"{_from_ideal(fastest, devices)}; least memory on its fullest device "
+                f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} MiB "
+                f"(max/mean {leanest['memory_imbalance']:.2f})")
+    return lines
+
+
 # The table printed after a run: record field -> column heading.
 _TABLE = {
-    "strategy": "strategy", "model": "model", "global_batch": "batch", "image_size": "px",
-    "devices": "devices", "emulated": "emulated", "status": "status", "micro_batches": "M",
-    "bubble_fraction": "bubble", "throughput_ips": "img/s", "step_time_median_s": "median s",
-    "step_time_p90_s": "p90 s", "speedup_vs_baseline": "speedup",
-    "device_efficiency": "efficiency", "scaling_efficiency": "scaling",
-    "peak_memory_max_mib": "peak MiB", "memory_imbalance": "mem max/mean",
-    "achieved_tflops": "TFLOP/s",
+    "strategy": "strategy", "options": "options", "model": "model", "global_batch": "batch",
+    "image_size": "px", "devices": "devices", "status": "status", "throughput_ips": "img/s",
+    "speedup_vs_baseline": "speedup", "device_efficiency": "efficiency",
+    "scaling_efficiency": "scaling", "peak_memory_max_mib": "peak MiB",
+    "memory_imbalance": "mem max/mean",
 }
+_NUMERIC = ("throughput_ips", "speedup_vs_baseline", "device_efficiency", "scaling_efficiency",
+            "peak_memory_max_mib", "memory_imbalance")
 
 
-def results_table(frame: pd.DataFrame) -> str:
-    """The records as the text table printed after a run, then why each configuration that
-    is not ok is not, and every steady memory rise."""
-    table = frame[list(_TABLE)].rename(columns=_TABLE)
-    numeric = [h for k, h in _TABLE.items() if k not in (
-        "strategy", "model", "global_batch", "image_size", "devices", "emulated", "status")]
-    for column in numeric:
-        table[column] = pd.to_numeric(table[column], errors="coerce")  # None -> NaN -> "-"
+def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
+    """What is printed after a run: the columns a reader compares, why each configuration
+    that is not ok is not, every steady memory rise, the answers, and where the rest is."""
+    table = frame.assign(options=frame["strategy_options"].map(options_text))
+    table = table[list(_TABLE)].rename(columns=_TABLE)
+    for field in _NUMERIC:  # None -> NaN -> "-"
+        table[_TABLE[field]] = pd.to_numeric(table[_TABLE[field]], errors="coerce")
     table["memory trend"] = frame["memory_leak_suspected"].map(
         lambda leak: "RISING" if leak is True else "-")
+    for column in ("strategy", "options", "devices"):  # text reads left-aligned
+        text = table[column].astype(str)
+        table[column] = text.str.ljust(max(text.str.len().max(), len(column)))
     lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]
     lines += [f"  {row['strategy']} {row['status']}: {row['reason']}"
               for _, row in frame[frame["status"] != "ok"].iterrows()]
     lines += [f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
               "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)"
               for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
+    lines += ["", *answers(frame)]
+    if folder is not None:
+        lines += ["", f"every field (step times, memory per device, FLOPs, environment): "
+                      f"{folder / 'records.csv'}; figures and a report: `parbench report "
+                      f"{folder}`"]
     return "\n".join(lines)

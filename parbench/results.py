@@ -1,4 +1,4 @@
-"""Result records: the flat schema, run folders written atomically as CSV and JSON, loading."""
+"""Run folders of records written atomically as CSV and JSON, and loading them back."""
 
 from __future__ import annotations
 
@@ -10,46 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = [
-    "FIELDS", "LIST_FIELDS", "STATUSES", "ResultsError", "RunFolder", "atomic_write_text",
-    "load_records", "new_record", "read_results",
-]
+from parbench.record import FIELDS, LIST_FIELDS, Record
 
-STATUSES = ("ok", "oom", "error", "skipped")
-
-# Column order of records.csv; every record has every field (None where it does not apply).
-# The environment's keys (parbench.environment) follow these.
-FIELDS = (
-    "run_id", "config_index", "config_key", "status", "reason",
-    "strategy", "strategy_options", "model", "image_size", "num_classes", "precision",
-    "channels_last", "compile", "global_batch", "stages", "partition", "split_size",
-    "micro_batches", "bubble_fraction", "data", "devices", "physical_devices", "nodes",
-    "device_kind", "world_size", "backend", "emulated", "threads_per_device", "torch_threads",
-    "memory_cap_mib",
-    "warmup_steps", "measured_steps",
-    "throughput_ips", "step_time_median_s", "step_time_p90_s", "step_time_min_s",
-    "step_time_max_s", "step_times_s", "rank_step_times_s", "first_step_time_s",
-    "compile_time_s", "speedup_vs_baseline",
-    "device_efficiency", "scaling_efficiency",
-    "peak_memory_mib", "peak_memory_max_mib", "memory_imbalance", "memory_source",
-    "physical_peak_memory_mib", "memory_after_step_mib", "memory_growth_mib_per_step",
-    "memory_leak_suspected", "flops_per_image", "achieved_tflops",
-    "gpu_utilisation_pct", "gpu_memory_used_mib", "gpu_sampling", "gpu_energy_j",
-    "images_per_joule", "loss_first", "loss_last",
-)
-# Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
-LIST_FIELDS = ("strategy_options", "step_times_s", "rank_step_times_s", "peak_memory_mib",
-               "physical_peak_memory_mib", "memory_after_step_mib", "gpu_utilisation_pct",
-               "gpu_memory_used_mib")
-
-
-def new_record(**values) -> dict:
-    """A record with every schema field present; unknown field names are a programming error."""
-    unknown = set(values) - set(FIELDS)
-    if unknown:
-        raise KeyError(f"not record fields: {sorted(unknown)}")
-    return {field: values.get(field) for field in FIELDS}
-
+__all__ = ["ResultsError", "RunFolder", "atomic_write_text", "load_records", "read_results"]
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
@@ -105,9 +68,9 @@ class RunFolder:
                                "folder written by `parbench run`")
         return folder
 
-    def read_records(self) -> list[dict]:
+    def read_records(self) -> list[Record]:
         """The records written so far (plain JSON, never unpickled)."""
-        return _records_from_json(self.path / "records.json")
+        return [Record.from_dict(r) for r in _records_from_json(self.path / "records.json")]
 
     def write_command(self, arguments: dict) -> None:
         """The sweep's arguments, so that `--resume` measures the same configurations."""
@@ -124,8 +87,9 @@ class RunFolder:
     def write_environment(self, environment: dict) -> None:
         atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
 
-    def write_records(self, records: list[dict]) -> None:
+    def write_records(self, records: list[Record]) -> None:
         """Replace records.json and records.csv with `records` (each write is atomic)."""
+        records = [record.to_dict() for record in records]
         atomic_write_text(self.path / "records.json", json.dumps(records, indent=2) + "\n")
         frame = pd.DataFrame(records)
         for field in LIST_FIELDS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import math
@@ -14,7 +15,8 @@ import strategies
 from parbench import launch
 from parbench.config import Config
 from parbench.measure import imbalance, memory_growth, training_flops_per_image
-from parbench.results import RunFolder, new_record
+from parbench.record import Record
+from parbench.results import RunFolder
 from parbench.workloads import Workload
 
 __all__ = ["add_comparisons", "bubble_fraction", "follow_sweep", "run_config", "run_sweep"]
@@ -31,22 +33,20 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
 
 
 def _measured_fields(config: Config, merged: dict) -> dict:
-    """Record fields from the launcher's merged measurement."""
+    """Record fields from the launcher's merged measurement: the derived statistics are
+    computed here, once."""
     times = merged["step_times_s"]
     throughput = config.global_batch * len(times) / merged["total_s"]
     flops = _flops_per_image(config.workload)
     peaks = merged["peak_memory_mib"]
-    options = merged["strategy_options"]
     losses = merged["losses"]
     growth, leaking = memory_growth(merged["memory_after_step_mib"])
     first_step = (merged["warmup_step_times_s"] or [None])[0]
     median = float(np.percentile(times, 50))
     return dict(
         status="ok",
-        strategy_options=options,
         stages=merged["pipeline_stages"],
-        split_size=options.get("split_size"),
-        partition=options.get("partition"),
+        partition=merged["partition"],
         micro_batches=merged["micro_batches"],
         bubble_fraction=bubble_fraction(merged["pipeline_stages"], merged["micro_batches"]),
         torch_threads=merged["torch_threads"],
@@ -86,7 +86,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
 
 def run_config(config: Config, run_id: str = "", index: int = 0,
                environment: dict | None = None,
-               measure: Callable[[Config], dict] = launch.measure) -> dict:
+               measure: Callable[[Config], dict] = launch.measure) -> Record:
     """Measure one configuration and return its record; failures become a record, not a raise.
 
     `measure` returns the launcher's merged fields (another driver, such as pytest-benchmark,
@@ -108,9 +108,14 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         measured_steps=config.steps, stages=config.options.get("stages"),
         split_size=config.options.get("split_size"),
     )
-    reason = strategies.skip_reason(config.strategy, workload, used.logical)
-    if reason is not None:
-        outcome = dict(status="skipped", reason=reason)
+    try:
+        options = config.plan.options
+        base.update(strategy_options=options.given(), split_size=getattr(options, "split_size",
+                                                                         None))
+    except strategies.Unavailable as error:
+        outcome = dict(status="skipped", reason=str(error))
+    except strategies.StrategyError as error:  # a harness that skipped parbench.checks
+        outcome = dict(status="error", reason=f"{config.strategy}: {error}")
     else:
         try:
             outcome = _measured_fields(config, measure(config))
@@ -122,47 +127,41 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
                 status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
                 else "error",
                 reason=launch.failure_reason(error))
-    record = new_record(**{**base, **outcome})
-    return {**record, **(environment or {})}
+    return Record(**{**base, **outcome}, environment=dict(environment or {}))
 
 
-def _comparison_key(record: dict) -> tuple:
-    return tuple(record[k] for k in ("model", "image_size", "num_classes", "precision",
-                                     "channels_last", "compile", "global_batch",
-                                     "device_kind"))
+def _comparison_key(record: Record) -> tuple:
+    return (record.model, record.image_size, record.num_classes, record.precision,
+            record.channels_last, record.compile, record.global_batch, record.device_kind)
 
 
-def _device_count(record: dict) -> int:
-    return len(record["devices"].split(","))
-
-
-def _scaling_key(record: dict) -> tuple:
+def _scaling_key(record: Record) -> tuple:
     """The same strategy with the same options, whatever its number of devices."""
-    options = {k: v for k, v in (record["strategy_options"] or {}).items()
-               if k != "world_size"}
-    return (*_comparison_key(record), record["strategy"], repr(sorted(options.items())))
+    options = {k: v for k, v in (record.strategy_options or {}).items() if k != "world_size"}
+    return (*_comparison_key(record), record.strategy, repr(sorted(options.items())))
 
 
-def add_comparisons(records: list[dict]) -> None:
+def add_comparisons(records: list[Record]) -> None:
     """Against the same workload and batch measured in the same run: speedup over the baseline
-    strategy, per-device efficiency = speedup / devices used, and scaling efficiency
-    T(N) / (N x T(1)) against the same strategy on one device (1.0 = perfect scaling)."""
-    ok = [r for r in records if r["status"] == "ok"]
-    baselines = {_comparison_key(r): r["throughput_ips"] for r in ok
-                 if r["strategy"] == strategies.BASELINE}
-    one_device = {_scaling_key(r): r["throughput_ips"] for r in ok if _device_count(r) == 1}
+    strategy (with its default options: the whole batch at once), per-device efficiency =
+    speedup / devices used, and scaling efficiency T(N) / (N x T(1)) against the same strategy
+    with the same options on one device (1.0 = perfect scaling)."""
+    ok = [r for r in records if r.ok]
+    baselines = {_comparison_key(r): r.throughput_ips for r in ok
+                 if r.strategy == strategies.BASELINE and not r.strategy_options}
+    one_device = {_scaling_key(r): r.throughput_ips for r in ok if r.device_count == 1}
     for record in records:
         baseline = baselines.get(_comparison_key(record))
-        single = one_device.get(_scaling_key(record)) if record["status"] == "ok" else None
-        record["scaling_efficiency"] = (record["throughput_ips"] / (_device_count(record) * single)
-                                        if single else None)
-        if record["status"] != "ok" or not baseline:
-            record["speedup_vs_baseline"] = record["device_efficiency"] = None
+        single = one_device.get(_scaling_key(record)) if record.ok else None
+        record.scaling_efficiency = (record.throughput_ips / (record.device_count * single)
+                                     if single else None)
+        if not record.ok or not baseline:
+            record.speedup_vs_baseline = record.device_efficiency = None
             continue
-        speedup = record["throughput_ips"] / baseline
-        record["speedup_vs_baseline"] = speedup
-        record["device_efficiency"] = (speedup / _device_count(record)
-                                       if not math.isnan(speedup) else None)
+        speedup = record.throughput_ips / baseline
+        record.speedup_vs_baseline = speedup
+        record.device_efficiency = (speedup / record.device_count
+                                    if not math.isnan(speedup) else None)
 
 
 # Outcomes a resumed sweep keeps; `error` configurations are measured again.
@@ -171,8 +170,8 @@ FINAL_STATUSES = ("ok", "oom", "skipped")
 
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
               on_start: Callable[[int, Config], None] | None = None,
-              on_done: Callable[[int, dict], None] | None = None,
-              stop_on_failure: bool = False, previous: list[dict] = ()) -> list[dict]:
+              on_done: Callable[[int, Record], None] | None = None,
+              stop_on_failure: bool = False, previous: list[Record] = ()) -> list[Record]:
     """Measure every configuration in order, rewriting the run folder after each one.
 
     A configuration that fails is recorded with its status and the sweep goes on (or, with
@@ -182,11 +181,11 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
     configuration reached a final status are kept instead of measured again.
     """
     folder.write_environment(environment)
-    done = {r.get("config_key"): r for r in previous if r.get("status") in FINAL_STATUSES}
-    records: list[dict] = []
+    done = {r.config_key: r for r in previous if r.status in FINAL_STATUSES}
+    records: list[Record] = []
     for index, config in enumerate(configs):
         if config.key() in done:
-            records.append({**done[config.key()], "config_index": index})
+            records.append(dataclasses.replace(done[config.key()], config_index=index))
             continue
         if on_start:
             on_start(index, config)
@@ -195,8 +194,8 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
         folder.write_records(records)
         if on_done:
             on_done(index, records[-1])
-        if stop_on_failure and records[-1]["status"] in ("error", "oom"):
-            raise launch.LaunchError(f"{config.label()}: {records[-1]['reason']}")
+        if stop_on_failure and records[-1].status in ("error", "oom"):
+            raise launch.LaunchError(f"{config.label()}: {records[-1].reason}")
     return records
 
 
@@ -205,6 +204,5 @@ def follow_sweep(configs: list[Config]) -> None:
     in the same order, measured together; rank 0 records them. A failure raises, which ends
     this process and, through torchrun, the job."""
     for config in configs:
-        if strategies.skip_reason(config.strategy, config.workload,
-                                  config.used_devices.logical) is None:
+        if config.unavailable_reason() is None:
             launch.measure(config)

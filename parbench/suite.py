@@ -30,13 +30,11 @@ def config(strategy: str, devices: DeviceSet, model: str = MODELS[0], **options)
 def cannot_run(strategy: str, devices: DeviceSet, **options) -> str | None:
     """Why the suite's `strategy` cannot run on `devices` here (too few devices, a batch it
     cannot split, a machine that lacks what it needs), or None if it can."""
-    cls = strategies.lookup(strategy).cls
     try:
-        used = cls.select_devices(devices.logical, **options)
-        cls.check_config(GLOBAL_BATCH, devices.logical, **options)
+        strategies.plan(strategy, workload(), GLOBAL_BATCH, devices.logical, options)
     except strategies.StrategyError as error:
         return str(error)
-    return strategies.skip_reason(strategy, workload(), used)
+    return None
 
 
 def runnable(devices: DeviceSet) -> list[str]:
@@ -55,5 +53,4 @@ def world_sizes(devices: DeviceSet) -> list[int]:
 
 def scaled_strategies() -> list[str]:
     """The strategies whose number of ranks is swept (they take `world_size`)."""
-    return [name for name in strategies.names()
-            if "world_size" in strategies.accepted_options(name)]
+    return strategies.takers("world_size")

@@ -8,7 +8,7 @@ import torch
 
 import strategies
 from parbench import launch
-from parbench.config import Config
+from parbench.config import Config, options_for
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 
@@ -58,12 +58,11 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
 
     verdicts = []
     for name in names:
-        kept = strategies.options_for(name, options)
+        kept = options_for(name, options)
         config = Config(name, workload, global_batch, devices, options=kept,
                         threads_per_device=threads_per_device)
         try:
-            reference = baseline(strategies.lookup(name).cls.equivalent_accumulation(
-                global_batch, devices.logical, **kept))
+            reference = baseline(config.plan.reference_split)
             parameters = launch.verify_parameters(config, images, labels)
         except Exception as error:  # one failing strategy is one row; the rest are checked
             verdicts.append(Verdict(name, kept, float("nan"), float("nan"), tolerance,

@@ -20,6 +20,8 @@ from parbench.measure import (
     time_steps,
 )
 from parbench.measure.sampling import GpuSampler
+from parbench.measure.tensors import SOURCE as TENSORS_SOURCE
+from parbench.measure.tensors import TensorMemory
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
@@ -37,7 +39,8 @@ class WorkerMeasurement:
     physical_memory_mib: list[float]  # per physical device this worker sees
     memory_after_step_mib: list[float]  # held after each measured step (see allocated_mib)
     torch_threads: int
-    strategy_options: dict
+    strategy_options: dict  # as planned, defaults resolved (see Options.given)
+    partition: str | None  # where the strategy cut the model, if it did
     micro_batches: int
     pipeline_stages: int
     gpu_sampling: str
@@ -45,8 +48,7 @@ class WorkerMeasurement:
 
 
 def _build(config: Config) -> strategies.Strategy:
-    return strategies.create(config.strategy, config.workload, config.devices.logical,
-                             **config.options)
+    return strategies.create(config.plan)
 
 
 def _loss_value(loss: torch.Tensor) -> float:
@@ -71,20 +73,26 @@ def _capped_devices(config: Config) -> DeviceSet:
     """What this process's memory cap applies to: every device of a one-process strategy; a
     rank's own GPU (the launcher made it current) where there is one process per device."""
     used = config.used_devices
-    if used.kind == "cuda" and strategies.lookup(config.strategy).cls.process_per_device:
+    if used.kind == "cuda" and config.process_per_device:
         return DeviceSet((torch.device("cuda", torch.cuda.current_device()),))
     return used
 
 
 def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
     strategy = _build(config)
-    batches = None
+    batches = tensors = None
     try:
         strategy.setup()
         devices = local_devices(strategy)
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
         memory = PeakMemory(devices)
+        placed = strategy.placed_modules()
+        if placed is not None and (devices.kind == "cpu" or devices.emulated):
+            # A CPU process's resident set includes the interpreter and libraries, and
+            # logical devices sharing a physical one cannot be told apart by its counters:
+            # count what each logical device holds instead.
+            tensors = TensorMemory(placed)
         sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
         losses: list[torch.Tensor] = []
 
@@ -92,7 +100,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             """Peaks (of the measured steps, not of building the model) and energy count
             from here: the warm-up is done on every device."""
             memory.reset()
-            strategy.reset_logical_memory()
+            if tensors is not None:
+                tensors.reset()
             if sampler is not None:
                 sampler.start_energy()
 
@@ -100,6 +109,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
 
         def step(i: int) -> None:
             losses.append(strategy.train_step(*batches.next()))
+            if tensors is not None:
+                tensors.after_step()  # what backward saved and did not use is freed now
             if i >= config.warmup:
                 after_step.append(allocated_mib(devices))
 
@@ -116,15 +127,9 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             timing = time_steps(step, sync, config.warmup, config.steps, pace, start_measuring)
 
         physical = memory.read_mib()
-        logical = strategy.logical_memory_mib()
-        if logical is not None and (devices.kind == "cpu" or devices.emulated):
-            # A CPU process's resident set includes the interpreter and libraries, and
-            # logical devices sharing a physical one cannot be told apart by its counters:
-            # compare what each logical device holds instead.
-            memory_mib = logical
-            source = ("tensors per logical device: parameters, gradients, optimiser state and "
-                      "live activations saved for backward (saved-tensor hooks); physical: "
-                      + memory.source)
+        if tensors is not None:
+            memory_mib = tensors.read_mib(strategy.optimizer)
+            source = f"{TENSORS_SOURCE}; physical: {memory.source}"
         else:
             memory_mib = physical
             source = memory.source
@@ -140,13 +145,16 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             physical_memory_mib=physical,
             memory_after_step_mib=after_step,
             torch_threads=torch.get_num_threads(),
-            strategy_options=dict(strategy.options),
+            strategy_options=strategy.options.given(),
+            partition=strategy.partition,
             micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages,
             gpu_sampling=sampler.source if sampler else "not a GPU run",
             gpus=sampler.per_gpu() if sampler else {},
         )
     finally:
+        if tensors is not None:
+            tensors.close()
         if batches is not None:
             batches.close()
         strategy.close()
@@ -184,6 +192,7 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
             if len(measurements) > 1 else ""),
         torch_threads=first.torch_threads,
         strategy_options=first.strategy_options,
+        partition=first.partition,
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,
         gpu_sampling=first.gpu_sampling,

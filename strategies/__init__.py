@@ -1,4 +1,5 @@
-"""The strategies parbench compares, by name: a registry of classes and their preset options."""
+"""The strategies parbench compares, by name: a registry of classes and their preset options,
+and the one place that answers "can this strategy run here, with these options, and how"."""
 
 from __future__ import annotations
 
@@ -7,24 +8,28 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.base import Strategy, StrategyError
+from strategies.base import Plan, Strategy
 from strategies.data_parallel import DataParallel
 from strategies.ddp import DDP
+from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.fsdp import FSDP
 from strategies.model_parallel import ModelParallel
+from strategies.options import Options, OptionSpec
 from strategies.pipeline import Pipeline
 from strategies.pipeline_schedules import ScheduledPipeline
 from strategies.single import SingleDevice
 
 __all__ = [
-    "BASELINE", "REGISTRY", "Strategy", "StrategyError", "accepted_options", "available",
-    "create", "lookup", "names", "options_for", "skip_reason",
+    "BASELINE", "REGISTRY", "OptionSpec", "Options", "Plan", "Strategy", "StrategyError",
+    "Unavailable", "WorkloadRefused", "available", "create", "lookup", "names", "option_specs",
+    "plan", "takers",
 ]
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered name: the class that implements it and the options it presets."""
+    """A registered name: the class that implements it and the constructor arguments it
+    presets (not options: a user cannot change them)."""
 
     cls: type[Strategy]
     preset: dict = field(default_factory=dict)
@@ -57,8 +62,26 @@ def lookup(name: str) -> Entry:
         ) from None
 
 
+def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],
+         options: dict | Options | None = None) -> Plan:
+    """How strategy `name` trains `workload` at `global_batch` on `devices` with `options`
+    (those it does not take are ignored): raises StrategyError (a usage error),
+    WorkloadRefused or Unavailable (this machine cannot), each with one line saying why."""
+    cls = lookup(name).cls
+    if not isinstance(options, Options):
+        options = cls.Options.from_values(options or {})
+    return cls.plan(name, workload, global_batch, devices, options)
+
+
+def create(plan: Plan) -> Strategy:
+    """The strategy a plan describes (not yet set up)."""
+    entry = lookup(plan.strategy)
+    return entry.cls(plan, **entry.preset)
+
+
 def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
-    """Every strategy name -> None if it can run on `devices` here, else the reason it cannot."""
+    """Every strategy name -> None if this machine can run it on `devices` (with its default
+    options), else the reason it cannot."""
     reasons = {}
     for name, entry in REGISTRY.items():
         try:
@@ -70,28 +93,17 @@ def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
     return reasons
 
 
-def skip_reason(name: str, workload, devices: Sequence[torch.device]) -> str | None:
-    """Why strategy `name` cannot train `workload` on `devices` here (it is then recorded as
-    skipped), or None if it can."""
-    cls = lookup(name).cls
-    try:
-        cls.check_workload(workload)
-    except StrategyError as error:
-        return str(error)
-    return cls.unavailable_reason(devices)
+def option_specs() -> dict[str, OptionSpec]:
+    """Every option any registered strategy takes, by name (the command line's flags)."""
+    specs: dict[str, OptionSpec] = {}
+    for name, entry in REGISTRY.items():
+        for spec in entry.cls.Options.specs():
+            if specs.setdefault(spec.name, spec) != spec:
+                raise TypeError(f"{name} defines option {spec.name} differently from another "
+                                "strategy; share one Options field")
+    return specs
 
 
-def accepted_options(name: str) -> tuple[str, ...]:
-    """Option names the strategy takes from a sweep (`--split-size`, `--stages`, ...)."""
-    return lookup(name).cls.option_names
-
-
-def options_for(name: str, options: dict) -> dict:
-    """The options, out of `options`, that strategy `name` takes and that are set."""
-    accepted = accepted_options(name)
-    return {k: v for k, v in options.items() if k in accepted and v is not None}
-
-
-def create(name: str, workload, devices: Sequence[torch.device], **options) -> Strategy:
-    entry = lookup(name)
-    return entry.cls(workload, devices, **{**entry.preset, **options})
+def takers(option: str) -> list[str]:
+    """The registered strategies that take `option`."""
+    return [name for name, entry in REGISTRY.items() if option in entry.cls.Options.names()]

@@ -4,98 +4,136 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from strategies.errors import StrategyError, Unavailable, WorkloadRefused
+from strategies.options import Options
+
 if TYPE_CHECKING:
     from parbench.workloads import Workload
 
-__all__ = ["ProcessPerDevice", "Strategy", "StrategyError"]
+__all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
+           "WorkloadRefused"]
 
 
-class StrategyError(ValueError):
-    """A strategy asked to run where or how it cannot."""
+@dataclass(frozen=True)
+class Plan:
+    """How a registered strategy will train a workload at a global batch on some devices:
+    checked and resolved before anything runs (see `Strategy.plan`)."""
+
+    strategy: str  # the registered name
+    workload: Workload
+    global_batch: int
+    devices: tuple[torch.device, ...]  # the devices the strategy uses out of those given
+    options: Options  # with the defaults that depend on the batch and devices resolved
+
+    @property
+    def reference_split(self) -> int | None:
+        """The micro-batch size over which `single`, accumulating gradients, makes exactly this
+        plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
+        single-device step is the reference."""
+        from strategies import lookup  # the registry imports this module
+
+        return lookup(self.strategy).cls.reference_split(self)
 
 
 class Strategy(ABC):
     """One way to train a workload on a list of logical devices.
 
-    A strategy builds its model and optimiser in `setup` and performs exactly one optimiser
-    update of the whole global batch per `train_step`. It never times, samples or writes
-    anything: the harness does that around it.
+    A strategy describes itself (its `Options` dataclass, its device needs, its refusals) and
+    `plan` answers, before anything runs, whether and how it can train a configuration. Built
+    from that plan, it makes its model and optimiser in `setup` and performs exactly one
+    optimiser update of the whole global batch per `train_step`. It never times, samples or
+    writes anything: the harness does that around it.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    Options: ClassVar[type[Options]] = Options
     min_devices: ClassVar[int] = 1
     # How many of the given devices the strategy uses; None = all of them.
     max_devices: ClassVar[int | None] = None
     # True: the launcher starts one process per device, each building the strategy with the
     # process group already initialised (rank k drives devices[k]).
     process_per_device: ClassVar[bool] = False
-    # Options a sweep may set (`--split-size` -> split_size); others are not passed.
-    option_names: ClassVar[tuple[str, ...]] = ()
     # Why the strategy cannot train in fp16 or under --compile (torch.compile), or None.
     fp16_refusal: ClassVar[str | None] = None
     compile_refusal: ClassVar[str | None] = None
 
-    def __init__(self, workload: Workload, devices: Sequence[torch.device], **options) -> None:
-        self.check_workload(workload)
-        self.workload = workload
-        self.devices = self.select_devices(devices, **options)
-        self.options = {k: v for k, v in options.items() if v is not None}
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.workload = plan.workload
+        self.devices = plan.devices
+        self.options = plan.options
+
+    @classmethod
+    def plan(cls, name: str, workload: Workload, global_batch: int,
+             devices: Sequence[torch.device], options: Options) -> Plan:
+        """Whether this strategy can train `workload` at `global_batch` on `devices` with
+        `options`, and how: raises StrategyError (a usage error), WorkloadRefused or
+        Unavailable (this machine cannot) with one line saying why."""
+        used = cls.select_devices(devices, options)
+        options.check(workload, global_batch, used)
+        cls.check_plan(workload, global_batch, used, options)
+        cls.check_workload(workload)
+        reason = cls.unavailable_reason(used)
+        if reason:
+            raise Unavailable(reason)
+        return Plan(name, workload, global_batch, used, options.resolved(global_batch, used))
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],
-                       **options) -> tuple[torch.device, ...]:
-        """The devices this strategy uses out of those given (refused if too few).
-
-        The option `stages` (pipelines) or `world_size` (data parallel), where a strategy takes
-        it, uses the first that many devices.
-        """
-        stages, ranks = options.get("stages"), options.get("world_size")
-        needed = max(cls.min_devices, stages or ranks or 0)
+                       options: Options | None = None) -> tuple[torch.device, ...]:
+        """The devices this strategy uses out of those given (refused if too few): the first
+        `options.device_count()` of them where the options ask for a number (stages, ranks)."""
+        options = options or cls.Options()
+        count = options.device_count()
+        needed = max(cls.min_devices, count or 0)
         if len(devices) < needed:
-            what = (f"{stages} stages need" if stages else
-                    f"world size {ranks} needs" if ranks else "needs")
+            what = options.device_count_text() if count else "needs"
             example = ",".join([devices[0].type if devices else "cpu"] * needed)
             raise StrategyError(
                 f"{what} at least {needed} devices, got {len(devices)} "
                 f"({','.join(map(str, devices))}); list more with --devices, e.g. "
                 f"--devices {example}"
             )
-        count = stages or ranks or cls.max_devices
+        count = count or cls.max_devices
         return tuple(devices[:count] if count else devices)
 
     @classmethod
     def check_workload(cls, workload: Workload) -> None:
-        """Refuse a workload this strategy cannot train (raise StrategyError saying why)."""
+        """Refuse a workload this strategy cannot train (raise WorkloadRefused saying why)."""
         if workload.precision == "fp16" and cls.fp16_refusal:
-            raise StrategyError(cls.fp16_refusal)
+            raise WorkloadRefused(cls.fp16_refusal)
         if workload.compile and cls.compile_refusal:
-            raise StrategyError(cls.compile_refusal)
+            raise WorkloadRefused(cls.compile_refusal)
 
     @classmethod
-    def check_config(cls, global_batch: int, devices: Sequence[torch.device],
-                     **options) -> None:
-        """Refuse, before anything runs, what this strategy cannot do with these devices, batch
-        and options (raise StrategyError saying how to fix it)."""
+    def check_plan(cls, workload: Workload, global_batch: int,
+                   devices: tuple[torch.device, ...], options: Options) -> None:
+        """Refuse what this strategy itself cannot do with this batch on the devices it uses
+        (raise StrategyError saying how to fix it); the options check their own values."""
 
     @classmethod
-    def equivalent_accumulation(cls, global_batch: int, devices: Sequence[torch.device],
-                                **options) -> int | None:
-        """The micro-batch size over which `single`, accumulating gradients, makes exactly this
-        strategy's update (BatchNorm normalises per micro-batch or per replica); None: the
-        plain single-device step is the reference."""
-        return options.get("split_size")
+    def reference_split(cls, plan: Plan) -> int | None:
+        """See `Plan.reference_split`."""
+        return getattr(plan.options, "split_size", None)
 
     @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:
         """Why this machine cannot run the strategy on these devices (it is then recorded as
         skipped), or None if it can. Too few devices is a usage error, see `select_devices`."""
+        return None
+
+    @property
+    def partition(self) -> str | None:
+        """Where the model was cut (`conv1..layer2 | layer3..fc`), for strategies that cut it,
+        once `setup` has run."""
         return None
 
     @property
@@ -124,13 +162,11 @@ class Strategy(ABC):
         """How many sequential stages the model is cut into (1 = not cut)."""
         return 1
 
-    def logical_memory_mib(self) -> list[float] | None:
-        """Peak memory held per logical device since `reset_logical_memory`, where the strategy
-        can attribute it itself (needed when logical devices share a physical one); else None."""
+    def placed_modules(self) -> list[nn.Module] | None:
+        """The module this process runs on each logical device it drives, in device order, as
+        the strategy calls it (the harness counts the tensors each holds, see
+        parbench.measure.tensors); None where the devices' shares cannot be told apart."""
         return None
-
-    def reset_logical_memory(self) -> None:
-        """Start a new window for `logical_memory_mib`."""
 
     def prepare_training(self, parameters, loss_device: torch.device) -> None:
         """The workload's loss, its optimiser over `parameters`, and its gradient scaler for

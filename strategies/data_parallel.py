@@ -16,7 +16,6 @@ class DataParallel(SplitBatch):
 
     name = "data-parallel"
     summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
-    option_names = ("world_size",)
     compile_refusal = ("torch.compile does not support nn.DataParallel (it replicates the "
                        "module every step); drop --compile, or use ddp, which compiles")
 

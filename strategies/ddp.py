@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from strategies.base import StrategyError
-from strategies.rank_parallel import RankDataParallel
+from strategies.errors import StrategyError
+from strategies.options import option
+from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
-__all__ = ["DDP"]
+__all__ = ["DDP", "DDPOptions"]
+
+
+@dataclass(frozen=True)
+class DDPOptions(ReplicaOptions):
+    """DistributedDataParallel's own settings (one value each, not swept)."""
+
+    bucket_cap_mb: float | None = option(above=0, sweep=False, help="gradient bucket size in "
+                                         "MB (DDP's default 25)")
+    gradient_as_bucket_view: bool = option(False, help="gradients are views into the "
+                                           "all-reduce buckets (less memory)")
+    static_graph: bool = option(False, help="declare the graph static (DDP may then skip "
+                                "per-step checks)")
+    sync_batchnorm: bool = option(False, help="BatchNorm statistics over the global batch "
+                                  "(CUDA only)")
+
+    def check(self, workload, global_batch, devices) -> None:
+        if self.sync_batchnorm and devices[0].type != "cuda":
+            raise StrategyError("SyncBatchNorm runs on CUDA devices only (torch's "
+                                "SyncBatchNorm); drop --sync-batchnorm on CPU")
 
 
 class DDP(RankDataParallel):
@@ -21,49 +43,25 @@ class DDP(RankDataParallel):
 
     name = "ddp"
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
-    option_names = ("world_size", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
-                    "sync_batchnorm")
-
-    def __init__(self, workload, devices, bucket_cap_mb: float | None = None,
-                 gradient_as_bucket_view: bool = False, static_graph: bool = False,
-                 sync_batchnorm: bool = False, **options) -> None:
-        self.check_options(devices, bucket_cap_mb=bucket_cap_mb, sync_batchnorm=sync_batchnorm)
-        super().__init__(workload, devices, bucket_cap_mb=bucket_cap_mb,
-                         gradient_as_bucket_view=gradient_as_bucket_view or None,
-                         static_graph=static_graph or None,
-                         sync_batchnorm=sync_batchnorm or None, **options)
-        self.ddp_options = dict(gradient_as_bucket_view=gradient_as_bucket_view,
-                                static_graph=static_graph)
-        if bucket_cap_mb is not None:
-            self.ddp_options["bucket_cap_mb"] = bucket_cap_mb
-        self.sync_batchnorm = sync_batchnorm
-
-    @staticmethod
-    def check_options(devices, bucket_cap_mb=None, sync_batchnorm=False, **_) -> None:
-        if bucket_cap_mb is not None and not bucket_cap_mb > 0:
-            raise StrategyError(f"ddp: bucket size must be above 0 MB, got {bucket_cap_mb}")
-        if sync_batchnorm and devices and devices[0].type != "cuda":
-            raise StrategyError("ddp: SyncBatchNorm runs on CUDA devices only (torch's "
-                                "SyncBatchNorm); drop --sync-batchnorm on CPU")
+    Options = DDPOptions
 
     @classmethod
-    def check_config(cls, global_batch, devices, **options) -> None:
-        cls.check_options(devices, **options)
-        super().check_config(global_batch, devices, **options)
-
-    @classmethod
-    def equivalent_accumulation(cls, global_batch, devices, **options) -> int | None:
-        if options.get("sync_batchnorm"):
+    def reference_split(cls, plan) -> int | None:
+        if plan.options.sync_batchnorm:
             return None  # BatchNorm sees the global batch, as on one device
-        return super().equivalent_accumulation(global_batch, devices, **options)
+        return super().reference_split(plan)
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        if self.sync_batchnorm:
+        options = self.options
+        if options.sync_batchnorm:
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
             self._module = model
         device = self.input_device
         device_ids = [device] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_options)
+        bucket = {} if options.bucket_cap_mb is None else {"bucket_cap_mb": options.bucket_cap_mb}
+        return DistributedDataParallel(model, device_ids=device_ids,
+                                       gradient_as_bucket_view=options.gradient_as_bucket_view,
+                                       static_graph=options.static_graph, **bucket)
 
     def trained_parameters(self):
         return list(self.model.parameters()) if self.rank == 0 else []

@@ -19,7 +19,6 @@ class FSDP(RankDataParallel):
 
     name = "fsdp"
     summary = "one process per device, fully_shard (FSDP2) per residual block"
-    option_names = ("world_size",)
 
     fp16_refusal = ("fp16 loss scaling is not coordinated across shards here; use "
                     "--precision bf16 or fp32")

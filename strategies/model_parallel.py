@@ -2,14 +2,51 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 from torch import nn
 
 from strategies.base import Strategy
-from strategies.partition import default_balance
+from strategies.errors import StrategyError
+from strategies.options import Options, option
+from strategies.partition import BALANCES, default_balance, plan_cut
 from strategies.stages import build_stages
 
-__all__ = ["ModelParallel"]
+__all__ = ["ModelParallel", "StageOptions"]
+
+
+@dataclass(frozen=True)
+class StageOptions(Options):
+    """How the model is cut into stages, one per device."""
+
+    stages: int | None = option(minimum=2, label="K", help="pipeline stages, using the first "
+                                "N devices (default: one per device)")
+    balance: str | None = option(
+        choices=BALANCES, label="cut", help="where to cut the ResNet: tutorial (conv1..layer2 | "
+        "layer3..fc, 2 stages), time (equal measured time), params (equal parameter counts) "
+        "(default: tutorial for 2 stages, else time)")
+
+    def device_count(self) -> int | None:
+        return self.stages
+
+    def device_count_text(self) -> str:
+        return f"{self.stages} stages need"
+
+    def check(self, workload, global_batch, devices) -> None:
+        if self.balance == "tutorial" and len(devices) != 2:
+            raise StrategyError("--balance tutorial cuts into 2 stages only; use --balance "
+                                "time or params with --stages above 2")
+        # The cut is planned on a meta-device model (no memory, no compute); timing needs real
+        # data, and the structural checks are the same for every balance.
+        with torch.device("meta"):
+            model = workload.build_model()
+        plan_cut(model, len(devices), "params" if self.balance in (None, "time")
+                 else self.balance)
+
+    def resolved(self, global_batch, devices) -> StageOptions:
+        return replace(self, stages=len(devices),
+                       balance=self.balance or default_balance(len(devices)))
 
 
 class ModelParallel(Strategy):
@@ -18,18 +55,11 @@ class ModelParallel(Strategy):
     name = "model-parallel"
     summary = "stage k on device k, whole batch through each stage in turn (one process)"
     min_devices = 2
-    option_names = ("stages", "balance")
-
-    def __init__(self, workload, devices, stages: int | None = None, balance: str | None = None,
-                 **options) -> None:
-        super().__init__(workload, devices, stages=stages, **options)
-        self.balance = balance or default_balance(len(self.devices))
-        self.options = {**self.options, "stages": len(self.devices), "balance": self.balance}
+    Options = StageOptions
 
     def setup(self) -> None:
-        self.partition, self.stages = build_stages(self.workload, self.devices, self.balance,
-                                                   sample_batch=8)
-        self.options["partition"] = self.partition.describe()
+        self._partition, self.stages = build_stages(self.workload, self.devices,
+                                                    self.options.balance, sample_batch=8)
         self._model = nn.Sequential(*(stage.module for stage in self.stages))
         self.prepare_training(self._model.parameters(), self.devices[-1])
 
@@ -37,29 +67,27 @@ class ModelParallel(Strategy):
     def model(self) -> nn.Module:
         return self._model
 
+    @property
+    def partition(self) -> str:
+        return self._partition.describe()
+
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         activations = images
         for stage in self.stages:
             with self.workload.autocast(stage.device):
-                activations = stage.forward(activations.to(stage.device))
+                activations = stage.module(activations.to(stage.device))
         last = self.stages[-1].device
         with self.workload.autocast(last):
             loss = self.loss_fn(activations, labels.to(last))
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        for stage in self.stages:
-            stage.release_saved()
         return loss.detach()
 
     @property
     def pipeline_stages(self) -> int:
         return len(self.devices)
 
-    def logical_memory_mib(self) -> list[float]:
-        return [stage.memory_mib(self.optimizer) for stage in self.stages]
-
-    def reset_logical_memory(self) -> None:
-        for stage in self.stages:
-            stage.reset_peak()
+    def placed_modules(self) -> list[nn.Module]:
+        return [stage.module for stage in self.stages]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torchvision.models import ResNet
 
-from strategies.base import StrategyError
+from strategies.errors import StrategyError
 
 __all__ = [
     "BALANCES", "Partition", "cut_resnet", "default_balance", "plan_cut", "resnet_blocks",

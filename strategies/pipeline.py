@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import torch
 
-from strategies.base import StrategyError
-from strategies.model_parallel import ModelParallel
-from strategies.stages import resolve_split
+from strategies.errors import StrategyError
+from strategies.model_parallel import ModelParallel, StageOptions
+from strategies.options import option
+from strategies.stages import micro_batch_sizes, resolve_split
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "PipelineOptions"]
+
+
+@dataclass(frozen=True)
+class PipelineOptions(StageOptions):
+    """A cut into stages and the micro-batches that flow through them."""
+
+    split_size: int | None = option(
+        minimum=1, label="split", help="micro-batch size: the batch is cut into "
+        "ceil(batch/split) near-equal micro-batches (default: 4 micro-batches per stage)")
+
+    def check(self, workload, global_batch, devices) -> None:
+        if self.split_size is not None and self.split_size > global_batch:
+            raise StrategyError(f"--split-size {self.split_size} is larger than --batch-size "
+                                f"{global_batch}; a micro-batch cannot exceed the global batch")
+        super().check(workload, global_batch, devices)
+
+    def resolved(self, global_batch, devices) -> PipelineOptions:
+        split_size, _ = resolve_split(global_batch, self.split_size, len(devices))
+        return replace(super().resolved(global_batch, devices), split_size=split_size)
 
 
 class Pipeline(ModelParallel):
@@ -28,18 +49,11 @@ class Pipeline(ModelParallel):
 
     name = "pipeline"
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
-    option_names = ("stages", "balance", "split_size")
-
-    def __init__(self, workload, devices, split_size: int | None = None, **options) -> None:
-        if split_size is not None and split_size < 1:
-            raise StrategyError(f"split size must be at least 1, got {split_size}")
-        super().__init__(workload, devices, split_size=split_size, **options)
-        self.split_size = split_size
-        self._micro_batches = 1
+    Options = PipelineOptions
 
     @property
     def micro_batches(self) -> int:
-        return self._micro_batches
+        return len(micro_batch_sizes(self.plan.global_batch, self.options.split_size))
 
     def setup(self) -> None:
         super().setup()
@@ -63,9 +77,8 @@ class Pipeline(ModelParallel):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch = len(images)
-        self.options["split_size"], sizes = resolve_split(global_batch, self.split_size,
-                                                          len(self.stages))
-        self._micro_batches = count = len(sizes)
+        sizes = micro_batch_sizes(global_batch, self.options.split_size)
+        count = len(sizes)
         image_chunks, label_chunks = images.split(sizes), labels.split(sizes)
         stages = self.stages
         depth = len(stages)
@@ -81,7 +94,7 @@ class Pipeline(ModelParallel):
                 x = outputs[i][k - 1].detach().to(stage.device).requires_grad_()
             inputs[i][k] = x
             with self.workload.autocast(stage.device):
-                out = stage.forward(x)
+                out = stage.module(x)
                 if k == depth - 1:
                     loss = self.loss_fn(out, label_chunks[i].to(stage.device))
                     losses[i] = loss * (sizes[i] / global_batch)
@@ -105,6 +118,4 @@ class Pipeline(ModelParallel):
                             for k in range(depth) if 0 <= t - (depth - 1 - k) < count])
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        for stage in stages:
-            stage.release_saved()
         return torch.stack([loss.detach().float().to(stages[-1].device) for loss in losses]).sum()

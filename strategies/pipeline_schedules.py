@@ -9,9 +9,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from strategies.base import ProcessPerDevice, StrategyError
-from strategies.partition import default_balance, plan_cut, split_model
-from strategies.stages import Stage, resolve_split
+from strategies.base import ProcessPerDevice
+from strategies.errors import StrategyError
+from strategies.partition import plan_cut, split_model
+from strategies.pipeline import PipelineOptions
+from strategies.stages import micro_batch_sizes
 
 __all__ = ["SCHEDULES", "ScheduledPipeline"]
 
@@ -35,23 +37,23 @@ class _ContiguousGradient(torch.autograd.Function):
         return grad.contiguous()
 
 
-class _CountedAutocast(nn.Module):
-    """Runs a stage's forward under the workload's autocast and its memory accounting (both
-    are per thread, and the schedule calls forward itself)."""
+class _AutocastStage(nn.Module):
+    """Runs a stage's forward under the workload's autocast (per thread, and the schedule
+    calls forward itself), exchanging contiguous tensors."""
 
-    def __init__(self, stage: Stage, workload) -> None:
+    def __init__(self, module: nn.Module, device: torch.device, workload) -> None:
         super().__init__()
-        self.module = stage.module
-        self._stage = stage
+        self.module = module
+        self._device = device
         self._workload = workload
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.requires_grad:
             inputs = _ContiguousGradient.apply(inputs)
-        with self._workload.autocast(self._stage.device):
+        with self._workload.autocast(self._device):
             # gloo sends contiguous tensors only, and a compiled or channels_last stage may
             # return another layout (a no-op where the output is contiguous already).
-            return self._stage.forward(inputs).contiguous()
+            return self.module(inputs).contiguous()
 
 
 class ScheduledPipeline(ProcessPerDevice):
@@ -67,30 +69,28 @@ class ScheduledPipeline(ProcessPerDevice):
     name = "pipeline-schedule"
     summary = "one process per stage, torch.distributed.pipelining schedule"
     min_devices = 2
-    option_names = ("stages", "balance", "split_size")
+    Options = PipelineOptions
 
-    def __init__(self, workload, devices, schedule: str = "gpipe", split_size: int | None = None,
-                 **options) -> None:
+    def __init__(self, plan, schedule: str = "gpipe") -> None:
         if schedule not in SCHEDULES:
             raise StrategyError(f"unknown schedule {schedule!r}; choose from "
                                 f"{', '.join(SCHEDULES)}")
-        super().__init__(workload, devices, schedule=schedule, split_size=split_size, **options)
+        super().__init__(plan)
         self.schedule_name = schedule
-        self.split_size = split_size
         self._schedule = None
-        self._micro_batches = 1
 
     fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
                     "--precision bf16 or fp32 with process-per-stage pipelines")
 
     @classmethod
-    def check_config(cls, global_batch, devices, **options) -> None:
-        stages = len(cls.select_devices(devices, **options))
+    def check_plan(cls, workload, global_batch, devices, options) -> None:
+        stages = len(devices)
         if global_batch < stages:
             raise StrategyError(f"a batch of {global_batch} cannot fill {stages} "
                                 f"stages (the schedules need at least one micro-batch per "
                                 f"stage); use --batch-size {stages} or more")
-        split, sizes = resolve_split(global_batch, options.get("split_size"), stages)
+        split = options.resolved(global_batch, devices).split_size
+        sizes = micro_batch_sizes(global_batch, split)
         if len(set(sizes)) > 1:
             lower = global_batch - global_batch % split
             raise StrategyError(
@@ -109,7 +109,11 @@ class ScheduledPipeline(ProcessPerDevice):
 
     @property
     def micro_batches(self) -> int:
-        return self._micro_batches
+        return len(micro_batch_sizes(self.plan.global_batch, self.options.split_size))
+
+    @property
+    def partition(self) -> str:
+        return self._partition.describe()
 
     @property
     def pipeline_stages(self) -> int:
@@ -119,37 +123,32 @@ class ScheduledPipeline(ProcessPerDevice):
     def model(self) -> nn.Module:
         return self._stage_module
 
-    def logical_memory_mib(self) -> list[float]:
-        return [self._counted.memory_mib(self.optimizer)]
-
-    def reset_logical_memory(self) -> None:
-        self._counted.reset_peak()
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._forward]
 
     def setup(self) -> None:
         if dist.get_world_size() != len(self.devices):
             raise StrategyError(f"{len(self.devices)} stages need {len(self.devices)} processes, "
                                 f"got {dist.get_world_size()}")
         device = self.input_device
-        balance = self.options.get("balance") or default_balance(len(self.devices))
+        balance = self.options.balance
         model = self.workload.build_model()
         # Every rank must cut in the same place: rank 0 plans (timing blocks if asked) and
-        # broadcasts the plan.
-        plan = [None]
+        # broadcasts the cut.
+        cut = [None]
         if self.rank == 0:
             sample = None
             if balance == "time":
                 sample, _ = self.workload.make_batch(8, device)
                 model = model.to(device)
-            plan[0] = plan_cut(model, len(self.devices), balance, sample)
-        dist.broadcast_object_list(plan, src=0)
-        partition = plan[0]
-        self.options.update(stages=len(self.devices), balance=balance,
-                            partition=partition.describe())
-        module = split_model(model, partition)[self.rank]
+            cut[0] = plan_cut(model, len(self.devices), balance, sample)
+        dist.broadcast_object_list(cut, src=0)
+        self._partition = cut[0]
+        module = split_model(model, self._partition)[self.rank]
         module = self.workload.prepare_model(module.to(device)).train()
         self._stage_module = module
-        self._counted = Stage(self.rank, self.workload.compiled(module), device)
-        self._stage = PipelineStage(_CountedAutocast(self._counted, self.workload), self.rank,
+        self._forward = self.workload.compiled(module)
+        self._stage = PipelineStage(_AutocastStage(self._forward, device, self.workload), self.rank,
                                     len(self.devices), device)
         self.optimizer = self.workload.make_optimizer(module.parameters())
         self.loss_fn = self.workload.loss_fn()
@@ -167,11 +166,8 @@ class ScheduledPipeline(ProcessPerDevice):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch, depth = len(images), len(self.devices)
-        split_size, sizes = resolve_split(global_batch, self.split_size, depth)
-        if self._schedule is None or len(sizes) != self._micro_batches:
-            self._schedule = self._make_schedule(global_batch, len(sizes))
-            self._micro_batches = len(sizes)
-        self.options["split_size"] = split_size
+        if self._schedule is None:
+            self._schedule = self._make_schedule(global_batch, self.micro_batches)
 
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
@@ -186,7 +182,6 @@ class ScheduledPipeline(ProcessPerDevice):
         else:
             self._schedule.step()
         self.optimizer.step()
-        self._counted.release_saved()
         if losses:
             return torch.stack([loss.detach().float() for loss in losses]).sum()
         return torch.tensor(float("nan"))

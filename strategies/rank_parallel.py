@@ -3,24 +3,44 @@ rank per device."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from strategies.base import ProcessPerDevice, Strategy, StrategyError
-from strategies.stages import Stage
+from strategies.base import ProcessPerDevice, Strategy
+from strategies.errors import StrategyError
+from strategies.options import Options, option
 
-__all__ = ["RankDataParallel", "SplitBatch"]
+__all__ = ["RankDataParallel", "ReplicaOptions", "SplitBatch"]
+
+
+@dataclass(frozen=True)
+class ReplicaOptions(Options):
+    """How many replicas train, one per device."""
+
+    world_size: int | None = option(
+        minimum=1, label="N", help="data-parallel ranks, using the first N devices (a list "
+        "gives the scaling curve and efficiency T(N)/(N*T(1)); default: one per device)")
+
+    def device_count(self) -> int | None:
+        return self.world_size
+
+    def device_count_text(self) -> str:
+        return f"world size {self.world_size} needs"
 
 
 class SplitBatch(Strategy):
     """Replicas each train on an equal 1/N of the global batch, N = the devices used."""
 
+    Options = ReplicaOptions
+
     @classmethod
-    def check_config(cls, global_batch, devices, **options) -> None:
+    def check_plan(cls, workload, global_batch, devices, options) -> None:
         # Equal shards: equal work per replica, and the average of the replicas' gradients is
         # the gradient of the global batch.
-        replicas = len(cls.select_devices(devices, **options))
+        replicas = len(devices)
         if global_batch % replicas:
             lower = global_batch - global_batch % replicas
             raise StrategyError(
@@ -29,10 +49,10 @@ class SplitBatch(Strategy):
                 f"{lower + replicas}")
 
     @classmethod
-    def equivalent_accumulation(cls, global_batch, devices, **options) -> int | None:
+    def reference_split(cls, plan) -> int | None:
         # Each replica's BatchNorm normalises over its own shard: single accumulating over the
         # same shards makes the same update.
-        return global_batch // len(cls.select_devices(devices, **options))
+        return plan.global_batch // len(plan.devices)
 
 
 class RankDataParallel(SplitBatch, ProcessPerDevice):
@@ -62,22 +82,18 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         self._module = self.workload.build_model_on(device)
         self._wrapped = self.wrap(self._module)
         # Compiled around the wrapper, as DDP and FSDP2 recommend (DDP's buckets still overlap).
-        self._stage = Stage(self.rank, self.workload.compiled(self._wrapped), device)
+        self._forward = self.workload.compiled(self._wrapped)
         self.prepare_training(self._wrapped.parameters(), device)
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One update from this rank's shard; gradients are averaged over ranks in backward."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.workload.autocast(self.input_device):
-            loss = self.loss_fn(self._stage.forward(images), labels)
+            loss = self.loss_fn(self._forward(images), labels)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self._stage.release_saved()
         return loss.detach()
 
-    def logical_memory_mib(self) -> list[float]:
-        return [self._stage.memory_mib(self.optimizer)]
-
-    def reset_logical_memory(self) -> None:
-        self._stage.reset_peak()
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._forward]

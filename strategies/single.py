@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from strategies.base import Strategy
-from strategies.stages import Stage, micro_batch_sizes
+from strategies.errors import StrategyError
+from strategies.options import Options, option
+from strategies.stages import micro_batch_sizes
 
-__all__ = ["SingleDevice"]
+__all__ = ["SingleDevice", "SingleOptions"]
+
+
+@dataclass(frozen=True)
+class SingleOptions(Options):
+    """Whether the one device accumulates gradients over micro-batches."""
+
+    accumulation_split: int | None = option(
+        minimum=1, label="accumulate", help="accumulate gradients over micro-batches of this "
+        "size before the one update: the pipelines' same-micro-batch baseline (default: the "
+        "whole batch at once)")
+
+    def check(self, workload, global_batch, devices) -> None:
+        if self.accumulation_split is not None and self.accumulation_split > global_batch:
+            raise StrategyError(f"--accumulation-split {self.accumulation_split} is larger than "
+                                f"--batch-size {global_batch}")
 
 
 class SingleDevice(Strategy):
     """The whole model on the first device given.
 
-    With `accumulation_split` the global batch is split into the same micro-batches a pipeline
+    With `--accumulation-split` the global batch is split into the same micro-batches a pipeline
     uses and their gradients are accumulated before the one update: the exact reference for
     pipelined strategies (BatchNorm sees the same micro-batches).
     """
@@ -22,16 +41,16 @@ class SingleDevice(Strategy):
     name = "single"
     summary = "whole model on one device (the first one given)"
     max_devices = 1
+    Options = SingleOptions
 
-    def __init__(self, workload, devices, accumulation_split: int | None = None,
-                 **options) -> None:
-        super().__init__(workload, devices, accumulation_split=accumulation_split, **options)
-        self.accumulation_split = accumulation_split
+    @classmethod
+    def reference_split(cls, plan) -> int | None:
+        return plan.options.accumulation_split
 
     def setup(self) -> None:
         device = self.devices[0]
         self._model = self.workload.build_model_on(device)
-        self._stage = Stage(0, self.workload.compiled(self._model), device)
+        self._forward = self.workload.compiled(self._model)
         self.prepare_training(self._model.parameters(), device)
 
     @property
@@ -40,28 +59,24 @@ class SingleDevice(Strategy):
 
     @property
     def micro_batches(self) -> int:
-        return getattr(self, "_micro_batches", 1)
+        split = self.options.accumulation_split
+        return len(micro_batch_sizes(self.plan.global_batch, split)) if split else 1
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         global_batch = len(images)
-        sizes = (micro_batch_sizes(global_batch, self.accumulation_split)
-                 if self.accumulation_split else [global_batch])
-        self._micro_batches = len(sizes)
+        split = self.options.accumulation_split
+        sizes = micro_batch_sizes(global_batch, split) if split else [global_batch]
         total = torch.zeros((), device=self.devices[0])
         for chunk, chunk_labels in zip(images.split(sizes), labels.split(sizes), strict=True):
             with self.workload.autocast(self.devices[0]):
-                loss = self.loss_fn(self._stage.forward(chunk), chunk_labels)
+                loss = self.loss_fn(self._forward(chunk), chunk_labels)
                 loss = loss * (len(chunk) / global_batch) if len(sizes) > 1 else loss
             self.scaler.scale(loss).backward()
             total += loss.detach().float()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self._stage.release_saved()
         return total
 
-    def logical_memory_mib(self) -> list[float]:
-        return [self._stage.memory_mib(self.optimizer)]
-
-    def reset_logical_memory(self) -> None:
-        self._stage.reset_peak()
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._forward]

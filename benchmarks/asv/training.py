@@ -12,8 +12,8 @@ from . import common
 
 def _record(cache, strategy, model, world_size=None):
     record = cache.get((strategy, model, world_size))
-    if record is None or record["status"] != "ok":
-        raise SkipNotImplemented(record["reason"] if record else "not measured here")
+    if record is None or not record.ok:
+        raise SkipNotImplemented(record.reason if record else "not measured here")
     return record
 
 
@@ -25,7 +25,7 @@ class Throughput(common.Measured):
 
     @skip_for_params(common.skipped_strategies())
     def track_throughput(self, cache, strategy, model):
-        return _record(cache, strategy, model)["throughput_ips"]
+        return _record(cache, strategy, model).throughput_ips
 
     track_throughput.unit = "images/s"
 
@@ -38,7 +38,7 @@ class MemoryImbalance(common.Measured):
 
     @skip_for_params(common.skipped_strategies())
     def track_memory_imbalance(self, cache, strategy, model):
-        return _record(cache, strategy, model)["memory_imbalance"]
+        return _record(cache, strategy, model).memory_imbalance
 
     track_memory_imbalance.unit = "max/mean"
 
@@ -51,7 +51,7 @@ class MemoryPerDevice(common.Measured):
 
     @skip_for_params(common.skipped_strategies())
     def track_peak_memory(self, cache, strategy, model, device):
-        peaks = _record(cache, strategy, model)["peak_memory_mib"]
+        peaks = _record(cache, strategy, model).peak_memory_mib
         if device >= len(peaks):
             raise SkipNotImplemented(f"{strategy} uses {len(peaks)} device(s)")
         return peaks[device]
@@ -66,6 +66,6 @@ class DataParallelScaling(common.Measured):
     param_names = ("strategy", "model", "world_size")
 
     def track_scaling_efficiency(self, cache, strategy, model, world_size):
-        return _record(cache, strategy, model, world_size)["scaling_efficiency"]
+        return _record(cache, strategy, model, world_size).scaling_efficiency
 
     track_scaling_efficiency.unit = "T(N)/(N*T(1))"

@@ -2,7 +2,7 @@
 torchrun (one process per device across nodes, rank 0 merging the record).
 
 `measure` and `verify_parameters` are the one interface; which launcher runs a configuration
-follows from its strategy (`process_per_device`), a memory cap, and whether torchrun started
+follows from its strategy (`Config.process_per_device`), a memory cap, and whether torchrun started
 this process.
 """
 
@@ -16,7 +16,6 @@ from parbench.launch.backends import (
     backend_for,
     backend_problem,
     process_group_backend,
-    process_per_device,
     world_size,
 )
 from parbench.launch.failures import (
@@ -39,7 +38,7 @@ from parbench.worker import trained_parameters
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
     "failure_reason", "is_out_of_memory", "join_torchrun", "leave_torchrun", "measure",
-    "process_group_backend", "process_per_device", "torchrun_rank", "verify_parameters",
+    "process_group_backend", "torchrun_rank", "verify_parameters",
     "world_size",
 ]
 
@@ -50,7 +49,7 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
     step of this process, which then plays rank 0 itself (see `parbench.paced`)."""
     if torchrun_rank() is not None:
         return measure_under_torchrun(config)
-    if process_per_device(config):
+    if config.process_per_device:
         return spawn(config, Task.MEASURE, pace=pace)
     if config.memory_cap_mib and pace is None:
         # Under a cap an allocation can fail where torch cannot recover (even crash):
@@ -62,7 +61,7 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
 def verify_parameters(config: Config, images: torch.Tensor,
                       labels: torch.Tensor) -> list[torch.Tensor]:
     """The parameters after one step of `config` on this batch, whatever its launcher."""
-    if process_per_device(config):
+    if config.process_per_device:
         return spawn(config, Task.VERIFY, (images, labels))
     with in_process_threads(config):
         return trained_parameters(config, images, labels)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import strategies
 from parbench.config import Config
 from parbench.devices import DeviceSet
 
 __all__ = ["BACKENDS", "backend_for", "backend_problem", "process_group_backend",
-           "process_per_device", "world_size"]
+           "world_size"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -33,18 +32,13 @@ def backend_problem(devices: DeviceSet, requested: str) -> str | None:
     return None
 
 
-def process_per_device(config: Config) -> bool:
-    """Whether `config`'s strategy runs one process per device (else one process)."""
-    return strategies.lookup(config.strategy).cls.process_per_device
-
-
 def backend_for(config: Config) -> str | None:
     """The process-group backend `config` runs on, or None for one-process strategies."""
-    if not process_per_device(config):
+    if not config.process_per_device:
         return None
     return process_group_backend(config.used_devices, config.backend)
 
 
 def world_size(config: Config) -> int:
     """How many processes run `config`: one per device used, or this one alone."""
-    return len(config.used_devices) if process_per_device(config) else 1
+    return len(config.used_devices) if config.process_per_device else 1

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from parbench.config import Config
 from parbench.devices import DeviceSet
-from parbench.launch.backends import process_per_device, world_size
+from parbench.launch.backends import world_size
 from parbench.launch.failures import LaunchError
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 
@@ -60,7 +60,7 @@ def measure_under_torchrun(config: Config) -> dict | None:
     """Process-per-device strategies run on every rank; one-process strategies on rank 0 alone
     (on its own device) while the others wait."""
     rank = dist.get_rank()
-    if process_per_device(config):
+    if config.process_per_device:
         if world_size(config) != dist.get_world_size():
             raise LaunchError(f"{config.strategy} uses {world_size(config)} devices but torchrun "
                               f"started {dist.get_world_size()} processes")

@@ -41,9 +41,9 @@ def _run(strategy: str, devices: str = GPU, batch: int = 32, steps: int = 5, war
 
 
 def _ok(record: dict) -> dict:
-    assert record["status"] == "ok", record["reason"]
-    assert record["throughput_ips"] > 0
-    assert record["loss_last"] == pytest.approx(record["loss_last"])  # not nan
+    assert record.status == "ok", record.reason
+    assert record.throughput_ips > 0
+    assert record.loss_last == pytest.approx(record.loss_last)  # not nan
     return record
 
 
@@ -52,10 +52,10 @@ def _ok(record: dict) -> dict:
 def test_single_trains_at_every_precision(precision, channels_last):
     record = _ok(_run("single", workload=replace(WORKLOAD, precision=precision,
                                                   channels_last=channels_last)))
-    assert record["device_kind"] == "cuda" and record["emulated"] is False
-    assert record["memory_source"].startswith("cuda max_memory_allocated")
+    assert record.device_kind == "cuda" and record.emulated is False
+    assert record.memory_source.startswith("cuda max_memory_allocated")
     # The allocator's peak holds at least the parameters, gradients and momentum.
-    assert record["peak_memory_max_mib"] > RESNET50_STATE_MIB
+    assert record.peak_memory_max_mib > RESNET50_STATE_MIB
 
 
 def test_step_timing_waits_for_the_gpu():
@@ -81,23 +81,23 @@ def test_peak_memory_per_logical_device_comes_from_each_process_allocator():
     # ddp on one GPU: two processes, each with its own CUDA allocator, so each rank's peak is
     # the allocator's, per logical device.
     record = _ok(_run("ddp", SHARED))
-    assert record["memory_source"].startswith("cuda max_memory_allocated")
-    assert len(record["peak_memory_mib"]) == 2
-    assert all(peak > RESNET50_STATE_MIB for peak in record["peak_memory_mib"])
-    assert record["memory_imbalance"] == pytest.approx(1.0, abs=0.1)
+    assert record.memory_source.startswith("cuda max_memory_allocated")
+    assert len(record.peak_memory_mib) == 2
+    assert all(peak > RESNET50_STATE_MIB for peak in record.peak_memory_mib)
+    assert record.memory_imbalance == pytest.approx(1.0, abs=0.1)
 
 
 @pytest.mark.parametrize("strategy", ["model-parallel", "pipeline", "ddp", "fsdp"])
 def test_emulated_strategies_run_on_one_gpu(strategy):
     record = _ok(_run(strategy, SHARED))
-    assert record["emulated"] is True
-    assert record["devices"] == SHARED
-    assert len(record["peak_memory_mib"]) == 2 and min(record["peak_memory_mib"]) > 0
+    assert record.emulated is True
+    assert record.devices == SHARED
+    assert len(record.peak_memory_mib) == 2 and min(record.peak_memory_mib) > 0
     if strategy in ("ddp", "fsdp"):
-        assert record["backend"] == "gloo"  # NCCL refuses two ranks on one GPU
-        assert record["world_size"] == 2
+        assert record.backend == "gloo"  # NCCL refuses two ranks on one GPU
+        assert record.world_size == 2
     else:  # one process: the stages' own tensors, told apart per logical device
-        assert record["memory_source"].startswith("tensors per logical device")
+        assert record.memory_source.startswith("tensors per logical device")
 
 
 @pytest.mark.parametrize("strategy, because", [
@@ -107,8 +107,8 @@ def test_emulated_strategies_run_on_one_gpu(strategy):
 ])
 def test_strategies_that_cannot_share_a_gpu_record_why(strategy, because):
     record = _run(strategy, SHARED)
-    assert record["status"] == "skipped"
-    assert because in record["reason"]
+    assert record.status == "skipped"
+    assert because in record.reason
 
 
 def test_verify_on_one_gpu_emulating_two(capsys):
@@ -121,8 +121,8 @@ def test_verify_on_one_gpu_emulating_two(capsys):
 def test_out_of_memory_is_recorded_on_the_gpu_and_the_next_configuration_runs():
     big = _run("single", batch=512, steps=1, warmup=1, memory_cap_mib=1024,
                workload=replace(WORKLOAD, image_size=224))
-    assert big["status"] == "oom", big["reason"]
-    assert "out of memory" in big["reason"].lower()
+    assert big.status == "oom", big.reason
+    assert "out of memory" in big.reason.lower()
     _ok(_run("single", batch=8, steps=1, warmup=1))
 
 
@@ -140,13 +140,13 @@ def test_max_batch_finds_the_limit_under_a_cap(tmp_path, capsys):
 def test_gpu_utilisation_memory_and_energy_are_sampled():
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
     record = _ok(_run("single", batch=64, steps=30))
-    assert record["gpu_sampling"] == "nvml"
-    assert record["gpu_utilisation_pct"][0] > 10  # busy, as NVML saw it
-    assert record["gpu_memory_used_mib"][0] >= record["peak_memory_max_mib"]
-    if record["gpu_energy_j"] is not None:  # NVML reports energy from Volta on
-        assert record["gpu_energy_j"] > 0
-        assert record["images_per_joule"] == pytest.approx(
-            64 * 30 / record["gpu_energy_j"])
+    assert record.gpu_sampling == "nvml"
+    assert record.gpu_utilisation_pct[0] > 10  # busy, as NVML saw it
+    assert record.gpu_memory_used_mib[0] >= record.peak_memory_max_mib
+    if record.gpu_energy_j is not None:  # NVML reports energy from Volta on
+        assert record.gpu_energy_j > 0
+        assert record.images_per_joule == pytest.approx(
+            64 * 30 / record.gpu_energy_j)
 
 
 class _NoSampler:

@@ -80,12 +80,12 @@ def test_verify_passes_for_the_in_process_strategies(capsys):
 
 
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
-    import parbench.cli
+    import parbench.commands.verify
     from parbench.verify import Verdict
 
     differs = Verdict("pipeline", {"split_size": 2}, max_abs_difference=3e-3,
                       baseline_update=1e-2, tolerance=1e-5)
-    monkeypatch.setattr(parbench.cli, "verify", lambda *args, **kwargs: [differs])
+    monkeypatch.setattr(parbench.commands.verify, "verify", lambda *args, **kwargs: [differs])
     status, out, _ = _run(capsys, "verify", "--strategy", "pipeline", "--devices", "cpu,cpu")
     assert status == 1
     assert "3.000e-03" in out and "FAILED" in out
@@ -151,12 +151,13 @@ def test_strategies_lists_every_name(capsys):
      "model-parallel: needs at least 2 devices, got 1 (cpu)"),
     (["run", "--stages", "1"], "--stages must be at least 2, got 1"),
     (["run", "--balance", "random"], "unknown balance 'random'"),
-    (["run", "--stages", "3", "--balance", "tutorial"], "--balance tutorial cuts into 2 stages"),
+    (["run", "--strategy", "pipeline", "--devices", "cpu,cpu,cpu", "--stages", "3",
+      "--balance", "tutorial"], "pipeline: --balance tutorial cuts into 2 stages only"),
     (["verify", "--tolerance", "0"], "--tolerance must be above 0"),
     (["run", "--strategy", "pipeline", "--model", "resnet18", "--devices", ",".join(["cpu"] * 11)],
      "cannot cut 10 blocks into 11 stages; use at most 10 stages"),
-    (["run", "--strategy", "pipeline", "--devices", "cpu,cpu,cpu", "--balance", "tutorial"],
-     "the tutorial's cut has 2 stages, asked for 3"),
+    (["run", "--strategy", "model-parallel", "--devices", "cpu,cpu,cpu", "--balance",
+      "tutorial"], "model-parallel: --balance tutorial cuts into 2 stages only"),
     (["verify", "--batch-size", "4", "--split-size", "8"], "--split-size 8 is larger"),
     (["run", "--strategy", "ddp", "--devices", "cpu,cpu", "--world-size", "4"],
      "world size 4 needs at least 4 devices, got 2 (cpu,cpu)"),

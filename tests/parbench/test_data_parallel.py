@@ -41,16 +41,16 @@ def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload)
         config = Config(name, tiny_workload, 8, CPU3, warmup=1, steps=2,
                         options={"world_size": 2})
         records[name] = record = run_config(config)
-        assert record["status"] == "ok", record["reason"]
-        assert record["world_size"] == 2 and record["backend"] == "gloo"
-        assert record["devices"] == "cpu,cpu" and record["emulated"]
-        assert len(record["peak_memory_mib"]) == len(record["physical_peak_memory_mib"]) == 2
-        per_rank = record["rank_step_times_s"]
+        assert record.status == "ok", record.reason
+        assert record.world_size == 2 and record.backend == "gloo"
+        assert record.devices == "cpu,cpu" and record.emulated
+        assert len(record.peak_memory_mib) == len(record.physical_peak_memory_mib) == 2
+        per_rank = record.rank_step_times_s
         assert len(per_rank) == 2 and all(len(times) == 2 for times in per_rank)
-        assert record["step_times_s"] == [max(a, b) for a, b in zip(*per_rank, strict=True)]
-        assert record["loss_last"] == record["loss_last"]  # a number, not nan
+        assert record.step_times_s == [max(a, b) for a, b in zip(*per_rank, strict=True)]
+        assert record.loss_last == record.loss_last  # a number, not nan
     # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
-    ddp, fsdp = records["ddp"]["peak_memory_max_mib"], records["fsdp"]["peak_memory_max_mib"]
+    ddp, fsdp = records["ddp"].peak_memory_max_mib, records["fsdp"].peak_memory_max_mib
     assert fsdp < 0.7 * ddp
 
 
@@ -85,14 +85,14 @@ def test_the_default_rendezvous_listens_on_loopback_only(tiny_workload, child_pi
     """The store and gloo's own sockets: sampled while a real 2-rank job runs."""
     config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=8)
     result = {}
-    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     worker.start()
     seen: set[str] = set()
     while worker.is_alive():
         seen |= _listening_addresses([os.getpid(), *child_pids()])
         time.sleep(0.05)
     worker.join()
-    assert result["status"] == "ok", result["reason"]
+    assert result["record"].status == "ok", result["record"].reason
     assert seen and seen <= {"127.0.0.1"}, seen
 
 
@@ -101,7 +101,7 @@ def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload,
     config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
                     timeout_s=150)
     result = {}
-    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     worker.start()
     deadline = time.monotonic() + 90
     while len(child_pids()) < 2 and time.monotonic() < deadline:
@@ -113,9 +113,9 @@ def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload,
     worker.join(timeout=60)
     assert not worker.is_alive()
     assert time.monotonic() - killed_at < 30
-    assert result["status"] == "error"
-    assert result["reason"].startswith("LaunchError: rank 1 died")
-    assert "SIGKILL" in result["reason"]
+    assert result["record"].status == "error"
+    assert result["record"].reason.startswith("LaunchError: rank 1 died")
+    assert "SIGKILL" in result["record"].reason
     assert child_pids() == []
 
 
@@ -125,8 +125,8 @@ def test_ddp_trains_on_an_image_folder(tiny_workload, image_folder, child_pids):
     config = Config("ddp", replace(tiny_workload, data_dir=str(root)), 4,
                     parse_devices("cpu,cpu"), warmup=1, steps=3, loader_workers=1)
     record = run_config(config)
-    assert record["status"] == "ok", record["reason"]
-    assert record["data"] == str(root)
+    assert record.status == "ok", record.reason
+    assert record.data == str(root)
     assert child_pids() == []
 
 
@@ -176,7 +176,7 @@ def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload
     config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
                     timeout_s=25)
     result = {}
-    worker = threading.Thread(target=lambda: result.update(run_config(config)))
+    worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     started = time.monotonic()
     worker.start()
     while len(child_pids()) < 2 and time.monotonic() - started < 20:
@@ -186,6 +186,6 @@ def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload
     worker.join(timeout=60)
     assert not worker.is_alive()
     assert 25 <= time.monotonic() - started < 45
-    assert result["status"] == "error"
-    assert "timed out after 25 s; ranks still running: [0, 1]" in result["reason"]
+    assert result["record"].status == "error"
+    assert "timed out after 25 s; ranks still running: [0, 1]" in result["record"].reason
     assert child_pids() == []

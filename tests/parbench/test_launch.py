@@ -31,14 +31,14 @@ def test_a_measured_run_has_one_memory_figure_per_rank(tiny_workload):
     config = Config("pipeline-gpipe", tiny_workload, 8, CPU2, warmup=1, steps=2,
                     options={"split_size": 2})
     record = run_config(config)
-    assert record["status"] == "ok", record["reason"]
-    assert record["world_size"] == 2 and record["stages"] == 2
-    assert record["micro_batches"] == 4
-    assert record["bubble_fraction"] == pytest.approx(1 / 5)
-    assert len(record["peak_memory_mib"]) == 2
-    assert "one process per device" in record["memory_source"]
-    assert record["loss_last"] == record["loss_last"]  # a number, not nan
-    assert record["partition"] == "stem..layer2.1 | layer3.0..head"
+    assert record.status == "ok", record.reason
+    assert record.world_size == 2 and record.stages == 2
+    assert record.micro_batches == 4
+    assert record.bubble_fraction == pytest.approx(1 / 5)
+    assert len(record.peak_memory_mib) == 2
+    assert "one process per device" in record.memory_source
+    assert record.loss_last == record.loss_last  # a number, not nan
+    assert record.partition == "stem..layer2.1 | layer3.0..head"
 
 
 @pytest.mark.timeout(180)
@@ -47,9 +47,9 @@ def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload, child_pids
     config = Config("pipeline-1f1b", tiny_workload, 8, CPU2, warmup=0, steps=1,
                     options={"split_size": 8}, timeout_s=120)
     record = run_config(config)
-    assert record["status"] == "error"
-    assert record["reason"].startswith("LaunchError: rank ")
-    assert "must be greater than or equal to the number of stages" in record["reason"]
+    assert record.status == "error"
+    assert record.reason.startswith("LaunchError: rank ")
+    assert "must be greater than or equal to the number of stages" in record.reason
     assert child_pids() == []
 
 
@@ -61,6 +61,6 @@ def test_1f1b_holds_fewer_activations_on_the_first_stage_than_gpipe(tiny_workloa
         config = Config(name, replace(tiny_workload, image_size=64), 16, CPU2, warmup=1,
                         steps=1, options={"split_size": 2})
         record = run_config(config)
-        assert record["status"] == "ok", record["reason"]
-        first_stage[name] = record["peak_memory_mib"][0]
+        assert record.status == "ok", record.reason
+        first_stage[name] = record.peak_memory_mib[0]
     assert first_stage["pipeline-1f1b"] < 0.6 * first_stage["pipeline-gpipe"]

@@ -40,12 +40,12 @@ def test_a_loss_kept_as_a_tensor_is_flagged_in_the_record_and_the_table(
         tiny_workload, monkeypatch, capsys, tmp_path):
     config = Config("single", tiny_workload, 16, parse_devices("cpu"), warmup=2, steps=8)
     clean = run_config(config)
-    assert clean["memory_leak_suspected"] is False, clean["memory_after_step_mib"]
+    assert clean.memory_leak_suspected is False, clean.memory_after_step_mib
     _leaky(monkeypatch)
     leaking = run_config(config)
-    assert leaking["memory_leak_suspected"] is True, leaking["memory_after_step_mib"]
-    assert leaking["memory_growth_mib_per_step"] > 1
-    assert len(leaking["memory_after_step_mib"]) == 8
+    assert leaking.memory_leak_suspected is True, leaking.memory_after_step_mib
+    assert leaking.memory_growth_mib_per_step > 1
+    assert len(leaking.memory_after_step_mib) == 8
     assert main(["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
                  "--image-size", "32", "--num-classes", "10", "--batch-size", "16", "--steps",
                  "8", "--warmup", "2", "--progress", "off", "--results-dir",

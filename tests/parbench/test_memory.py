@@ -33,8 +33,8 @@ def test_a_rank_that_runs_out_of_memory_makes_the_configuration_oom(tiny_workloa
     config = Config("ddp", tiny_workload, 4096, parse_devices("cpu,cpu"), warmup=0, steps=1,
                     memory_cap_mib=400, timeout_s=90)
     record = run_config(config)
-    assert record["status"] == "oom", record["reason"]
-    assert record["reason"].startswith("LaunchError: rank ")
+    assert record.status == "oom", record.reason
+    assert record.reason.startswith("LaunchError: rank ")
     assert child_pids() == []
 
 
@@ -45,7 +45,7 @@ def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap(tiny_worklo
                     memory_cap_mib=250)
     batch, limited, trials = find_max_batch(config, limit=4096)
     assert not limited and batch > 64
-    outcome = {r["global_batch"]: r["status"] for r in trials}
+    outcome = {r.global_batch: r.status for r in trials}
     assert outcome[batch] == "ok" and outcome[batch + 1] == "oom"
     assert list(outcome)[:2] == [64, 128]  # doubling first
 

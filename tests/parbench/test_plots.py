@@ -7,14 +7,15 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from parbench import plots
-from parbench.results import new_record, read_results
+from parbench.record import Record
+from parbench.results import read_results
 from parbench.runner import add_comparisons
 
 
 def _record(strategy, devices, throughput, split=None, stages=None, peaks=None, **options):
     count = devices.count(",") + 1
     step = 8 / throughput
-    return new_record(
+    return Record(
         status="ok", strategy=strategy, strategy_options=options, model="resnet18",
         image_size=32, num_classes=10, precision="fp32", channels_last=False, global_batch=8,
         devices=devices, physical_devices="cpu", device_kind="cpu", emulated=count > 1,
@@ -37,13 +38,13 @@ def results(tmp_path):
         _record("pipeline-1f1b", "cpu,cpu", 17.0, split=4, stages=2),
         _record("ddp", "cpu", 9.5, world_size=1),
         _record("ddp", "cpu,cpu", 17.1, world_size=2),
-        new_record(status="skipped", strategy="data-parallel", devices="cpu,cpu",
+        Record(status="skipped", strategy="data-parallel", devices="cpu,cpu",
                    model="resnet18", image_size=32, global_batch=8, reason="needs CUDA"),
     ]
     add_comparisons(records)
     folder = tmp_path / "20261121T000000Z-fixture"
     folder.mkdir()
-    (folder / "records.json").write_text(json.dumps(records))
+    (folder / "records.json").write_text(json.dumps([r.to_dict() for r in records]))
     return folder
 
 

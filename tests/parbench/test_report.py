@@ -35,7 +35,7 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     readme = (run_folder / "README.md").read_text()
     assert "**Emulated devices**" in readme
     assert "![strategies](strategies.png)" in readme
-    assert "| pipeline (split 2) | resnet18 | 8 | ok | cpu,cpu |" in readme
+    assert "| pipeline (K=2, cut=tutorial, split=2) | resnet18 | 8 | ok | cpu,cpu |" in readme
     assert "| torch |" in readme
     text = index.read_text()
     assert text.startswith("# results\n\nnotes above") and text.endswith("below\n")

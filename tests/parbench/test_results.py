@@ -4,22 +4,26 @@ import os
 import pandas as pd
 import pytest
 
-from parbench.results import FIELDS, RunFolder, load_records, new_record
+from parbench.record import FIELDS, Record
+from parbench.results import RunFolder, load_records
 
 
 def _records():
-    ok = new_record(run_id="r", config_index=0, status="ok", strategy="single",
-                    strategy_options={}, throughput_ips=123.5, step_times_s=[0.1, 0.2],
-                    peak_memory_mib=[900.0, 300.0], emulated=True)
-    failed = new_record(run_id="r", config_index=1, status="error", strategy="single",
-                        reason="RuntimeError: boom")
-    return [{**ok, "torch_version": "x"}, {**failed, "torch_version": "x"}]
+    ok = Record(run_id="r", config_index=0, status="ok", strategy="single",
+                strategy_options={}, throughput_ips=123.5, step_times_s=[0.1, 0.2],
+                peak_memory_mib=[900.0, 300.0], emulated=True,
+                environment={"torch_version": "x"})
+    failed = Record(run_id="r", config_index=1, status="error", strategy="single",
+                    reason="RuntimeError: boom", environment={"torch_version": "x"})
+    return [ok, failed]
 
 
-def test_records_have_every_field_and_refuse_unknown_ones():
-    assert list(new_record()) == list(FIELDS)
-    with pytest.raises(KeyError, match="not record fields"):
-        new_record(thruput=1)
+def test_records_have_every_field_then_the_environment_and_refuse_unknown_fields():
+    [ok, _] = _records()
+    assert list(ok.to_dict()) == [*FIELDS, "torch_version"]
+    assert Record.from_dict(ok.to_dict()) == ok
+    with pytest.raises(TypeError, match="thruput"):
+        Record(thruput=1)
 
 
 @pytest.mark.parametrize("filename", ["records.json", "records.csv"])

@@ -4,7 +4,8 @@ import pytest
 
 from parbench.config import Config, expand_sweep
 from parbench.devices import parse_devices
-from parbench.results import RunFolder, load_records, new_record
+from parbench.record import Record
+from parbench.results import RunFolder, load_records
 from parbench.runner import add_comparisons, run_config, run_sweep
 
 
@@ -16,17 +17,17 @@ def config(tiny_workload):
 
 def test_a_measured_record_is_complete_and_consistent(config):
     record = run_config(config, run_id="run", index=3, environment={"host": "here"})
-    assert record["status"] == "ok", record["reason"]
-    assert record["devices"] == "cpu" and record["emulated"] is False
-    assert record["torch_threads"] == 1
-    assert len(record["step_times_s"]) == 2
-    assert record["step_time_min_s"] <= record["step_time_median_s"] <= record["step_time_max_s"]
-    assert record["throughput_ips"] > 0
-    assert record["peak_memory_mib"][0] > 0 and record["memory_imbalance"] == 1.0
-    assert record["flops_per_image"] > 0
-    assert record["achieved_tflops"] == pytest.approx(
-        record["flops_per_image"] * record["throughput_ips"] / 1e12)
-    assert record["config_index"] == 3 and record["host"] == "here"
+    assert record.status == "ok", record.reason
+    assert record.devices == "cpu" and record.emulated is False
+    assert record.torch_threads == 1
+    assert len(record.step_times_s) == 2
+    assert record.step_time_min_s <= record.step_time_median_s <= record.step_time_max_s
+    assert record.throughput_ips > 0
+    assert record.peak_memory_mib[0] > 0 and record.memory_imbalance == 1.0
+    assert record.flops_per_image > 0
+    assert record.achieved_tflops == pytest.approx(
+        record.flops_per_image * record.throughput_ips / 1e12)
+    assert record.config_index == 3 and record.environment == {"host": "here"}
 
 
 def test_a_failing_configuration_becomes_an_error_record(config, monkeypatch):
@@ -37,9 +38,9 @@ def test_a_failing_configuration_becomes_an_error_record(config, monkeypatch):
 
     monkeypatch.setattr(strategies.single.SingleDevice, "train_step", explode)
     record = run_config(config)
-    assert record["status"] == "error"
-    assert "RuntimeError: stage exploded" in record["reason"]
-    assert record["throughput_ips"] is None
+    assert record.status == "error"
+    assert "RuntimeError: stage exploded" in record.reason
+    assert record.throughput_ips is None
 
 
 def test_out_of_memory_is_recorded_as_oom(config, monkeypatch):
@@ -49,7 +50,7 @@ def test_out_of_memory_is_recorded_as_oom(config, monkeypatch):
         raise MemoryError("cannot allocate")
 
     monkeypatch.setattr(strategies.single.SingleDevice, "setup", out_of_memory)
-    assert run_config(config)["status"] == "oom"
+    assert run_config(config).status == "oom"
 
 
 def test_sweep_expands_every_combination(tiny_workload):
@@ -82,7 +83,7 @@ def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_p
 
 
 def _ok(strategy, devices, throughput, **options):
-    return new_record(status="ok", strategy=strategy, devices=devices, throughput_ips=throughput,
+    return Record(status="ok", strategy=strategy, devices=devices, throughput_ips=throughput,
                       strategy_options=options, model="resnet18", image_size=32, num_classes=10,
                       precision="fp32", channels_last=False, global_batch=8, device_kind="cpu")
 
@@ -94,9 +95,9 @@ def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput
                _ok("fsdp", "cpu,cpu", 12.0, world_size=2)]
     add_comparisons(records)
     single, ddp1, ddp2, ddp2_static, fsdp2 = records
-    assert ddp2["scaling_efficiency"] == pytest.approx(16.2 / (2 * 9.0))
-    assert ddp1["scaling_efficiency"] == pytest.approx(1.0)
-    assert ddp2_static["scaling_efficiency"] is None  # no static-graph run on one device
-    assert fsdp2["scaling_efficiency"] is None
-    assert ddp2["speedup_vs_baseline"] == pytest.approx(1.62)
-    assert ddp2["device_efficiency"] == pytest.approx(0.81)
+    assert ddp2.scaling_efficiency == pytest.approx(16.2 / (2 * 9.0))
+    assert ddp1.scaling_efficiency == pytest.approx(1.0)
+    assert ddp2_static.scaling_efficiency is None  # no static-graph run on one device
+    assert fsdp2.scaling_efficiency is None
+    assert ddp2.speedup_vs_baseline == pytest.approx(1.62)
+    assert ddp2.device_efficiency == pytest.approx(0.81)

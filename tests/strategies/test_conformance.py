@@ -1,6 +1,7 @@
 """What every registered strategy must do, whatever it is: one step equals the baseline's, its
-options refuse bad values with one line, its record has the schema, and every harness lists
-it. Runs over the registry, so a new strategy is checked without a new test."""
+options refuse bad values with one line (cases made from its Options fields), its record has
+the schema, and every harness lists it. Runs over the registry, so a new strategy or option is
+checked without a new test."""
 
 import importlib.util
 import subprocess
@@ -13,9 +14,9 @@ import pytest
 import strategies
 from parbench import suite
 from parbench.cli import main
-from parbench.config import Config
+from parbench.config import Config, options_for
 from parbench.devices import parse_devices
-from parbench.results import FIELDS
+from parbench.record import FIELDS
 from parbench.runner import run_config
 from parbench.verify import verify
 
@@ -26,24 +27,35 @@ NAMES = strategies.names()
 # over the same ones); every other option at its default.
 OPTIONS = {"split_size": 2}
 
-# A bad value for every option a strategy may take, and what the one-line refusal says. A new
-# option needs its row here (test_every_option_has_a_bad_value_case); None: a plain switch.
-BAD_VALUES = {
-    "split_size": (["--split-size", "0"], "--split-size must be at least 1, got 0"),
-    "stages": (["--stages", "1"], "--stages must be at least 2, got 1"),
-    "balance": (["--balance", "random"], "unknown balance 'random'"),
-    "world_size": (["--world-size", "0"], "--world-size must be at least 1, got 0"),
-    "bucket_cap_mb": (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be above 0"),
-    "sync_batchnorm": (["--sync-batchnorm"], "SyncBatchNorm runs on CUDA devices only"),
-    "gradient_as_bucket_view": None,
-    "static_graph": None,
-}
+
+def _bad_value(spec: strategies.OptionSpec) -> tuple[list[str], str] | None:
+    """Command-line arguments giving `spec` a value it refuses, and what the refusal quotes;
+    None for a plain switch (its refusals depend on devices: REFUSED_HERE)."""
+    if spec.choices:
+        return [spec.flag, "random"], "'random'"
+    if spec.minimum is not None:
+        return [spec.flag, f"{spec.minimum - 1:g}"], f"{spec.flag} must be at least"
+    if spec.above is not None:
+        return [spec.flag, f"{spec.above:g}"], f"{spec.flag} must be above"
+    if spec.type is not bool:
+        return [spec.flag, "x"], f"{spec.flag} 'x' is not"
+    return None
+
+
+# Options refused on two CPU devices whatever their value.
+REFUSED_HERE = {"sync_batchnorm": (["--sync-batchnorm"], "SyncBatchNorm runs on CUDA devices "
+                                                         "only")}
+
+
+def _plan(name: str, workload, **options):
+    return strategies.plan(name, workload, 8, CPU2.logical, options)
 
 
 def _skip_where_it_cannot_run(name: str, workload) -> None:
-    reason = strategies.skip_reason(name, workload, CPU2.logical)
-    if reason:
-        pytest.skip(f"{name} cannot run on cpu,cpu here: {reason}")
+    try:
+        _plan(name, workload)
+    except strategies.Unavailable as error:
+        pytest.skip(f"{name} cannot run on cpu,cpu here: {error}")
 
 
 def _load(path: Path):
@@ -66,14 +78,11 @@ def test_one_step_equals_the_baseline(name, tiny_workload, child_pids):
     assert child_pids() == []
 
 
-def test_every_option_has_a_bad_value_case():
-    taken = {option for name in NAMES for option in strategies.accepted_options(name)}
-    assert taken <= set(BAD_VALUES), f"add a bad value for {sorted(taken - set(BAD_VALUES))}"
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_bad_option_values_are_refused_with_one_line(name, capsys):
-    cases = [BAD_VALUES[o] for o in strategies.accepted_options(name) if BAD_VALUES[o]]
+    specs = strategies.lookup(name).cls.Options.specs()
+    cases = [case for spec in specs
+             for case in (_bad_value(spec), REFUSED_HERE.get(spec.name)) if case]
     if not cases:
         pytest.skip(f"{name} takes no option with a bad value")
     for argv, message in cases:
@@ -88,17 +97,19 @@ def test_bad_option_values_are_refused_with_one_line(name, capsys):
 def test_its_record_has_the_schema(name, tiny_workload):
     workload = replace(tiny_workload, image_size=64)
     config = Config(name, workload, 8, CPU2, warmup=1, steps=1,
-                    options=strategies.options_for(name, OPTIONS))
+                    options=options_for(name, OPTIONS))
     record = run_config(config)
-    assert set(FIELDS) <= set(record)
-    assert record["strategy"] == name
-    if strategies.skip_reason(name, workload, config.used_devices.logical):
-        assert record["status"] == "skipped" and record["reason"]
+    assert list(record.to_dict())[:len(FIELDS)] == list(FIELDS)
+    assert record.strategy == name
+    if config.unavailable_reason():
+        assert record.status == "skipped" and record.reason
         return
-    assert record["status"] == "ok", record["reason"]
-    assert record["throughput_ips"] > 0
-    assert len(record["peak_memory_mib"]) == len(config.used_devices)
-    assert record["micro_batches"] >= 1 and record["stages"] >= 1
+    assert record.status == "ok", record.reason
+    assert record.throughput_ips > 0
+    assert len(record.peak_memory_mib) == len(config.used_devices)
+    assert record.micro_batches >= 1 and record.stages >= 1
+    # The options as planned (defaults resolved), never a value the strategy does not take.
+    assert record.strategy_options == config.plan.options.given()
 
 
 def test_every_harness_lists_every_strategy(capsys):

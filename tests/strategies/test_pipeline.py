@@ -8,11 +8,17 @@ import torch
 import strategies
 from parbench.config import Config
 from parbench.devices import parse_devices
+from parbench.measure.tensors import TensorMemory
 from parbench.verify import verify
-from strategies.base import StrategyError
+from strategies.errors import StrategyError
 from strategies.stages import micro_batch_sizes
 
 CPU2 = parse_devices("cpu,cpu")
+
+
+def _pipeline(workload, split_size):
+    return strategies.create(strategies.plan("pipeline", workload, 8, CPU2.logical,
+                                             {"split_size": split_size}))
 
 
 @pytest.mark.parametrize("batch, split, sizes", [
@@ -41,16 +47,15 @@ def test_one_step_equals_the_single_device_step(tiny_workload, name, options):
 
 
 def test_pipeline_reports_its_stages_micro_batches_and_cut(tiny_workload):
-    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=2)
+    pipeline = _pipeline(tiny_workload, 2)
     pipeline.setup()
     try:
         images, labels = tiny_workload.make_batch(8, "cpu")
         loss = pipeline.train_step(images, labels)
         assert torch.isfinite(loss)
         assert pipeline.micro_batches == 4 and pipeline.pipeline_stages == 2
-        assert pipeline.options["partition"] == "stem..layer2.1 | layer3.0..head"
-        memory = pipeline.logical_memory_mib()
-        assert len(memory) == 2 and all(m > 0 for m in memory)
+        assert pipeline.partition == "stem..layer2.1 | layer3.0..head"
+        assert len(pipeline.placed_modules()) == 2  # one module per logical device
     finally:
         pipeline.close()
 
@@ -60,23 +65,21 @@ def test_stage_memory_counts_activations_of_every_micro_batch(tiny_workload):
     activations do not shrink when the same batch is cut into more micro-batches."""
     peaks = {}
     for split in (8, 2):
-        pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=split)
+        pipeline = _pipeline(tiny_workload, split)
         pipeline.setup()
+        memory = TensorMemory(pipeline.placed_modules())
         images, labels = tiny_workload.make_batch(8, "cpu")
         pipeline.train_step(images, labels)
-        peaks[split] = pipeline.stages[0].peak_saved_bytes
+        peaks[split] = memory.saved_peak_bytes()[0]
+        memory.close()
         pipeline.close()
     assert peaks[2] == pytest.approx(peaks[8], rel=0.05)
     assert peaks[8] > 0
 
 
 def test_split_larger_than_the_batch_is_refused(tiny_workload):
-    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=16)
-    pipeline.setup()
-    images, labels = tiny_workload.make_batch(8, "cpu")
-    with pytest.raises(StrategyError, match="split size 16 is larger than the batch 8"):
-        pipeline.train_step(images, labels)
-    pipeline.close()
+    with pytest.raises(StrategyError, match="--split-size 16 is larger than --batch-size 8"):
+        _pipeline(tiny_workload, 16)
 
 
 def test_more_stages_than_devices_is_refused(tiny_workload):
@@ -100,7 +103,7 @@ def test_stage_workers_run_on_one_thread_each(tiny_workload):
     """One thread per logical device: a new thread would otherwise run its ops on every core
     (torch.get_num_threads() still says 1 there: OpenMP's count is per thread)."""
     torch.set_num_threads(1)
-    pipeline = strategies.create("pipeline", tiny_workload, CPU2.logical, split_size=2)
+    pipeline = _pipeline(tiny_workload, 2)
     pipeline.setup()
     try:
         for worker in pipeline.workers:

@@ -26,11 +26,34 @@ def test_every_strategy_reports_availability_on_cpu():
     assert reasons["single"] is None
 
 
-def test_create_passes_the_workload_and_takes_the_devices_it_uses(tiny_workload):
+def test_create_builds_what_the_plan_says(tiny_workload):
     cpu = torch.device("cpu")
-    strategy = strategies.create("single", tiny_workload, (cpu, cpu))
+    plan = strategies.plan("single", tiny_workload, 8, (cpu, cpu))
+    strategy = strategies.create(plan)
     assert strategy.workload is tiny_workload
-    assert strategy.devices == (cpu,)
+    assert strategy.devices == plan.devices == (cpu,)
+
+
+def test_a_plan_resolves_the_defaults_that_depend_on_batch_and_devices(tiny_workload):
+    cpu = torch.device("cpu")
+    plan = strategies.plan("pipeline", tiny_workload, 24, (cpu, cpu, cpu), {"stages": 2})
+    assert plan.devices == (cpu, cpu)
+    # 4 micro-batches per stage: split 24 / 8 = 3; the tutorial's cut for 2 stages.
+    assert plan.options.given() == {"stages": 2, "balance": "tutorial", "split_size": 3}
+    assert plan.reference_split == 3
+
+
+def test_options_a_strategy_does_not_take_are_ignored(tiny_workload):
+    cpu = torch.device("cpu")
+    plan = strategies.plan("single", tiny_workload, 8, (cpu,), {"split_size": 2})
+    assert plan.options.given() == {}
+
+
+def test_every_option_is_defined_once_for_every_strategy_that_takes_it():
+    specs = strategies.option_specs()
+    assert set(specs) == {o for name in strategies.names()
+                          for o in strategies.lookup(name).cls.Options.names()}
+    assert strategies.takers("world_size") == ["data-parallel", "ddp", "fsdp"]
 
 
 def test_too_few_devices_is_refused_with_the_numbers():
@@ -40,6 +63,17 @@ def test_too_few_devices_is_refused_with_the_numbers():
 
     with pytest.raises(strategies.StrategyError, match=r"at least 2 devices, got 1 \(cpu\)"):
         NeedsTwo.select_devices((torch.device("cpu"),))
+
+
+def test_a_workload_a_strategy_cannot_train_is_refused_by_its_plan(tiny_workload):
+    from dataclasses import replace
+
+    fp16 = replace(tiny_workload, precision="fp16")
+    cpu = torch.device("cpu")
+    with pytest.raises(strategies.WorkloadRefused, match="fp16 loss scaling"):
+        strategies.plan("pipeline-1f1b", fp16, 8, (cpu, cpu))
+    with pytest.raises(strategies.Unavailable, match="CUDA devices only"):
+        strategies.plan("data-parallel", tiny_workload, 8, (cpu, cpu))
 
 
 def test_process_per_stage_pipelines_are_unavailable_on_one_shared_gpu():

@@ -3,8 +3,12 @@ import torch
 import strategies
 
 
+def _single(workload):
+    return strategies.create(strategies.plan("single", workload, 8, (torch.device("cpu"),)))
+
+
 def _trained(workload, steps: int):
-    strategy = strategies.create("single", workload, (torch.device("cpu"),))
+    strategy = _single(workload)
     strategy.setup()
     images, labels = workload.make_batch(8, strategy.input_device)
     losses = [strategy.train_step(images, labels).item() for _ in range(steps)]
@@ -12,7 +16,7 @@ def _trained(workload, steps: int):
 
 
 def test_one_step_changes_every_trainable_parameter(tiny_workload):
-    strategy = strategies.create("single", tiny_workload, (torch.device("cpu"),))
+    strategy = _single(tiny_workload)
     strategy.setup()
     before = {n: p.detach().clone() for n, p in strategy.model.named_parameters()}
     images, labels = tiny_workload.make_batch(8, "cpu")

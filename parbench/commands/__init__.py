@@ -1,0 +1,1 @@
+"""The `parbench` commands, one module each; `parbench.cli` wires their arguments."""

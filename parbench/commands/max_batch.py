@@ -1,0 +1,78 @@
+"""`parbench max-batch`: the largest global batch each strategy trains in memory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from parbench.commands.arguments import (
+    UsageError,
+    at_least,
+    checked,
+    choice_list,
+    default_devices,
+    device_set,
+    int_list,
+    new_run_folder,
+    positive,
+    strategy_names,
+)
+from parbench.config import Config
+from parbench.environment import collect_environment
+from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
+from parbench.record import Record
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, Workload
+
+__all__ = ["command_max_batch"]
+
+
+def command_max_batch(args: argparse.Namespace) -> int:
+    names = strategy_names(args.strategy)
+    devices = device_set(args.devices or default_devices()[0])
+    cap = at_least("--memory-cap-mib", args.memory_cap_mib, 1) if args.memory_cap_mib else None
+    if cap is None and devices.kind == "cpu":
+        raise UsageError("on CPU give --memory-cap-mib: a CPU has no device memory to run out "
+                         "of, only the machine's")
+    start = at_least("--start", args.start, 1)
+    limit = at_least("--limit", args.limit, start)
+    workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
+                        image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
+                        num_classes=at_least("--num-classes", args.num_classes, 1))
+    configs = []
+    for name in names:
+        config = Config(name, workload, start, devices, warmup=1, steps=1,
+                        threads_per_device=at_least("--threads-per-device",
+                                                    args.threads_per_device, 1),
+                        memory_cap_mib=cap, timeout_s=positive("--timeout", args.timeout))
+        reason = checked(replace(config, global_batch=batch_unit(config))).unavailable_reason()
+        if reason:
+            raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")
+        configs.append(config)
+    folder = new_run_folder(args.results_dir, "max-batch")
+    folder.write_environment(collect_environment())
+    records, found = [], []
+
+    def on_trial(record: Record) -> None:
+        records.append(replace(record, config_index=len(records), run_id=folder.run_id))
+        folder.write_records(records)
+        peak = record.peak_memory_max_mib
+        print(f"  {record.strategy} batch {record.global_batch}: {record.status}"
+              + (f", peak {peak:.0f} MiB per device" if peak else ""), file=sys.stderr,
+              flush=True)
+
+    for config in configs:
+        try:
+            batch, limited, _ = find_max_batch(config, limit, on_trial)
+        except MaxBatchError as error:
+            print(f"{config.strategy}: no answer: {error}")
+            continue
+        found.append((config.strategy, batch, limited))
+    cap_text = f", {cap} MiB per process" if cap else ""
+    print(f"largest global batch that trains ({workload.model}, {workload.image_size}px, "
+          f"{devices.describe()}{cap_text}):")
+    for name, batch, limited in found:
+        print(f"  {name:<16} {batch if batch else 'none (not even the smallest)'}"
+              + (f" (the --limit {limit} stopped the search)" if limited else ""))
+    print(f"results: {folder.path}")
+    return 0 if len(found) == len(configs) else 1

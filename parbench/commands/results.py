@@ -1,0 +1,42 @@
+"""`parbench plot` and `parbench report`: figures and reports from records already written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from parbench.commands.arguments import UsageError, output_folder
+from parbench.plots import write_figures
+from parbench.report import write_index, write_run_report
+from parbench.results import ResultsError, read_results
+
+__all__ = ["command_plot", "command_report"]
+
+
+def _results(args: argparse.Namespace):
+    try:
+        return read_results(args.results)
+    except ResultsError as error:
+        raise UsageError(str(error)) from None
+
+
+def command_plot(args: argparse.Namespace) -> int:
+    frame, folder = _results(args)
+    out = output_folder(args.out, folder)
+    written = write_figures(frame, out)
+    if not written:
+        print(f"no figure: none of the {len(frame)} records has status ok")
+        return 1
+    for path in written:
+        print(f"{path} (+ .svg)")
+    return 0
+
+
+def command_report(args: argparse.Namespace) -> int:
+    frame, folder = _results(args)
+    out = output_folder(args.out, folder)
+    report = write_run_report(frame, out, write_figures(frame, out))
+    print(report)
+    index_dir = Path(args.index) if args.index else out.parent
+    print(write_index(index_dir))
+    return 0

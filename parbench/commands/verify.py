@@ -1,0 +1,62 @@
+"""`parbench verify`: one optimiser step of each strategy against the single-device step."""
+
+from __future__ import annotations
+
+import argparse
+
+import strategies
+from parbench import launch
+from parbench.commands.arguments import (
+    UsageError,
+    at_least,
+    checked,
+    choice_list,
+    default_devices,
+    device_set,
+    int_list,
+    positive,
+    strategy_names,
+    strategy_option_sweep,
+)
+from parbench.config import Config, options_for
+from parbench.verify import verify
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, Workload
+
+__all__ = ["command_verify"]
+
+
+def command_verify(args: argparse.Namespace) -> int:
+    if launch.torchrun_rank() is not None:
+        raise UsageError("run parbench verify without torchrun; it starts its own processes")
+    devices = device_set(args.devices or default_devices()[0])
+    batch = int_list("--batch-size", args.batch_size, 1)[0]
+    [options] = strategy_option_sweep(args, sweep=False)
+    if options["split_size"] is None:
+        options["split_size"] = max(1, batch // 4)
+    if args.strategy:
+        names = strategy_names(args.strategy)
+    else:
+        names = [name for name, reason in strategies.available(devices.logical).items()
+                 if reason is None and name != strategies.BASELINE]
+    workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
+                        image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
+                        num_classes=at_least("--num-classes", args.num_classes, 1),
+                        seed=args.seed)
+    for name in names:
+        checked(Config(name, workload, batch, devices, options=options_for(name, options)))
+    tolerance = positive("--tolerance", args.tolerance)
+    print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px) from "
+          f"seed {args.seed}, against {strategies.BASELINE} on {devices.logical[0]}; "
+          "micro-batched strategies against the baseline accumulating gradients over the same "
+          "micro-batches, data-parallel ones against it accumulating over the replicas' "
+          "shards (so BatchNorm sees the same samples)", flush=True)
+    verdicts = verify(workload, devices, names, batch, options, tolerance,
+                      at_least("--threads-per-device", args.threads_per_device, 1))
+    print(f"{'strategy':<16} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
+          f"  {'tolerance':>9}  result")
+    for v in verdicts:
+        options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
+        print(f"{v.strategy:<16} {options_text:<34} {v.max_abs_difference:>16.3e} "
+              f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
+              f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else ""))
+    return 0 if all(v.ok for v in verdicts) else 1

@@ -1,0 +1,134 @@
+"""Memory per logical device, counted from its tensors: parameters, gradients, optimiser state
+and the activations autograd saves for backward. Installed around a strategy's modules by the
+worker, for logical devices that share a physical one (whose counters cannot tell them apart)
+and for CPU processes (whose resident set includes the interpreter)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+__all__ = ["SOURCE", "TensorMemory"]
+
+MIB = 2**20
+SOURCE = ("tensors per logical device: parameters, gradients, optimiser state and live "
+          "activations saved for backward (saved-tensor hooks)")
+
+
+def _local_nbytes(tensor: torch.Tensor) -> int:
+    """Bytes this process holds for `tensor` (its shard, for a sharded DTensor)."""
+    if isinstance(tensor, DTensor):
+        tensor = tensor.to_local()
+    return tensor.nbytes
+
+
+class _SavedTensors:
+    """The activations autograd saves while one module runs forward, counted live: added when
+    saved, released when backward consumes them (parameters saved by an op are state, not
+    counted twice)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._parameters = {p.untyped_storage().data_ptr() for p in module.parameters()
+                            if not isinstance(p, DTensor)}
+        self._lock = threading.Lock()
+        self._live: dict[int, list[int]] = {}  # storage pointer -> [bytes, references]
+        self._live_bytes = 0
+        self.peak_bytes = 0
+        self._contexts = threading.local()  # the hooks entered by this thread's forward
+        self._handles = [module.register_forward_pre_hook(self._enter),
+                         module.register_forward_hook(self._exit, always_call=True)]
+
+    def _enter(self, module, inputs) -> None:
+        context = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        context.__enter__()
+        self._contexts.__dict__.setdefault("stack", []).append(context)
+
+    def _exit(self, module, inputs, output) -> None:
+        self._contexts.stack.pop().__exit__(None, None, None)
+
+    def _pack(self, tensor: torch.Tensor):
+        if isinstance(tensor, nn.Parameter):  # counted as state (FSDP's are transient)
+            return tensor, None
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if pointer in self._parameters:
+            return tensor, None
+        with self._lock:
+            entry = self._live.setdefault(pointer, [storage.nbytes(), 0])
+            if entry[1] == 0:
+                self._live_bytes += entry[0]
+                self.peak_bytes = max(self.peak_bytes, self._live_bytes)
+            entry[1] += 1
+        return tensor, pointer
+
+    def _unpack(self, packed) -> torch.Tensor:
+        tensor, pointer = packed
+        if pointer is not None:
+            with self._lock:
+                entry = self._live.get(pointer)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] == 0:  # backward is done with it: autograd frees it now
+                        self._live_bytes -= entry[0]
+                        del self._live[pointer]
+        return tensor
+
+    def release(self) -> None:
+        """After a step's backward: whatever was saved and not unpacked is freed."""
+        with self._lock:
+            self._live.clear()
+            self._live_bytes = 0
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self._live_bytes
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+class TensorMemory:
+    """Peak memory of each logical device a strategy drives in this process, from the modules
+    it runs there (`Strategy.placed_modules`) and its optimiser's state for them."""
+
+    def __init__(self, placed: Sequence[nn.Module]) -> None:
+        self._modules = list(placed)
+        self._saved = [_SavedTensors(module) for module in self._modules]
+
+    def after_step(self) -> None:
+        for saved in self._saved:
+            saved.release()
+
+    def reset(self) -> None:
+        for saved in self._saved:
+            saved.reset_peak()
+
+    def saved_peak_bytes(self) -> list[int]:
+        """Per logical device: the most activation bytes alive at once since `reset`."""
+        return [saved.peak_bytes for saved in self._saved]
+
+    def read_mib(self, optimizer: torch.optim.Optimizer) -> list[float]:
+        """Per logical device: parameters, gradients and optimiser state, plus the peak of the
+        activations saved for backward."""
+        return [(self._state_bytes(module, optimizer) + saved.peak_bytes) / MIB
+                for module, saved in zip(self._modules, self._saved, strict=True)]
+
+    @staticmethod
+    def _state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        total = 0
+        for parameter in module.parameters():
+            total += _local_nbytes(parameter)
+            if parameter.grad is not None:
+                total += _local_nbytes(parameter.grad)
+            for value in optimizer.state.get(parameter, {}).values():
+                if isinstance(value, torch.Tensor):
+                    total += _local_nbytes(value)
+        return total
+
+    def close(self) -> None:
+        for saved in self._saved:
+            saved.remove()

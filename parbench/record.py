@@ -1,0 +1,115 @@
+"""The record of one measured configuration: a typed dataclass whose fields are the schema of
+records.json and records.csv, with the statistics derived from the measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "Record"]
+
+STATUSES = ("ok", "oom", "error", "skipped")
+
+
+@dataclass
+class Record:
+    """One configuration's outcome. Every field is written for every record (None where it
+    does not apply); `environment` (parbench.environment) is written after them, flat."""
+
+    # Which run and configuration; what came of it.
+    run_id: str | None = None
+    config_index: int | None = None
+    config_key: str | None = None  # what --resume finds the configuration by
+    status: str | None = None  # one of STATUSES
+    reason: str | None = None  # why it is not ok
+    # What was trained, and how.
+    strategy: str | None = None  # a registered name
+    strategy_options: dict | None = None  # as planned, defaults resolved (Options.given)
+    model: str | None = None
+    image_size: int | None = None
+    num_classes: int | None = None
+    precision: str | None = None
+    channels_last: bool | None = None
+    compile: bool | None = None
+    global_batch: int | None = None
+    stages: int | None = None
+    partition: str | None = None  # where the model was cut
+    split_size: int | None = None
+    micro_batches: int | None = None
+    bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
+    data: str | None = None  # "synthetic" or the image folder
+    # Where it ran.
+    devices: str | None = None  # the logical devices used, comma separated
+    physical_devices: str | None = None
+    nodes: int | None = None
+    device_kind: str | None = None
+    world_size: int | None = None  # processes
+    backend: str | None = None  # process group, for one process per device
+    emulated: bool | None = None  # several logical devices on one physical device
+    threads_per_device: int | None = None
+    torch_threads: int | None = None
+    memory_cap_mib: int | None = None
+    warmup_steps: int | None = None
+    measured_steps: int | None = None
+    # Time.
+    throughput_ips: float | None = None  # images per second over the measured steps
+    step_time_median_s: float | None = None
+    step_time_p90_s: float | None = None
+    step_time_min_s: float | None = None
+    step_time_max_s: float | None = None
+    step_times_s: list | None = None  # per measured step, the slowest rank's
+    rank_step_times_s: list | None = None  # per rank, per step (one process per device)
+    first_step_time_s: float | None = None
+    compile_time_s: float | None = None  # the first warm-up step beyond a measured one
+    # Against other records of the same run (runner.add_comparisons).
+    speedup_vs_baseline: float | None = None  # throughput / the single device's
+    device_efficiency: float | None = None  # speedup / devices used
+    scaling_efficiency: float | None = None  # T(N) / (N x T(1)), the same strategy on one
+    # Memory.
+    peak_memory_mib: list | None = None  # per logical device
+    peak_memory_max_mib: float | None = None
+    memory_imbalance: float | None = None  # max / mean over the devices
+    memory_source: str | None = None  # how the peaks were obtained
+    physical_peak_memory_mib: list | None = None
+    memory_after_step_mib: list | None = None
+    memory_growth_mib_per_step: float | None = None
+    memory_leak_suspected: bool | None = None
+    # Work and energy.
+    flops_per_image: int | None = None  # torch.utils.flop_counter, forward + backward
+    achieved_tflops: float | None = None
+    gpu_utilisation_pct: list | None = None
+    gpu_memory_used_mib: list | None = None
+    gpu_sampling: str | None = None
+    gpu_energy_j: float | None = None
+    images_per_joule: float | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def device_count(self) -> int:
+        return len(self.devices.split(",")) if self.devices else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat form written to records.json and records.csv."""
+        values = {name: getattr(self, name) for name in FIELDS}
+        return {**values, **self.environment}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Record:
+        """A record read back; keys that are not fields are its environment."""
+        fields = {k: v for k, v in values.items() if k in FIELDS}
+        environment = {k: v for k, v in values.items() if k not in FIELDS}
+        return cls(**fields, environment=environment)
+
+
+# Column order of records.csv: every field but the environment, whose keys follow.
+FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "environment")
+# Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
+LIST_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
+                    if f.type in ("list | None", "dict | None"))

@@ -1,0 +1,19 @@
+"""What a strategy raises when it is asked to run where or how it cannot."""
+
+from __future__ import annotations
+
+__all__ = ["StrategyError", "Unavailable", "WorkloadRefused"]
+
+
+class StrategyError(ValueError):
+    """A strategy asked to run where or how it cannot; the message says how to fix it."""
+
+
+class Unavailable(StrategyError):
+    """This machine or PyTorch cannot run the strategy here: recorded as skipped, not an error
+    of the user's."""
+
+
+class WorkloadRefused(Unavailable):
+    """The strategy cannot train this workload (fp16, --compile): refused up front when the
+    user named the strategy, recorded as skipped in the comparison of every strategy."""

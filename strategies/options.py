@@ -1,0 +1,139 @@
+"""Strategy options as typed dataclasses: each field says its type, default, help and allowed
+values, so the command line, the checks, the records and the plots read them from one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from strategies.errors import StrategyError
+
+if TYPE_CHECKING:
+    import torch
+
+    from parbench.workloads import Workload
+
+__all__ = ["OptionSpec", "Options", "option"]
+
+
+def option(default: Any = None, *, help: str, choices: tuple = (), minimum: float | None = None,
+           above: float | None = None, sweep: bool = True, label: str | None = None):
+    """A field of an Options dataclass. `minimum` (inclusive) and `above` (exclusive) bound a
+    number; `sweep`: a comma list on the command line measures each value; `label`: how a
+    figure names the option (default: its name)."""
+    return field(default=default, metadata=dict(help=help, choices=tuple(choices),
+                                                minimum=minimum, above=above, sweep=sweep,
+                                                label=label))
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option as the command line and the checks see it."""
+
+    name: str
+    type: type  # int, float, str or bool (a switch)
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    above: float | None = None
+    sweep: bool = True
+    label: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not allowed (one line naming the flag), or None."""
+        if value is None or self.type is bool:
+            return None
+        if self.choices and value not in self.choices:
+            return (f"unknown {self.name.replace('_', ' ')} {value!r}; available: "
+                    f"{', '.join(map(str, self.choices))}")
+        if self.minimum is not None and value < self.minimum:
+            return f"{self.flag} must be at least {self.minimum:g}, got {value:g}"
+        if self.above is not None and not value > self.above:
+            return f"{self.flag} must be above {self.above:g}, got {value:g}"
+        return None
+
+    def parse(self, text: str) -> Any:
+        """One value from command-line text (StrategyError saying what is wrong)."""
+        try:
+            value = self.type(text)
+        except ValueError:
+            kind = "a whole number" if self.type is int else "a number"
+            raise StrategyError(f"{self.flag} {text!r} is not {kind}") from None
+        problem = self.problem(value)
+        if problem:
+            raise StrategyError(problem)
+        return value
+
+    def text(self, value: Any) -> str:
+        """The option as a figure or table shows it: `split=8`, `N=2`, `static_graph`."""
+        name = self.label or self.name
+        return name if value is True else f"{name}={value}"
+
+
+def _value_type(hint: Any) -> type:
+    """int from `int | None`, bool from `bool`, ..."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return hint
+
+
+@dataclass(frozen=True)
+class Options:
+    """A strategy's options (this base has none). Subclasses add fields made with `option` and
+    may refine `check` and `resolved`."""
+
+    _SPECS: ClassVar[dict] = {}  # class -> its OptionSpecs, made once
+
+    def __post_init__(self) -> None:
+        for spec in self.specs():
+            problem = spec.problem(getattr(self, spec.name))
+            if problem:
+                raise StrategyError(problem)
+
+    @classmethod
+    def specs(cls) -> tuple[OptionSpec, ...]:
+        if cls not in Options._SPECS:
+            hints = typing.get_type_hints(cls)
+            Options._SPECS[cls] = tuple(
+                OptionSpec(f.name, _value_type(hints[f.name]), f.default, **f.metadata)
+                for f in dataclasses.fields(cls))
+        return Options._SPECS[cls]
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(spec.name for spec in cls.specs())
+
+    @classmethod
+    def from_values(cls, values: dict) -> Options:
+        """The options out of `values` this class takes and that are set (None: the default)."""
+        return cls(**{k: v for k, v in values.items() if k in cls.names() and v is not None})
+
+    def given(self) -> dict:
+        """The options that differ from their defaults, by name (what a record shows)."""
+        return {spec.name: getattr(self, spec.name) for spec in self.specs()
+                if getattr(self, spec.name) != spec.default}
+
+    def device_count(self) -> int | None:
+        """How many of the given devices the options ask for (stages, ranks); None: all."""
+        return None
+
+    def device_count_text(self) -> str:
+        """The start of the refusal when fewer devices are given: `3 stages need`."""
+        return "needs"
+
+    def check(self, workload: Workload, global_batch: int,
+              devices: tuple[torch.device, ...]) -> None:
+        """Refuse values that cannot work with this workload, batch and the devices the
+        strategy uses (raise StrategyError saying how to fix it)."""
+
+    def resolved(self, global_batch: int, devices: tuple[torch.device, ...]) -> Options:
+        """The options with defaults that depend on the batch and devices filled in."""
+        return self

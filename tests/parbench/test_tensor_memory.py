@@ -1,0 +1,47 @@
+"""Memory per logical device counted from tensors, by hooks the harness installs around a
+strategy's modules."""
+
+import torch
+from torch import nn
+
+from parbench.measure.tensors import TensorMemory
+
+MIB = 2**20
+
+
+def _model() -> nn.Module:
+    # Linear saves its input; ReLU saves its output: 2 x 256 x 1024 float32 = 2 MiB.
+    return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU())
+
+
+def test_saved_activations_are_counted_until_backward_consumes_them():
+    model = _model()
+    memory = TensorMemory([model])
+    inputs = torch.randn(256, 1024)
+    loss = model(inputs).sum()
+    assert memory.saved_peak_bytes() == [2 * 256 * 1024 * 4]
+    loss.backward()
+    memory.reset()  # the peak restarts from what is alive: nothing, after backward
+    assert memory.saved_peak_bytes() == [0]
+    memory.close()
+
+
+def test_state_is_parameters_gradients_and_optimiser_state():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    memory = TensorMemory([model])
+    model(torch.randn(256, 1024)).sum().backward()
+    optimizer.step()  # momentum buffers: one more copy of the parameters
+    parameters = sum(p.nbytes for p in model.parameters())
+    [mib] = memory.read_mib(optimizer)
+    assert mib * MIB == 3 * parameters + 2 * 256 * 1024 * 4
+    memory.close()
+
+
+def test_closing_removes_the_hooks():
+    model = _model()
+    memory = TensorMemory([model])
+    memory.close()
+    model(torch.randn(8, 1024)).sum().backward()
+    assert memory.saved_peak_bytes() == [0]
+    assert not model._forward_pre_hooks and not model._forward_hooks
