@@ -203,8 +203,13 @@ def plot_split_sizes(frame: pd.DataFrame):
         group = group.sort_values("split_size")
         ax.plot(group["split_size"], group["throughput_ips"], marker="o",
                 color=strategy_colour(strategy), label=strategy)
-    for strategy in (strategies.BASELINE, "model-parallel"):
-        flat = frame[frame["strategy"] == strategy]["throughput_ips"]
+    # The baseline, and every strategy that cuts the model but passes the whole batch.
+    splitting = strategies.takers("split_size")
+    unsplit = [strategies.BASELINE, *(name for name in strategies.takers("stages")
+                                      if name not in splitting)]
+    whole_batch = frame["micro_batches"].fillna(1) == 1
+    for strategy in unsplit:
+        flat = frame[(frame["strategy"] == strategy) & whole_batch]["throughput_ips"]
         if len(flat):
             ax.axhline(flat.iloc[0], color=strategy_colour(strategy), linestyle=":",
                        label=f"{strategy} (no split)")

@@ -106,7 +106,6 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps, stages=config.options.get("stages"),
-        split_size=config.options.get("split_size"),
     )
     try:
         options = config.plan.options

@@ -46,7 +46,8 @@ def build_configs(args: argparse.Namespace,
                                                                  default_devices())]
     if names is None:  # the quick comparison: whatever can run on the first device set
         reasons = strategies.available(device_sets[0].logical)
-        names = [name for name, reason in reasons.items() if reason is None] or ["single"]
+        names = ([name for name, reason in reasons.items() if reason is None]
+                 or [strategies.BASELINE])
         if launch.torchrun_rank() is not None:
             names = [n for n in names if n == strategies.BASELINE
                      or strategies.lookup(n).cls.process_per_device]
