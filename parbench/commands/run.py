@@ -88,6 +88,11 @@ def build_configs(args: argparse.Namespace,
                 open_image_folder(config.workload, config.global_batch)
             except DataError as error:
                 raise UsageError(str(error)) from None
+    if requested:  # a strategy named for nothing it can run here is refused, not skipped
+        for name in names:
+            reasons = [c.unavailable_reason() for c in configs if c.strategy == name]
+            if reasons and all(reasons):
+                raise UsageError(f"{name} cannot run here: {reasons[0]}")
     return configs
 
 

@@ -195,6 +195,8 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--strategy", "data-parallel", "--compile"],
      "data-parallel: torch.compile does not support nn.DataParallel"),
     (["run", "--compile", "--warmup", "0"], "--compile needs --warmup 1 or more"),
+    (["run", "--strategy", "data-parallel", "--devices", "cpu,cpu"],
+     "data-parallel cannot run here: nn.DataParallel replicates onto CUDA devices only"),
     (["run", "--image-size", "100000"],
      "--batch-size 32 at --image-size 100000: 32 input images alone need 3.49 TiB"),
 ])
