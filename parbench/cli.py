@@ -95,12 +95,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--results-dir", default="results", help="where run folders are written")
     run.add_argument("--tag", default="", help="suffix for the run folder's name")
     run.set_defaults(handler=command_run)
+    # What each flag is when not given: a resumed run accepts only those, or the run's own.
+    run.set_defaults(sweep_defaults=vars(run.parse_args([])))
 
     check = commands.add_parser(
         "verify", help="check every strategy's step equals the single-device step",
         description="From one seed, one optimiser step of each strategy against the "
                     "single-device baseline on the same global batch; prints the largest "
-                    "parameter difference and exits 1 above the tolerance.")
+                    "parameter difference and exits 1 above the tolerance. Micro-batched "
+                    "strategies cut the batch into 4 micro-batches unless --split-size says "
+                    "otherwise.")
     check.add_argument("--strategy", help="strategies to check (default: every one that can "
                        "run here)")
     check.add_argument("--model", default="resnet18")
@@ -130,6 +134,7 @@ def parser() -> argparse.ArgumentParser:
     largest.add_argument("--start", type=int, default=1, help="first batch tried (default 1)")
     largest.add_argument("--limit", type=int, default=4096, help="largest batch tried")
     largest.add_argument("--threads-per-device", type=int, default=1)
+    add_strategy_options(largest, sweep=False)
     largest.add_argument("--timeout", type=float, default=1800.0)
     largest.add_argument("--results-dir", default="results")
     largest.set_defaults(handler=command_max_batch)

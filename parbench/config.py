@@ -17,8 +17,7 @@ __all__ = ["Config", "expand_sweep", "options_for"]
 
 def options_for(name: str, options: dict) -> dict:
     """The options, out of `options`, that strategy `name` takes and that are set (not None)."""
-    taken = strategies.lookup(name).cls.Options.names()
-    return {k: v for k, v in options.items() if k in taken and v is not None}
+    return strategies.lookup(name).cls.Options.taken(options)
 
 
 @dataclass(frozen=True)

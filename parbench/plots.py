@@ -38,7 +38,7 @@ def options_text(options: dict | None) -> str:
 
 
 def config_label(record: pd.Series) -> str:
-    """`strategy (options)` for axis ticks, the options wrapped to the strategy's width."""
+    """`strategy (options)` for axis ticks, the options wrapped at 24 characters."""
     options = options_text(record.get("strategy_options"))
     if not options:
         return record["strategy"]

@@ -4,6 +4,7 @@ records.json and records.csv, with the statistics derived from the measurement."
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ class Record:
     reason: str | None = None  # why it is not ok
     # What was trained, and how.
     strategy: str | None = None  # a registered name
-    strategy_options: dict | None = None  # as planned, defaults resolved (Options.given)
+    # As planned, defaults resolved (Options.given); as given where no plan could be made.
+    strategy_options: dict | None = None
     model: str | None = None
     image_size: int | None = None
     num_classes: int | None = None
@@ -35,7 +37,7 @@ class Record:
     global_batch: int | None = None
     stages: int | None = None
     partition: str | None = None  # where the model was cut
-    split_size: int | None = None
+    split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
     micro_batches: int | None = None
     bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
     data: str | None = None  # "synthetic" or the image folder
@@ -111,5 +113,7 @@ class Record:
 # Column order of records.csv: every field but the environment, whose keys follow.
 FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name != "environment")
 # Fields holding a list or dict: JSON keeps them as they are; the CSV stores them as JSON text.
-LIST_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
-                    if f.type in ("list | None", "dict | None"))
+_HINTS = typing.get_type_hints(Record)
+LIST_FIELDS = tuple(name for name in FIELDS
+                    if {typing.get_origin(arg) or arg for arg in typing.get_args(_HINTS[name])}
+                    & {list, dict})

@@ -73,7 +73,8 @@ def _workload_line(frame: pd.DataFrame) -> str:
 
 
 def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> Path:
-    """folder/README.md: what ran where, its figures, every record, and what failed."""
+    """folder/README.md: the answers, what ran where, its figures, every record, and what
+    failed."""
     folder = Path(folder)
     emulated = frame["emulated"].fillna(False).astype(bool)
     lines = [f"# parbench run {folder.name}", ""]
@@ -83,9 +84,9 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
                   f"({shared}). "
                   "The code paths are real; the speedups are not what as many real devices "
                   "would give.", ""]
-    lines += [f"Workload: {_workload_line(frame)}.", "", "## Answers", ""]
+    lines += ["## Answers", ""]
     lines += [f"- {line}" for line in answers(frame)] or ["(no ok records)"]
-    lines += ["", "## Figures", ""]
+    lines += ["", f"Workload: {_workload_line(frame)}.", "", "## Figures", ""]
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
              *[r.get(column) for column, _ in COLUMNS]] for _, r in frame.iterrows()]

@@ -14,6 +14,7 @@ from parbench.record import FIELDS, LIST_FIELDS, Record
 
 __all__ = ["ResultsError", "RunFolder", "atomic_write_text", "load_records", "read_results"]
 
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

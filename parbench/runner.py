@@ -82,8 +82,6 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     )
 
 
-
-
 def run_config(config: Config, run_id: str = "", index: int = 0,
                environment: dict | None = None,
                measure: Callable[[Config], dict] = launch.measure) -> Record:
@@ -95,7 +93,8 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
     used = config.used_devices
     base = dict(
         run_id=run_id, config_index=index, config_key=config.key(), strategy=config.strategy,
-        strategy_options=dict(config.options), model=workload.model,
+        strategy_options=dict(config.options),  # as given, until the plan resolves them
+        model=workload.model,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
         compile=workload.compile,
@@ -105,12 +104,11 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         world_size=launch.world_size(config), backend=launch.backend_for(config),
         data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
-        measured_steps=config.steps, stages=config.options.get("stages"),
+        measured_steps=config.steps,
     )
     try:
         options = config.plan.options
-        base.update(strategy_options=options.given(), split_size=getattr(options, "split_size",
-                                                                         None))
+        base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
     except strategies.Unavailable as error:
         outcome = dict(status="skipped", reason=str(error))
     except strategies.StrategyError as error:  # a harness that skipped parbench.checks

@@ -11,6 +11,7 @@ from parbench import launch
 from parbench.config import Config, options_for
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
+from strategies.single import accumulating
 
 __all__ = ["Verdict", "verify"]
 
@@ -52,7 +53,7 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
         if split not in baselines:
             config = Config(strategies.BASELINE, workload, global_batch, devices,
                             threads_per_device=threads_per_device,
-                            options={"accumulation_split": split} if split else {})
+                            options=accumulating(split))
             baselines[split] = launch.verify_parameters(config, images, labels)
         return baselines[split]
 

@@ -39,7 +39,6 @@ class WorkerMeasurement:
     physical_memory_mib: list[float]  # per physical device this worker sees
     memory_after_step_mib: list[float]  # held after each measured step (see allocated_mib)
     torch_threads: int
-    strategy_options: dict  # as planned, defaults resolved (see Options.given)
     partition: str | None  # where the strategy cut the model, if it did
     micro_batches: int
     pipeline_stages: int
@@ -145,7 +144,6 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             physical_memory_mib=physical,
             memory_after_step_mib=after_step,
             torch_threads=torch.get_num_threads(),
-            strategy_options=strategy.options.given(),
             partition=strategy.partition,
             micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages,
@@ -191,7 +189,6 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
             f" (one process per device, {len(measurements)} processes)"
             if len(measurements) > 1 else ""),
         torch_threads=first.torch_threads,
-        strategy_options=first.strategy_options,
         partition=first.partition,
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,

@@ -70,7 +70,7 @@ def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device]
     cls = lookup(name).cls
     if not isinstance(options, Options):
         options = cls.Options.from_values(options or {})
-    return cls.plan(name, workload, global_batch, devices, options)
+    return cls.make_plan(name, workload, global_batch, devices, options)
 
 
 def create(plan: Plan) -> Strategy:

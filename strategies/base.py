@@ -46,13 +46,12 @@ class Strategy(ABC):
     """One way to train a workload on a list of logical devices.
 
     A strategy describes itself (its `Options` dataclass, its device needs, its refusals) and
-    `plan` answers, before anything runs, whether and how it can train a configuration. Built
+    `make_plan` answers, before anything runs, whether and how it can train a configuration. Built
     from that plan, it makes its model and optimiser in `setup` and performs exactly one
     optimiser update of the whole global batch per `train_step`. It never times, samples or
     writes anything: the harness does that around it.
     """
 
-    name: ClassVar[str]
     summary: ClassVar[str]
     Options: ClassVar[type[Options]] = Options
     min_devices: ClassVar[int] = 1
@@ -72,8 +71,8 @@ class Strategy(ABC):
         self.options = plan.options
 
     @classmethod
-    def plan(cls, name: str, workload: Workload, global_batch: int,
-             devices: Sequence[torch.device], options: Options) -> Plan:
+    def make_plan(cls, name: str, workload: Workload, global_batch: int,
+                  devices: Sequence[torch.device], options: Options) -> Plan:
         """Whether this strategy can train `workload` at `global_batch` on `devices` with
         `options`, and how: raises StrategyError (a usage error), WorkloadRefused or
         Unavailable (this machine cannot) with one line saying why."""
@@ -121,8 +120,8 @@ class Strategy(ABC):
 
     @classmethod
     def reference_split(cls, plan: Plan) -> int | None:
-        """See `Plan.reference_split`."""
-        return getattr(plan.options, "split_size", None)
+        """See `Plan.reference_split`: by default, the micro-batches it trains on."""
+        return plan.options.micro_batch_size()
 
     @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:

@@ -14,7 +14,6 @@ class DataParallel(SplitBatch):
     """Each step device 0 replicates the model to every GPU, scatters the batch, gathers the
     outputs and computes the loss, so device 0 holds more memory than the others."""
 
-    name = "data-parallel"
     summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
     compile_refusal = ("torch.compile does not support nn.DataParallel (it replicates the "
                        "module every step); drop --compile, or use ddp, which compiles")

@@ -41,7 +41,6 @@ class DDP(RankDataParallel):
     only, as torch's SyncBatchNorm is).
     """
 
-    name = "ddp"
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
     Options = DDPOptions
 

@@ -17,7 +17,6 @@ class FSDP(RankDataParallel):
     """One process per device; each residual block is its own FSDP unit, then the whole model
     (stem and head), so at most one block's parameters are gathered at a time."""
 
-    name = "fsdp"
     summary = "one process per device, fully_shard (FSDP2) per residual block"
 
     fp16_refusal = ("fp16 loss scaling is not coordinated across shards here; use "

@@ -52,7 +52,6 @@ class StageOptions(Options):
 class ModelParallel(Strategy):
     """The tutorial's `ModelParallelResNet50`: only one device works at any time."""
 
-    name = "model-parallel"
     summary = "stage k on device k, whole batch through each stage in turn (one process)"
     min_devices = 2
     Options = StageOptions

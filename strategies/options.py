@@ -52,8 +52,8 @@ class OptionSpec:
         if value is None or self.type is bool:
             return None
         if self.choices and value not in self.choices:
-            return (f"unknown {self.name.replace('_', ' ')} {value!r}; available: "
-                    f"{', '.join(map(str, self.choices))}")
+            return (f"unknown {self.name.replace('_', ' ')} {value!r} for {self.flag}; "
+                    f"available: {', '.join(map(str, self.choices))}")
         if self.minimum is not None and value < self.minimum:
             return f"{self.flag} must be at least {self.minimum:g}, got {value:g}"
         if self.above is not None and not value > self.above:
@@ -112,14 +112,24 @@ class Options:
         return tuple(spec.name for spec in cls.specs())
 
     @classmethod
+    def taken(cls, values: dict) -> dict:
+        """The values, out of `values`, of options this class takes and that are set (not
+        None: None means the default)."""
+        return {k: v for k, v in values.items() if k in cls.names() and v is not None}
+
+    @classmethod
     def from_values(cls, values: dict) -> Options:
-        """The options out of `values` this class takes and that are set (None: the default)."""
-        return cls(**{k: v for k, v in values.items() if k in cls.names() and v is not None})
+        return cls(**cls.taken(values))
 
     def given(self) -> dict:
         """The options that differ from their defaults, by name (what a record shows)."""
         return {spec.name: getattr(self, spec.name) for spec in self.specs()
                 if getattr(self, spec.name) != spec.default}
+
+    def micro_batch_size(self) -> int | None:
+        """The size of the micro-batches the global batch is cut into, where it is (pipelines,
+        gradient accumulation); None: the whole batch (or a replica's share) at once."""
+        return None
 
     def device_count(self) -> int | None:
         """How many of the given devices the options ask for (stages, ranks); None: all."""

@@ -23,6 +23,9 @@ class PipelineOptions(StageOptions):
         minimum=1, label="split", help="micro-batch size: the batch is cut into "
         "ceil(batch/split) near-equal micro-batches (default: 4 micro-batches per stage)")
 
+    def micro_batch_size(self) -> int | None:
+        return self.split_size
+
     def check(self, workload, global_batch, devices) -> None:
         if self.split_size is not None and self.split_size > global_batch:
             raise StrategyError(f"--split-size {self.split_size} is larger than --batch-size "
@@ -47,7 +50,6 @@ class Pipeline(ModelParallel):
     batch, so the update equals single-device gradient accumulation over the same micro-batches.
     """
 
-    name = "pipeline"
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
     Options = PipelineOptions
 

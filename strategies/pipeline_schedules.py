@@ -66,10 +66,11 @@ class ScheduledPipeline(ProcessPerDevice):
     gradient accumulation over the same micro-batches.
     """
 
-    name = "pipeline-schedule"
     summary = "one process per stage, torch.distributed.pipelining schedule"
     min_devices = 2
     Options = PipelineOptions
+    fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
+                    "--precision bf16 or fp32 with process-per-stage pipelines")
 
     def __init__(self, plan, schedule: str = "gpipe") -> None:
         if schedule not in SCHEDULES:
@@ -78,9 +79,6 @@ class ScheduledPipeline(ProcessPerDevice):
         super().__init__(plan)
         self.schedule_name = schedule
         self._schedule = None
-
-    fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
-                    "--precision bf16 or fp32 with process-per-stage pipelines")
 
     @classmethod
     def check_plan(cls, workload, global_batch, devices, options) -> None:
@@ -171,7 +169,7 @@ class ScheduledPipeline(ProcessPerDevice):
 
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
-        # The whole batch, split by the schedule itself into its (equal, see check_config)
+        # The whole batch, split by the schedule itself into its (equal, see check_plan)
         # micro-batches: the one calling convention every supported release shares (2.14 also
         # takes pre-split `arg_mbs`; 2.8 to 2.13 pass such keywords on to the model).
         if self.rank == 0:

@@ -58,8 +58,8 @@ class SplitBatch(Strategy):
 class RankDataParallel(SplitBatch, ProcessPerDevice):
     """Rank k drives devices[k] with a whole (or sharded) model and 1/N of the global batch.
 
-    Subclasses wrap the model (`wrap`); this class shards the data, accounts memory per rank
-    and hands the verifier the full parameters from rank 0.
+    Subclasses wrap the model (`wrap`); this class shards the data and hands the verifier the
+    full parameters from rank 0.
     """
 
     @property

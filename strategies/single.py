@@ -12,7 +12,13 @@ from strategies.errors import StrategyError
 from strategies.options import Options, option
 from strategies.stages import micro_batch_sizes
 
-__all__ = ["SingleDevice", "SingleOptions"]
+__all__ = ["SingleDevice", "SingleOptions", "accumulating"]
+
+
+def accumulating(split: int | None) -> dict:
+    """The baseline's options to accumulate gradients over micro-batches of `split` (None:
+    the whole batch at once)."""
+    return {"accumulation_split": split} if split else {}
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,9 @@ class SingleOptions(Options):
         minimum=1, label="accumulate", help="accumulate gradients over micro-batches of this "
         "size before the one update: the pipelines' same-micro-batch baseline (default: the "
         "whole batch at once)")
+
+    def micro_batch_size(self) -> int | None:
+        return self.accumulation_split
 
     def check(self, workload, global_batch, devices) -> None:
         if self.accumulation_split is not None and self.accumulation_split > global_batch:
@@ -38,14 +47,9 @@ class SingleDevice(Strategy):
     pipelined strategies (BatchNorm sees the same micro-batches).
     """
 
-    name = "single"
     summary = "whole model on one device (the first one given)"
     max_devices = 1
     Options = SingleOptions
-
-    @classmethod
-    def reference_split(cls, plan) -> int | None:
-        return plan.options.accumulation_split
 
     def setup(self) -> None:
         device = self.devices[0]

@@ -13,6 +13,7 @@ from strategies.partition import Partition, cut_resnet
 
 __all__ = ["Stage", "build_stages", "micro_batch_sizes", "resolve_split"]
 
+
 def micro_batch_sizes(global_batch: int, split_size: int) -> list[int]:
     """Sizes of the micro-batches a global batch is cut into: ceil(B / split) near-equal parts.
 
@@ -36,9 +37,8 @@ def resolve_split(global_batch: int, split_size: int | None,
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a cut model: stage `index`, as the strategy calls it, on its device."""
+    """One stage of a cut model, as the strategy calls it, on its device."""
 
-    index: int
     module: nn.Module
     device: torch.device
 
@@ -56,7 +56,7 @@ def build_stages(workload, devices: Sequence[torch.device], balance: str,
         model = model.to(devices[0])
     partition, modules = cut_resnet(model, len(devices), balance, sample)
     stages = []
-    for index, (module, device) in enumerate(zip(modules, devices, strict=True)):
+    for module, device in zip(modules, devices, strict=True):
         module = workload.prepare_model(module.to(device)).train()
-        stages.append(Stage(index, workload.compiled(module), device))
+        stages.append(Stage(workload.compiled(module), device))
     return partition, stages

@@ -18,8 +18,8 @@ from parbench.results import ResultsError, RunFolder
 
 __all__ = [
     "UsageError", "add_strategy_options", "at_least", "checked", "choice_list", "comma_list",
-    "default_devices", "device_set", "int_list", "new_run_folder", "output_folder", "positive",
-    "strategy_names", "strategy_option_sweep",
+    "default_devices", "device_set", "int_list", "new_run_folder", "open_run_folder",
+    "output_folder", "positive", "strategy_names", "strategy_option_sweep",
 ]
 
 
@@ -113,11 +113,9 @@ def _values(spec: strategies.OptionSpec, raw, sweep: bool) -> list:
 
 def strategy_option_sweep(args: argparse.Namespace, sweep: bool = True) -> list[dict]:
     """Every combination of the strategy options given (each strategy takes those it knows);
-    without `sweep`, one combination of each flag's first value."""
+    without `sweep` (verify, max-batch), the one combination of the single values given."""
     specs = strategies.option_specs().values()
     axes = [_values(spec, getattr(args, spec.name), sweep) for spec in specs]
-    if not sweep:
-        axes = [values[:1] for values in axes]
     return [dict(zip((spec.name for spec in specs), combination, strict=True))
             for combination in itertools.product(*axes)]
 

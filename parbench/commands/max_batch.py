@@ -17,8 +17,9 @@ from parbench.commands.arguments import (
     new_run_folder,
     positive,
     strategy_names,
+    strategy_option_sweep,
 )
-from parbench.config import Config
+from parbench.config import Config, options_for
 from parbench.environment import collect_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.record import Record
@@ -39,9 +40,11 @@ def command_max_batch(args: argparse.Namespace) -> int:
     workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
                         image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1))
+    [options] = strategy_option_sweep(args, sweep=False)
     configs = []
     for name in names:
         config = Config(name, workload, start, devices, warmup=1, steps=1,
+                        options=options_for(name, options),
                         threads_per_device=at_least("--threads-per-device",
                                                     args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=positive("--timeout", args.timeout))

@@ -115,7 +115,8 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
 
 
 # Arguments that say how to run, not what to measure: not stored for --resume.
-_NOT_SWEEP = ("handler", "command", "resume", "progress", "results_dir", "tag")
+_NOT_SWEEP = ("handler", "command", "resume", "progress", "results_dir", "tag",
+              "sweep_defaults")
 
 
 def _sweep_arguments(args: argparse.Namespace) -> dict:
@@ -128,9 +129,7 @@ def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.
         stored = folder.read_command()
     except ResultsError as error:
         raise UsageError(str(error)) from None
-    from parbench.cli import parser  # the command line's own defaults
-
-    defaults = _sweep_arguments(parser().parse_args(["run"]))
+    defaults = _sweep_arguments(argparse.Namespace(**args.sweep_defaults))
     for key, given in _sweep_arguments(args).items():
         if given != defaults.get(key) and given != stored.get(key):
             flag = "--" + key.replace("_", "-")
@@ -218,5 +217,3 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
     print(results_table(load_records(folder.path), folder.path))
     print(f"results: {folder.path}")
     return 0
-
-

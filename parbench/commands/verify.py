@@ -31,7 +31,7 @@ def command_verify(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
     batch = int_list("--batch-size", args.batch_size, 1)[0]
     [options] = strategy_option_sweep(args, sweep=False)
-    if options["split_size"] is None:
+    if options.get("split_size") is None:  # verify's own default: 4 micro-batches in all
         options["split_size"] = max(1, batch // 4)
     if args.strategy:
         names = strategy_names(args.strategy)

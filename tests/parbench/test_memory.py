@@ -40,14 +40,15 @@ def test_a_rank_that_runs_out_of_memory_makes_the_configuration_oom(tiny_workloa
 
 @pytest.mark.timeout(180)
 def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap(tiny_workload):
-    # Each trial is a fresh capped process (seconds each): start near the boundary.
-    config = Config("single", tiny_workload, 64, parse_devices("cpu"), warmup=1, steps=1,
+    # Each trial is a fresh capped process (seconds each): start below the boundary (about
+    # batch 83 here, measured; a busy machine has moved it below 64).
+    config = Config("single", tiny_workload, 32, parse_devices("cpu"), warmup=1, steps=1,
                     memory_cap_mib=250)
     batch, limited, trials = find_max_batch(config, limit=4096)
-    assert not limited and batch > 64
+    assert not limited and batch > 32
     outcome = {r.global_batch: r.status for r in trials}
     assert outcome[batch] == "ok" and outcome[batch + 1] == "oom"
-    assert list(outcome)[:2] == [64, 128]  # doubling first
+    assert list(outcome)[:2] == [32, 64]  # doubling first
 
 
 def test_max_batch_prints_the_answer_and_writes_every_trial(tmp_path, capsys):

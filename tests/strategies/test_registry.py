@@ -58,7 +58,6 @@ def test_every_option_is_defined_once_for_every_strategy_that_takes_it():
 
 def test_too_few_devices_is_refused_with_the_numbers():
     class NeedsTwo(SingleDevice):
-        name = "needs-two"
         min_devices = 2
 
     with pytest.raises(strategies.StrategyError, match=r"at least 2 devices, got 1 \(cpu\)"):
