@@ -195,6 +195,8 @@ def plot_memory(frame: pd.DataFrame):
 def plot_split_sizes(frame: pd.DataFrame):
     """Throughput against micro-batch size per pipeline, with the theoretical bubble."""
     split = frame[frame["split_size"].notna() & (frame["stages"].fillna(1) > 1)]
+    if split.empty:
+        return None
     if split["split_size"].nunique() < 2:
         return None
     fig, axes = _panels(1)
@@ -203,6 +205,15 @@ def plot_split_sizes(frame: pd.DataFrame):
         group = group.sort_values("split_size")
         ax.plot(group["split_size"], group["throughput_ips"], marker="o",
                 color=strategy_colour(strategy), label=strategy)
+    # The same-micro-batch baseline: one device accumulating the same micro-batches. A
+    # pipeline above it gains from parallelism; the baseline above its flat line gains from
+    # the micro-batches themselves.
+    accumulating = frame[(frame["strategy"] == strategies.BASELINE)
+                         & (frame["micro_batches"].fillna(1) > 1)].sort_values("split_size")
+    if len(accumulating):
+        ax.plot(accumulating["split_size"], accumulating["throughput_ips"], marker="s",
+                linestyle="--", color=strategy_colour(strategies.BASELINE),
+                label=f"{strategies.BASELINE} accumulating the same micro-batches")
     # The baseline, and every strategy that cuts the model but passes the whole batch.
     splitting = strategies.takers("split_size")
     unsplit = [strategies.BASELINE, *(name for name in strategies.takers("stages")

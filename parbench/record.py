@@ -68,6 +68,11 @@ class Record:
     speedup_vs_baseline: float | None = None  # throughput / the single device's
     device_efficiency: float | None = None  # speedup / devices used
     scaling_efficiency: float | None = None  # T(N) / (N x T(1)), the same strategy on one
+    # A cut model's speedup = micro_batch_effect x parallel_effect: single accumulating the same
+    # micro-batches over single with the whole batch, then this record over that.
+    micro_batch_effect: float | None = None
+    parallel_effect: float | None = None
+    parallel_efficiency: float | None = None  # parallel_effect / devices used (at most 1)
     # Memory.
     peak_memory_mib: list | None = None  # per logical device
     peak_memory_max_mib: float | None = None

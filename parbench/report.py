@@ -29,6 +29,7 @@ COLUMNS = (("status", "status"), ("devices", "devices"), ("precision", "precisio
            ("channels_last", "channels last"), ("compile", "compiled"), ("micro_batches", "M"),
            ("throughput_ips", "img/s"), ("step_time_median_s", "median step s"),
            ("step_time_p90_s", "p90 step s"), ("speedup_vs_baseline", "speedup"),
+           ("micro_batch_effect", "= micro-batch"), ("parallel_effect", "x parallel"),
            ("device_efficiency", "efficiency"), ("scaling_efficiency", "scaling"),
            ("peak_memory_max_mib", "peak MiB"), ("memory_imbalance", "mem max/mean"),
            ("gpu_utilisation_pct", "GPU util %"), ("images_per_joule", "img/J"))
@@ -169,6 +170,16 @@ def _from_ideal(record: pd.Series, devices: int) -> str:
     speedup, efficiency = record.get("speedup_vs_baseline"), record.get("device_efficiency")
     if devices == 1 or speedup is None or speedup != speedup:
         return ""
+    micro, parallel = record.get("micro_batch_effect"), record.get("parallel_effect")
+    if parallel is not None and parallel == parallel:
+        # The speedup split into its causes: only the parallel part has an ideal of N.
+        efficiency = record.get("parallel_efficiency")
+        text = (f", {speedup:.2f}x the single device = {micro:.2f}x from micro-batching x "
+                f"{parallel:.2f}x from parallelism: {efficiency:.0%} of the ideal {devices}x")
+        if efficiency > 1:
+            text += (" (ABOVE the ideal: the devices did more than their share; e.g. cores the "
+                     "single device left idle)")
+        return text
     text = f", {speedup:.2f}x the single device: {efficiency:.0%} of the ideal {devices}x"
     if efficiency > 1:
         text += (" (ABOVE the ideal: more than parallelism is at work, e.g. smaller "
@@ -203,11 +214,13 @@ def answers(frame: pd.DataFrame) -> list[str]:
 _TABLE = {
     "strategy": "strategy", "options": "options", "model": "model", "global_batch": "batch",
     "image_size": "px", "devices": "devices", "status": "status", "throughput_ips": "img/s",
-    "speedup_vs_baseline": "speedup", "device_efficiency": "efficiency",
+    "speedup_vs_baseline": "speedup", "micro_batch_effect": "= micro-batch",
+    "parallel_effect": "x parallel", "device_efficiency": "efficiency",
     "scaling_efficiency": "scaling", "peak_memory_max_mib": "peak MiB",
     "memory_imbalance": "mem max/mean",
 }
-_NUMERIC = ("throughput_ips", "speedup_vs_baseline", "device_efficiency", "scaling_efficiency",
+_NUMERIC = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect", "parallel_effect",
+            "device_efficiency", "scaling_efficiency",
             "peak_memory_max_mib", "memory_imbalance")
 
 

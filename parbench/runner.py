@@ -142,23 +142,38 @@ def add_comparisons(records: list[Record]) -> None:
     """Against the same workload and batch measured in the same run: speedup over the baseline
     strategy (with its default options: the whole batch at once), per-device efficiency =
     speedup / devices used, and scaling efficiency T(N) / (N x T(1)) against the same strategy
-    with the same options on one device (1.0 = perfect scaling)."""
+    with the same options on one device (1.0 = perfect scaling).
+
+    A cut model's speedup is split into its two causes where the baseline accumulating the
+    same micro-batches was measured (torchgpipe's `pipeline-1`): the micro-batch effect (that
+    baseline over the whole-batch one) and the parallel effect (this record over that
+    baseline), whose product is the speedup."""
     ok = [r for r in records if r.ok]
     baselines = {_comparison_key(r): r.throughput_ips for r in ok
                  if r.strategy == strategies.BASELINE and not r.strategy_options}
+    accumulating = {(*_comparison_key(r), r.split_size): r.throughput_ips for r in ok
+                    if r.strategy == strategies.BASELINE and r.split_size}
     one_device = {_scaling_key(r): r.throughput_ips for r in ok if r.device_count == 1}
     for record in records:
         baseline = baselines.get(_comparison_key(record))
         single = one_device.get(_scaling_key(record)) if record.ok else None
         record.scaling_efficiency = (record.throughput_ips / (record.device_count * single)
                                      if single else None)
-        if not record.ok or not baseline:
-            record.speedup_vs_baseline = record.device_efficiency = None
+        record.speedup_vs_baseline = record.device_efficiency = None
+        record.micro_batch_effect = record.parallel_effect = None
+        record.parallel_efficiency = None
+        if not record.ok or not baseline or math.isnan(record.throughput_ips):
             continue
-        speedup = record.throughput_ips / baseline
-        record.speedup_vs_baseline = speedup
-        record.device_efficiency = (speedup / record.device_count
-                                    if not math.isnan(speedup) else None)
+        record.speedup_vs_baseline = speedup = record.throughput_ips / baseline
+        record.device_efficiency = speedup / record.device_count
+        if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
+            continue  # not a cut model: its causes are another decomposition's (data parallel)
+        same_split = (accumulating.get((*_comparison_key(record), record.split_size))
+                      if record.split_size and (record.micro_batches or 1) > 1 else baseline)
+        if same_split:
+            record.micro_batch_effect = same_split / baseline
+            record.parallel_effect = record.throughput_ips / same_split
+            record.parallel_efficiency = record.parallel_effect / record.device_count
 
 
 # Outcomes a resumed sweep keeps; `error` configurations are measured again.

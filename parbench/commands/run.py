@@ -34,6 +34,7 @@ from parbench.record import Record
 from parbench.report import results_table
 from parbench.results import ResultsError, RunFolder, load_records
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
+from strategies.single import accumulating
 
 __all__ = ["build_configs", "command_run"]
 
@@ -88,12 +89,36 @@ def build_configs(args: argparse.Namespace,
                 open_image_folder(config.workload, config.global_batch)
             except DataError as error:
                 raise UsageError(str(error)) from None
+    if args.accumulation_split is None:
+        configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
         for name in names:
             reasons = [c.unavailable_reason() for c in configs if c.strategy == name]
             if reasons and all(reasons):
                 raise UsageError(f"{name} cannot run here: {reasons[0]}")
     return configs
+
+
+def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
+    """Beside each measured baseline, the baseline accumulating gradients over the micro-batches
+    of every configuration that cuts the same batch into them (once per micro-batch size): the
+    middle baseline that splits a pipeline's speedup into micro-batching and parallelism."""
+    result = []
+    for config in configs:
+        result.append(config)
+        if config.strategy != strategies.BASELINE or config.options:
+            continue
+        splits = []
+        for other in configs:
+            if (other.strategy == strategies.BASELINE or other.workload != config.workload
+                    or other.global_batch != config.global_batch
+                    or other.devices != config.devices or other.unavailable_reason()):
+                continue
+            split = other.plan.options.micro_batch_size()
+            if split and split < config.global_batch and split not in splits:
+                splits.append(split)
+        result += [replace(config, options=accumulating(split)) for split in sorted(splits)]
+    return result
 
 
 def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:

@@ -49,7 +49,12 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     assert status == 0
     can_run = [n for n, reason in strategies.available(
         (torch.device("cpu"), torch.device("cpu"))).items() if reason is None]
-    assert list(load_records(_run_folder(out))["strategy"]) == can_run
+    frame = load_records(_run_folder(out))
+    assert list(dict.fromkeys(frame["strategy"])) == can_run
+    # Beside single with the whole batch, single accumulating the pipelines' micro-batches.
+    single = frame["strategy"] == "single"
+    assert (set(frame.loc[single, "split_size"].dropna())
+            == set(frame.loc[~single, "split_size"].dropna()) == {1})  # 4 per stage of 2
 
 
 def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
@@ -58,16 +63,27 @@ def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
                             "--results-dir", str(tmp_path), *TINY)
     assert status == 0, err
     frame = load_records(_run_folder(out))
-    assert list(frame["status"]) == ["ok"] * 4
-    assert list(frame["strategy"]) == ["single", "model-parallel", "pipeline", "pipeline"]
-    assert list(frame["micro_batches"]) == [1, 1, 4, 2]
-    assert list(frame["bubble_fraction"]) == pytest.approx([0, 1 / 2, 1 / 5, 1 / 3])
+    assert list(frame["status"]) == ["ok"] * 6
+    # single is measured whole and accumulating each split (the same-micro-batch baseline).
+    assert list(frame["strategy"]) == ["single"] * 3 + ["model-parallel", "pipeline", "pipeline"]
+    assert list(frame["micro_batches"]) == [1, 4, 2, 1, 4, 2]
+    assert list(frame["bubble_fraction"]) == pytest.approx([0, 0, 0, 1 / 2, 1 / 5, 1 / 3])
     assert frame.loc[0, "speedup_vs_baseline"] == 1.0
-    assert frame.loc[2, "device_efficiency"] == pytest.approx(
-        frame.loc[2, "throughput_ips"] / frame.loc[0, "throughput_ips"] / 2)
-    assert bool(frame.loc[2, "emulated"]) and not bool(frame.loc[0, "emulated"])
-    assert frame.loc[2, "partition"] == "stem..layer2.1 | layer3.0..head"
-    assert len(frame.loc[2, "peak_memory_mib"]) == 2  # one figure per logical device
+    assert frame.loc[4, "device_efficiency"] == pytest.approx(
+        frame.loc[4, "throughput_ips"] / frame.loc[0, "throughput_ips"] / 2)
+    # split 2: speedup = micro-batch effect (single accumulating 2s over single whole) x
+    # parallel effect (the pipeline over single accumulating 2s).
+    whole, accumulating, pipeline = (frame.loc[i, "throughput_ips"] for i in (0, 1, 4))
+    assert frame.loc[4, "micro_batch_effect"] == pytest.approx(accumulating / whole)
+    assert frame.loc[4, "parallel_effect"] == pytest.approx(pipeline / accumulating)
+    assert frame.loc[4, "parallel_efficiency"] == pytest.approx(pipeline / accumulating / 2)
+    assert (frame.loc[4, "micro_batch_effect"] * frame.loc[4, "parallel_effect"]
+            == pytest.approx(frame.loc[4, "speedup_vs_baseline"]))
+    # model-parallel passes the whole batch: all of its speedup is parallel.
+    assert frame.loc[3, "micro_batch_effect"] == 1.0
+    assert bool(frame.loc[4, "emulated"]) and not bool(frame.loc[0, "emulated"])
+    assert frame.loc[4, "partition"] == "stem..layer2.1 | layer3.0..head"
+    assert len(frame.loc[4, "peak_memory_mib"]) == 2  # one figure per logical device
 
 
 def test_verify_passes_for_the_in_process_strategies(capsys):

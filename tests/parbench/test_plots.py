@@ -31,6 +31,7 @@ def _record(strategy, devices, throughput, split=None, stages=None, peaks=None, 
 def results(tmp_path):
     records = [
         _record("single", "cpu", 10.0),
+        _record("single", "cpu", 12.0, split=2, accumulation_split=2),
         _record("model-parallel", "cpu,cpu", 9.0, stages=2, peaks=[150.0, 50.0]),
         _record("pipeline", "cpu,cpu", 14.0, split=2, stages=2),
         _record("pipeline", "cpu,cpu", 16.0, split=4, stages=2),
@@ -98,7 +99,10 @@ def test_the_split_size_figure_overlays_the_theoretical_bubble(results):
     fig = plots.plot_split_sizes(frame[frame["status"] == "ok"])
     main, bubble = fig.axes
     labels = [line.get_label() for line in main.get_lines()]
-    assert labels[:2] == ["pipeline", "pipeline-1f1b"]
+    assert labels[:3] == ["pipeline", "pipeline-1f1b",
+                          "single accumulating the same micro-batches"]
+    accumulating = main.get_lines()[2]
+    assert list(accumulating.get_xdata()) == [2] and list(accumulating.get_ydata()) == [12.0]
     [curve] = bubble.get_lines()
     assert "(K-1)/(M+K-1), K=2" in curve.get_label()
     # split 4 of a batch of 8: M = 2, bubble (2-1)/(2+2-1) = 1/3

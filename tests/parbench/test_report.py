@@ -41,7 +41,7 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     assert text.startswith("# results\n\nnotes above") and text.endswith("below\n")
     assert "old" not in text
     assert f"[{run_folder.name}]({run_folder.name}/README.md)" in text
-    assert "| 3 / 3 |" in text
+    assert "| 5 / 5 |" in text  # single whole and accumulating each split; the pipelines
 
 
 def test_pytest_benchmark_json_can_be_plotted(run_folder, tmp_path, capsys):
