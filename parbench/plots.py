@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
+from parbench.measure.timeline import PHASES  # noqa: E402
 from parbench.runner import bubble_fraction  # noqa: E402
 
 __all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "write_figures"]
@@ -244,6 +245,42 @@ def plot_split_sizes(frame: pd.DataFrame):
     return fig
 
 
+_PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
+
+
+def plot_timeline(record: pd.Series):
+    """One measured pipeline step as a Gantt chart: a row per stage, a bar per micro-batch's
+    forward and backward, with the measured idle share beside the schedule's theory."""
+    spans = record.get("timeline")
+    if not isinstance(spans, list) or not spans:
+        return None
+    stages = int(max(s[0] for s in spans)) + 1
+    length = max(s[4] for s in spans)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * stages))
+    for stage, micro_batch, phase, begin, end in spans:
+        ax.barh(stage, end - begin, left=begin, height=0.8, color=_PHASE_COLOURS[phase],
+                edgecolor="white", linewidth=0.5)
+        if end - begin > 0.025 * length:  # room for its label
+            ax.text((begin + end) / 2, stage, f"{phase}{micro_batch}", ha="center",
+                    va="center", fontsize=7, color="white")
+    ax.set_yticks(range(stages), [f"stage {k}" for k in range(stages)])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the start of the step")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in _PHASE_COLOURS.values()]
+    present = [p for p in _PHASE_COLOURS if any(s[2] == p for s in spans)]
+    ax.legend([handles[list(_PHASE_COLOURS).index(p)] for p in present],
+              [PHASES[p] for p in present], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(
+        f"{config_label(record).replace(chr(10), ' ')}: one measured step, "
+        f"{int(record['micro_batches'])} micro-batches on {stages} stages\nidle share "
+        f"measured {record['measured_bubble_fraction']:.0%} mean, "
+        f"{record['measured_bubble_fraction_worst']:.0%} worst stage; GPipe/1F1B theory "
+        f"(K-1)/(M+K-1) = {record['bubble_fraction']:.0%}"
+        + ("; EMULATED devices" if record.get("emulated") else ""), fontsize=9)
+    return fig
+
+
 FIGURES = {
     "strategies": plot_strategies,
     "scaling": plot_scaling,
@@ -265,6 +302,16 @@ def write_figures(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         if fig is None:
             continue
         fig.tight_layout()
+        for suffix in ("png", "svg"):
+            fig.savefig(out_dir / f"{name}.{suffix}", dpi=110)
+        plt.close(fig)
+        written.append(out_dir / f"{name}.png")
+    for _, record in ok.iterrows():  # a Gantt chart per pipeline record with a timeline
+        fig = plot_timeline(record)
+        if fig is None:
+            continue
+        fig.tight_layout()
+        name = f"timeline-{int(record['config_index']):03d}-{record['strategy']}"
         for suffix in ("png", "svg"):
             fig.savefig(out_dir / f"{name}.{suffix}", dpi=110)
         plt.close(fig)

@@ -40,6 +40,11 @@ class Record:
     split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
     micro_batches: int | None = None
     bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
+    # The last measured step's idle share per stage (timeline): the mean and the worst stage.
+    measured_bubble_fraction: float | None = None
+    measured_bubble_fraction_worst: float | None = None
+    # [stage, micro-batch, phase, start s, end s] of the last measured step (measure.timeline).
+    timeline: list | None = None
     data: str | None = None  # "synthetic" or the image folder
     # Where it ran.
     devices: str | None = None  # the logical devices used, comma separated

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from parbench.measure.timeline import chrome_trace
 from parbench.record import FIELDS, LIST_FIELDS, Record
 
 __all__ = ["ResultsError", "RunFolder", "atomic_write_text", "load_records", "read_results"]
@@ -87,6 +88,19 @@ class RunFolder:
 
     def write_environment(self, environment: dict) -> None:
         atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
+
+    def write_timeline(self, record: Record) -> Path | None:
+        """timelines/<config index>-<strategy>.json: the record's measured step as a Chrome
+        trace (Perfetto, chrome://tracing), if it has one."""
+        if not record.timeline:
+            return None
+        folder = self.path / "timelines"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{record.config_index:03d}-{record.strategy}.json"
+        options = ", ".join(f"{k}={v}" for k, v in (record.strategy_options or {}).items())
+        atomic_write_text(path, chrome_trace(record.timeline, f"{record.strategy} ({options}): "
+                                                              "one measured step"))
+        return path
 
     def write_records(self, records: list[Record]) -> None:
         """Replace records.json and records.csv with `records` (each write is atomic)."""

@@ -15,6 +15,7 @@ import strategies
 from parbench import launch
 from parbench.config import Config
 from parbench.measure import imbalance, memory_growth, training_flops_per_image
+from parbench.measure.timeline import bubble_fractions
 from parbench.record import Record
 from parbench.results import RunFolder
 from parbench.workloads import Workload
@@ -30,6 +31,16 @@ def _flops_per_image(workload: Workload) -> int:
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """GPipe's idle fraction of a K-stage pipeline over M micro-batches: (K-1) / (M+K-1)."""
     return (stages - 1) / (micro_batches + stages - 1)
+
+
+def _measured_bubble(merged: dict) -> dict:
+    """The timeline of the last measured step, and each stage's idle share of that step."""
+    spans = merged["timeline"]
+    if not spans:
+        return {}
+    idle = bubble_fractions(spans, merged["pipeline_stages"], merged["step_times_s"][-1])
+    return dict(timeline=spans, measured_bubble_fraction=sum(idle) / len(idle),
+                measured_bubble_fraction_worst=max(idle))
 
 
 def _measured_fields(config: Config, merged: dict) -> dict:
@@ -49,6 +60,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         partition=merged["partition"],
         micro_batches=merged["micro_batches"],
         bubble_fraction=bubble_fraction(merged["pipeline_stages"], merged["micro_batches"]),
+        **_measured_bubble(merged),
         torch_threads=merged["torch_threads"],
         throughput_ips=throughput,
         step_time_median_s=median,
@@ -202,6 +214,7 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
         if on_start:
             on_start(index, config)
         records.append(run_config(config, folder.run_id, index, environment))
+        folder.write_timeline(records[-1])
         add_comparisons(records)
         folder.write_records(records)
         if on_done:

@@ -22,6 +22,7 @@ from parbench.measure import (
 from parbench.measure.sampling import GpuSampler
 from parbench.measure.tensors import SOURCE as TENSORS_SOURCE
 from parbench.measure.tensors import TensorMemory
+from parbench.measure.timeline import Timeline
 
 __all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
@@ -40,6 +41,7 @@ class WorkerMeasurement:
     memory_after_step_mib: list[float]  # held after each measured step (see allocated_mib)
     torch_threads: int
     partition: str | None  # where the strategy cut the model, if it did
+    timeline: list[list]  # the last measured step's spans (Timeline.spans); [] if not a pipeline
     micro_batches: int
     pipeline_stages: int
     gpu_sampling: str
@@ -105,9 +107,17 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
                 sampler.start_energy()
 
         after_step: list[float] = []
+        # The last measured step of a pipeline is timed action by action as well.
+        timeline = (Timeline(strategy.input_device)
+                    if strategy.pipeline_stages > 1 and strategy.micro_batches > 1 else None)
+        traced = config.warmup + config.steps - 1
 
         def step(i: int) -> None:
+            if timeline is not None and i == traced:
+                timeline.start()
+                strategy.timeline = timeline
             losses.append(strategy.train_step(*batches.next()))
+            strategy.timeline = None
             if tensors is not None:
                 tensors.after_step()  # what backward saved and did not use is freed now
             if i >= config.warmup:
@@ -145,6 +155,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             memory_after_step_mib=after_step,
             torch_threads=torch.get_num_threads(),
             partition=strategy.partition,
+            timeline=timeline.spans() if timeline is not None else [],
             micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages,
             gpu_sampling=sampler.source if sampler else "not a GPU run",
@@ -190,6 +201,7 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
             if len(measurements) > 1 else ""),
         torch_threads=first.torch_threads,
         partition=first.partition,
+        timeline=sorted(span for m in measurements for span in m.timeline),
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,
         gpu_sampling=first.gpu_sampling,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +64,9 @@ class Strategy(ABC):
     # Why the strategy cannot train in fp16 or under --compile (torch.compile), or None.
     fp16_refusal: ClassVar[str | None] = None
     compile_refusal: ClassVar[str | None] = None
+
+    # Set by the harness for a step it times action by action (parbench.measure.timeline).
+    timeline = None
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -128,6 +132,14 @@ class Strategy(ABC):
         """Why this machine cannot run the strategy on these devices (it is then recorded as
         skipped), or None if it can. Too few devices is a usage error, see `select_devices`."""
         return None
+
+    def action(self, stage: int, micro_batch: int, phase: str):
+        """Wraps one micro-batch's forward ("F") or backward ("B"; "I" and "W" where it is split
+        into input- and weight-gradient halves) on a stage, for the harness to time; a no-op
+        unless it set `timeline`."""
+        if self.timeline is None:
+            return contextlib.nullcontext()
+        return self.timeline.span(stage, micro_batch, phase)
 
     @property
     def partition(self) -> str | None:

@@ -95,7 +95,7 @@ class Pipeline(ModelParallel):
             else:
                 x = outputs[i][k - 1].detach().to(stage.device).requires_grad_()
             inputs[i][k] = x
-            with self.workload.autocast(stage.device):
+            with self.action(k, i, "F"), self.workload.autocast(stage.device):
                 out = stage.module(x)
                 if k == depth - 1:
                     loss = self.loss_fn(out, label_chunks[i].to(stage.device))
@@ -103,11 +103,12 @@ class Pipeline(ModelParallel):
             outputs[i][k] = out
 
         def backward(i: int, k: int) -> None:
-            if k == depth - 1:
-                self.scaler.scale(losses[i]).backward()
-            else:
-                grad = inputs[i][k + 1].grad.to(stages[k].device)
-                torch.autograd.backward(outputs[i][k], grad)
+            with self.action(k, i, "B"):
+                if k == depth - 1:
+                    self.scaler.scale(losses[i]).backward()
+                else:
+                    grad = inputs[i][k + 1].grad.to(stages[k].device)
+                    torch.autograd.backward(outputs[i][k], grad)
             outputs[i][k] = None
 
         self.optimizer.zero_grad(set_to_none=True)

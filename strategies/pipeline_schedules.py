@@ -150,6 +150,29 @@ class ScheduledPipeline(ProcessPerDevice):
                                     len(self.devices), device)
         self.optimizer = self.workload.make_optimizer(module.parameters())
         self.loss_fn = self.workload.loss_fn()
+        self._mark_actions(self._stage)
+
+    def _mark_actions(self, stage: PipelineStage) -> None:
+        """Each micro-batch's forward and backward that the schedule runs on this stage goes
+        through `action` (its compute only: sends and receives are the schedule's own)."""
+        forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
+        weight = stage.backward_weight_one_chunk
+
+        def forward_one_chunk(chunk: int, *args, **kwargs):
+            with self.action(self.rank, chunk, "F"):
+                return forward(chunk, *args, **kwargs)
+
+        def backward_one_chunk(chunk: int, *args, full_backward: bool = True, **kwargs):
+            with self.action(self.rank, chunk, "B" if full_backward else "I"):
+                return backward(chunk, *args, full_backward=full_backward, **kwargs)
+
+        def backward_weight_one_chunk(chunk: int, *args, **kwargs):
+            with self.action(self.rank, chunk, "W"):
+                return weight(chunk, *args, **kwargs)
+
+        stage.forward_one_chunk = forward_one_chunk
+        stage.backward_one_chunk = backward_one_chunk
+        stage.backward_weight_one_chunk = backward_weight_one_chunk
 
     def _make_schedule(self, global_batch: int, count: int):
         def weighted_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -116,3 +116,20 @@ def test_no_figure_needs_data_it_does_not_have(results):
     single = frame[frame["strategy"] == "single"]
     assert plots.plot_scaling(single) is None
     assert plots.plot_split_sizes(single) is None
+
+
+def test_a_timeline_is_drawn_as_a_gantt_chart_with_a_bar_per_action():
+    import pandas as pd
+
+    spans = [[0, 0, "F", 0.0, 1.0], [1, 0, "F", 1.0, 2.0], [1, 0, "B", 2.0, 4.0],
+             [0, 0, "B", 4.0, 5.0]]
+    record = pd.Series(_record("pipeline", "cpu,cpu", 8.0, split=8, stages=2).to_dict())
+    record["timeline"], record["config_index"] = spans, 3
+    record["measured_bubble_fraction"], record["measured_bubble_fraction_worst"] = 0.5, 0.6
+    record["bubble_fraction"] = 0.5
+    fig = plots.plot_timeline(record)
+    ax = fig.axes[0]
+    assert [(b.get_x(), b.get_width()) for b in ax.patches] == [(0, 1), (1, 1), (2, 2), (4, 1)]
+    assert "measured 50% mean, 60% worst stage" in ax.get_title()
+    plt.close(fig)
+    assert plots.plot_timeline(pd.Series({"timeline": None})) is None

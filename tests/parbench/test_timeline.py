@@ -1,0 +1,42 @@
+"""A pipeline step's measured timeline: spans, idle share per stage, the Chrome trace."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from parbench.measure.timeline import Timeline, bubble_fractions, chrome_trace
+
+# Two stages, two micro-batches, GPipe's fill and drain with unit-time actions: each stage is
+# busy 4 of the step's 6 units, idle 1/3 = (K-1)/(M+K-1).
+GPIPE = [[0, 0, "F", 0, 1], [0, 1, "F", 1, 2], [1, 0, "F", 1, 2], [1, 1, "F", 2, 3],
+         [1, 1, "B", 3, 4], [1, 0, "B", 4, 5], [0, 1, "B", 4, 5], [0, 0, "B", 5, 6]]
+
+
+def test_idle_share_per_stage_is_what_its_spans_leave_of_the_step():
+    assert bubble_fractions(GPIPE, stages=2, step_s=6) == pytest.approx([1 / 3, 1 / 3])
+    assert bubble_fractions(GPIPE[:1], stages=2, step_s=2) == pytest.approx([0.5, 1.0])
+
+
+def test_spans_are_seconds_from_the_start_in_order():
+    timeline = Timeline(torch.device("cpu"))
+    timeline.start()
+    with timeline.span(1, 0, "F"):
+        time.sleep(0.01)
+    with timeline.span(0, 0, "B"):
+        pass
+    [first, second] = timeline.spans()
+    assert first[:3] == [0, 0, "B"] and second[:3] == [1, 0, "F"]  # sorted by stage
+    assert 0 <= second[3] < second[4] and second[4] - second[3] >= 0.01
+    timeline.start()  # a new step forgets the last
+    assert timeline.spans() == []
+
+
+def test_the_chrome_trace_has_a_row_per_stage_and_microsecond_durations():
+    trace = json.loads(chrome_trace(GPIPE, "pipeline (split=4)"))
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 8 and {e["tid"] for e in spans} == {0, 1}
+    assert spans[0]["name"] == "F0" and spans[0]["dur"] == 1e6
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert names == {"stage 0", "stage 1", "pipeline (split=4)"}
