@@ -59,7 +59,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         stages=merged["pipeline_stages"],
         partition=merged["partition"],
         micro_batches=merged["micro_batches"],
-        bubble_fraction=bubble_fraction(merged["pipeline_stages"], merged["micro_batches"]),
+        bubble_fraction=merged["bubble_fraction"],
         **_measured_bubble(merged),
         torch_threads=merged["torch_threads"],
         throughput_ips=throughput,

@@ -42,6 +42,7 @@ class WorkerMeasurement:
     torch_threads: int
     partition: str | None  # where the strategy cut the model, if it did
     timeline: list[list]  # the last measured step's spans (Timeline.spans); [] if not a pipeline
+    bubble_fraction: float | None  # the schedule's theoretical idle share
     micro_batches: int
     pipeline_stages: int
     gpu_sampling: str
@@ -156,6 +157,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             torch_threads=torch.get_num_threads(),
             partition=strategy.partition,
             timeline=timeline.spans() if timeline is not None else [],
+            bubble_fraction=strategy.bubble_fraction(),
             micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages,
             gpu_sampling=sampler.source if sampler else "not a GPU run",
@@ -202,6 +204,7 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         torch_threads=first.torch_threads,
         partition=first.partition,
         timeline=sorted(span for m in measurements for span in m.timeline),
+        bubble_fraction=first.bubble_fraction,
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,
         gpu_sampling=first.gpu_sampling,

@@ -16,7 +16,7 @@ from strategies.fsdp import FSDP
 from strategies.model_parallel import ModelParallel
 from strategies.options import Options, OptionSpec
 from strategies.pipeline import Pipeline
-from strategies.pipeline_schedules import ScheduledPipeline
+from strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
 from strategies.single import SingleDevice
 
 __all__ = [
@@ -28,8 +28,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered name: the class that implements it and the constructor arguments it
-    presets (not options: a user cannot change them)."""
+    """A registered name: the class that implements it and the options the name presets
+    (fields made with `option(preset=True)`: a user cannot change them)."""
 
     cls: type[Strategy]
     preset: dict = field(default_factory=dict)
@@ -41,6 +41,11 @@ REGISTRY: dict[str, Entry] = {
     "pipeline": Entry(Pipeline),
     "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
     "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
+    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, {"schedule": "interleaved-1f1b"}),
+    "pipeline-looped-bfs": Entry(InterleavedPipeline, {"schedule": "looped-bfs"}),
+    "pipeline-zero-bubble": Entry(InterleavedPipeline, {"schedule": "zero-bubble"}),
+    "pipeline-zbv": Entry(InterleavedPipeline, {"schedule": "zbv"}),
+    "pipeline-dualpipev": Entry(InterleavedPipeline, {"schedule": "dualpipev"}),
     "data-parallel": Entry(DataParallel),
     "ddp": Entry(DDP),
     "fsdp": Entry(FSDP),
@@ -67,16 +72,15 @@ def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device]
     """How strategy `name` trains `workload` at `global_batch` on `devices` with `options`
     (those it does not take are ignored): raises StrategyError (a usage error),
     WorkloadRefused or Unavailable (this machine cannot), each with one line saying why."""
-    cls = lookup(name).cls
+    entry = lookup(name)
     if not isinstance(options, Options):
-        options = cls.Options.from_values(options or {})
-    return cls.make_plan(name, workload, global_batch, devices, options)
+        options = entry.cls.Options.from_values({**(options or {}), **entry.preset})
+    return entry.cls.make_plan(name, workload, global_batch, devices, options)
 
 
 def create(plan: Plan) -> Strategy:
     """The strategy a plan describes (not yet set up)."""
-    entry = lookup(plan.strategy)
-    return entry.cls(plan, **entry.preset)
+    return lookup(plan.strategy).cls(plan)
 
 
 def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
@@ -98,6 +102,8 @@ def option_specs() -> dict[str, OptionSpec]:
     specs: dict[str, OptionSpec] = {}
     for name, entry in REGISTRY.items():
         for spec in entry.cls.Options.specs():
+            if spec.preset:
+                continue
             if specs.setdefault(spec.name, spec) != spec:
                 raise TypeError(f"{name} defines option {spec.name} differently from another "
                                 "strategy; share one Options field")

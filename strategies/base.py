@@ -141,6 +141,12 @@ class Strategy(ABC):
             return contextlib.nullcontext()
         return self.timeline.span(stage, micro_batch, phase)
 
+    def bubble_fraction(self) -> float | None:
+        """The theoretical idle share of a step: GPipe's (K-1)/(M+K-1) for K stages and M
+        micro-batches (0 for one stage); None where no closed form applies."""
+        stages, micro_batches = self.pipeline_stages, self.micro_batches
+        return (stages - 1) / (micro_batches + stages - 1)
+
     @property
     def partition(self) -> str | None:
         """Where the model was cut (`conv1..layer2 | layer3..fc`), for strategies that cut it,
@@ -173,10 +179,12 @@ class Strategy(ABC):
         """How many sequential stages the model is cut into (1 = not cut)."""
         return 1
 
-    def placed_modules(self) -> list[nn.Module] | None:
-        """The module this process runs on each logical device it drives, in device order, as
-        the strategy calls it (the harness counts the tensors each holds, see
-        parbench.measure.tensors); None where the devices' shares cannot be told apart."""
+    def placed_modules(self) -> list[nn.Module | list[nn.Module]] | None:
+        """The module this process runs on each logical device it drives (or the modules, where
+        a rank holds several stages), in device order, as the strategy calls them (the harness
+        counts the tensors each device holds, see parbench.measure.tensors); None where the
+        devices' shares cannot be told apart.
+        """
         return None
 
     def prepare_training(self, parameters, loss_device: torch.device) -> None:

@@ -33,20 +33,24 @@ class StageOptions(Options):
     def device_count_text(self) -> str:
         return f"{self.stages} stages need"
 
+    def pieces(self, devices) -> int:
+        """How many stages the model is cut into: one per device."""
+        return len(devices)
+
     def check(self, workload, global_batch, devices) -> None:
-        if self.balance == "tutorial" and len(devices) != 2:
-            raise StrategyError("--balance tutorial cuts into 2 stages only; use --balance "
-                                "time or params with --stages above 2")
+        if self.balance == "tutorial" and self.pieces(devices) != 2:
+            raise StrategyError(f"--balance tutorial cuts into 2 stages only, not "
+                                f"{self.pieces(devices)}; use --balance time or params")
         # The cut is planned on a meta-device model (no memory, no compute); timing needs real
         # data, and the structural checks are the same for every balance.
         with torch.device("meta"):
             model = workload.build_model()
-        plan_cut(model, len(devices), "params" if self.balance in (None, "time")
+        plan_cut(model, self.pieces(devices), "params" if self.balance in (None, "time")
                  else self.balance)
 
     def resolved(self, global_batch, devices) -> StageOptions:
         return replace(self, stages=len(devices),
-                       balance=self.balance or default_balance(len(devices)))
+                       balance=self.balance or default_balance(self.pieces(devices)))
 
 
 class ModelParallel(Strategy):

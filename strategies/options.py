@@ -20,13 +20,15 @@ __all__ = ["OptionSpec", "Options", "option"]
 
 
 def option(default: Any = None, *, help: str, choices: tuple = (), minimum: float | None = None,
-           above: float | None = None, sweep: bool = True, label: str | None = None):
+           above: float | None = None, sweep: bool = True, label: str | None = None,
+           preset: bool = False):
     """A field of an Options dataclass. `minimum` (inclusive) and `above` (exclusive) bound a
     number; `sweep`: a comma list on the command line measures each value; `label`: how a
-    figure names the option (default: its name)."""
+    figure names the option (default: its name); `preset`: set by the registered name (e.g. a
+    pipeline's schedule), not a flag, and not shown beside the name."""
     return field(default=default, metadata=dict(help=help, choices=tuple(choices),
                                                 minimum=minimum, above=above, sweep=sweep,
-                                                label=label))
+                                                label=label, preset=preset))
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class OptionSpec:
     above: float | None = None
     sweep: bool = True
     label: str | None = None
+    preset: bool = False
 
     @property
     def flag(self) -> str:
@@ -124,7 +127,7 @@ class Options:
     def given(self) -> dict:
         """The options that differ from their defaults, by name (what a record shows)."""
         return {spec.name: getattr(self, spec.name) for spec in self.specs()
-                if getattr(self, spec.name) != spec.default}
+                if getattr(self, spec.name) != spec.default and not spec.preset}
 
     def micro_batch_size(self) -> int | None:
         """The size of the micro-batches the global batch is cut into, where it is (pipelines,

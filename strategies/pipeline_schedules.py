@@ -1,27 +1,97 @@
-"""Pipelines on torch.distributed.pipelining: one process per stage, GPipe or 1F1B schedules."""
+"""Pipelines on torch.distributed.pipelining: one process per rank, each holding one stage
+(GPipe, 1F1B) or several (interleaved 1F1B, looped BFS, the zero-bubble schedules)."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
+import torch.distributed.pipelining as pipelining
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage
 
 from strategies.base import ProcessPerDevice
-from strategies.errors import StrategyError
+from strategies.errors import StrategyError, Unavailable, WorkloadRefused
+from strategies.options import option
 from strategies.partition import plan_cut, split_model
 from strategies.pipeline import PipelineOptions
 from strategies.stages import micro_batch_sizes
 
-__all__ = ["SCHEDULES", "ScheduledPipeline"]
+__all__ = ["SCHEDULES", "InterleavedOptions", "InterleavedPipeline", "Schedule",
+           "ScheduleOptions", "ScheduledPipeline"]
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+def _ratio_to_fraction(ratio: float) -> float:
+    """Bubble time over ideal time -> bubble time over the whole step."""
+    return ratio / (1 + ratio)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule of torch.distributed.pipelining as parbench runs it."""
+
+    torch_name: str  # its class in torch.distributed.pipelining
+    multi_stage: bool  # several stages per rank
+    v_shape: bool  # rank r holds stages r and 2K-1-r (else r, r+K, r+2K, ...)
+    splits_backward: bool  # input- and weight-gradient halves (zero bubble): no torch.compile
+    # Theoretical idle share of a step from K ranks, V stages per rank, M micro-batches (None:
+    # no closed form used here).
+    bubble: Callable[[int, int, int], float | None]
+
+    @property
+    def torch_class(self):
+        return getattr(pipelining, self.torch_name, None)
+
+
+def _one_f_one_b(k: int, v: int, m: int) -> float:
+    """GPipe and 1F1B: (K-1)/(M+K-1); interleaved over V stages per rank, the bubble over the
+    ideal time shrinks V-fold: (K-1)/(V M) (Narayanan et al. 2021)."""
+    return _ratio_to_fraction((k - 1) / (v * m))
+
+
+SCHEDULES = {
+    "gpipe": Schedule("ScheduleGPipe", False, False, False, _one_f_one_b),
+    "1f1b": Schedule("Schedule1F1B", False, False, False, _one_f_one_b),
+    "interleaved-1f1b": Schedule("ScheduleInterleaved1F1B", True, False, False, _one_f_one_b),
+    "looped-bfs": Schedule("ScheduleLoopedBFS", True, False, False, _one_f_one_b),
+    # ZB-H1 (Qi et al. 2024): a third of 1F1B's bubble when F, B and W take equal time.
+    "zero-bubble": Schedule("ScheduleInterleavedZeroBubble", True, False, True,
+                            lambda k, v, m: _ratio_to_fraction((k - 1) / (3 * v * m))),
+    # ZB-V: no bubble once M >= 2K, F, B and W taking equal time.
+    "zbv": Schedule("ScheduleZBVZeroBubble", True, True, True,
+                    lambda k, v, m: 0.0 if m >= 2 * k else None),
+    "dualpipev": Schedule("ScheduleDualPipeV", True, True, True, lambda k, v, m: None),
+}
 # Whether the last stage may skip merging the micro-batches' outputs (torch 2.8's step has no
 # `return_outputs`, and passes unknown keywords on to the model).
-_SKIPS_OUTPUTS = all("return_outputs" in inspect.signature(schedule.step).parameters
-                     for schedule in SCHEDULES.values())
+_SKIPS_OUTPUTS = all("return_outputs" in inspect.signature(s.torch_class.step).parameters
+                     for s in SCHEDULES.values() if s.torch_class is not None)
+
+
+@dataclass(frozen=True)
+class ScheduleOptions(PipelineOptions):
+    """A pipeline's cut and micro-batches, and the schedule its registered name presets."""
+
+    schedule: str = option("gpipe", choices=tuple(SCHEDULES), preset=True,
+                           help="the torch.distributed.pipelining schedule")
+
+
+@dataclass(frozen=True)
+class InterleavedOptions(ScheduleOptions):
+    """Several stages per rank: the model is cut into K x V stages."""
+
+    stages_per_rank: int | None = option(minimum=2, label="V", help="stages each rank holds "
+                                         "(V): the model is cut into K x V stages (default 2)")
+
+    def pieces(self, devices) -> int:
+        return len(devices) * (self.stages_per_rank or 2)
+
+    def resolved(self, global_batch, devices) -> InterleavedOptions:
+        return replace(super().resolved(global_batch, devices),
+                       stages_per_rank=self.stages_per_rank or 2)
 
 
 class _ContiguousGradient(torch.autograd.Function):
@@ -57,8 +127,9 @@ class _AutocastStage(nn.Module):
 
 
 class ScheduledPipeline(ProcessPerDevice):
-    """Stage k in process k on devices[k]; torch.distributed.pipelining's schedule sends
-    activations and gradients between ranks (gloo on CPU or a shared GPU, NCCL between GPUs).
+    """Rank k drives devices[k] and holds its stages of the cut model; the schedule of
+    torch.distributed.pipelining its registered name presets sends activations and gradients
+    between ranks (gloo on CPU or a shared GPU, NCCL between GPUs).
 
     GPipe runs all forwards, then all backwards; 1F1B alternates once the pipeline is full, so
     at most K micro-batches' activations are alive per stage. Micro-batch losses are weighted by
@@ -68,26 +139,31 @@ class ScheduledPipeline(ProcessPerDevice):
 
     summary = "one process per stage, torch.distributed.pipelining schedule"
     min_devices = 2
-    Options = PipelineOptions
+    Options = ScheduleOptions
     fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
                     "--precision bf16 or fp32 with process-per-stage pipelines")
 
-    def __init__(self, plan, schedule: str = "gpipe") -> None:
-        if schedule not in SCHEDULES:
-            raise StrategyError(f"unknown schedule {schedule!r}; choose from "
-                                f"{', '.join(SCHEDULES)}")
+    def __init__(self, plan) -> None:
         super().__init__(plan)
-        self.schedule_name = schedule
         self._schedule = None
 
     @classmethod
     def check_plan(cls, workload, global_batch, devices, options) -> None:
-        stages = len(devices)
-        if global_batch < stages:
-            raise StrategyError(f"a batch of {global_batch} cannot fill {stages} "
+        schedule = SCHEDULES[options.schedule]
+        if schedule.torch_class is None:
+            raise Unavailable(f"this PyTorch ({torch.__version__}) has no "
+                              f"torch.distributed.pipelining.{schedule.torch_name}")
+        if workload.compile and schedule.splits_backward:
+            raise WorkloadRefused(f"{schedule.torch_name} splits backward into input and weight "
+                                  "gradients, which torch.compile does not support; drop "
+                                  "--compile")
+        ranks = len(devices)
+        if global_batch < ranks:
+            raise StrategyError(f"a batch of {global_batch} cannot fill {ranks} "
                                 f"stages (the schedules need at least one micro-batch per "
-                                f"stage); use --batch-size {stages} or more")
-        split = options.resolved(global_batch, devices).split_size
+                                f"stage); use --batch-size {ranks} or more")
+        resolved = options.resolved(global_batch, devices)
+        split = resolved.split_size
         sizes = micro_batch_sizes(global_batch, split)
         if len(set(sizes)) > 1:
             lower = global_batch - global_batch % split
@@ -96,6 +172,26 @@ class ScheduledPipeline(ProcessPerDevice):
                 f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
                 f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
                 f"--split-size that divides {global_batch}")
+        cls._check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes))
+
+    @staticmethod
+    def _check_schedule(schedule: Schedule, ranks: int, per_rank: int,
+                        micro_batches: int) -> None:
+        """What the schedule itself requires of stages per rank and micro-batches."""
+        if schedule.v_shape and per_rank != 2:
+            raise StrategyError(f"{schedule.torch_name} holds exactly 2 stages per rank (a V), "
+                                f"got --stages-per-rank {per_rank}")
+        if schedule.torch_name in ("ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble"):
+            rounds = max(1, micro_batches // ranks)
+            if micro_batches % rounds:
+                raise StrategyError(
+                    f"{schedule.torch_name} needs the micro-batch count M to be a multiple of "
+                    f"max(1, M // K) = {rounds}, got M = {micro_batches} on K = {ranks} ranks; "
+                    f"choose a --split-size that makes M a multiple of {ranks}")
+        if schedule.torch_name == "ScheduleDualPipeV" and micro_batches < ranks * per_rank:
+            raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "
+                                f"stages ({ranks * per_rank}), got {micro_batches}; use a "
+                                "smaller --split-size")
 
     @classmethod
     def unavailable_reason(cls, devices) -> str | None:
@@ -104,6 +200,10 @@ class ScheduledPipeline(ProcessPerDevice):
                     "gloo cannot send CUDA tensors point to point; give distinct GPUs, or use "
                     "the one-process `pipeline` to emulate stages on one GPU")
         return None
+
+    @property
+    def schedule(self) -> Schedule:
+        return SCHEDULES[self.options.schedule]
 
     @property
     def micro_batches(self) -> int:
@@ -117,12 +217,23 @@ class ScheduledPipeline(ProcessPerDevice):
     def pipeline_stages(self) -> int:
         return len(self.devices)
 
+    def bubble_fraction(self) -> float | None:
+        ranks = len(self.devices)
+        return self.schedule.bubble(ranks, self._pieces // ranks, self.micro_batches)
+
     @property
     def model(self) -> nn.Module:
-        return self._stage_module
+        return self._local[0] if len(self._local) == 1 else nn.ModuleList(self._local)
 
-    def placed_modules(self) -> list[nn.Module]:
-        return [self._forward]
+    def placed_modules(self) -> list[list[nn.Module]]:
+        return [self._forwards]
+
+    def _stage_indices(self) -> list[int]:
+        """The stages this rank holds: r, r+K, r+2K, ... or, in a V, r and 2K-1-r."""
+        ranks, rank = len(self.devices), self.rank
+        if self.schedule.v_shape:
+            return [rank, 2 * ranks - 1 - rank]
+        return list(range(rank, self._pieces, ranks))
 
     def setup(self) -> None:
         if dist.get_world_size() != len(self.devices):
@@ -130,6 +241,7 @@ class ScheduledPipeline(ProcessPerDevice):
                                 f"got {dist.get_world_size()}")
         device = self.input_device
         balance = self.options.balance
+        self._pieces = self.options.pieces(self.devices)
         model = self.workload.build_model()
         # Every rank must cut in the same place: rank 0 plans (timing blocks if asked) and
         # broadcasts the cut.
@@ -139,18 +251,34 @@ class ScheduledPipeline(ProcessPerDevice):
             if balance == "time":
                 sample, _ = self.workload.make_batch(8, device)
                 model = model.to(device)
-            cut[0] = plan_cut(model, len(self.devices), balance, sample)
+            cut[0] = plan_cut(model, self._pieces, balance, sample)
         dist.broadcast_object_list(cut, src=0)
         self._partition = cut[0]
-        module = split_model(model, self._partition)[self.rank]
-        module = self.workload.prepare_model(module.to(device)).train()
-        self._stage_module = module
-        self._forward = self.workload.compiled(module)
-        self._stage = PipelineStage(_AutocastStage(self._forward, device, self.workload), self.rank,
-                                    len(self.devices), device)
-        self.optimizer = self.workload.make_optimizer(module.parameters())
+        modules = split_model(model, self._partition)
+        self._indices = self._stage_indices()
+        self._local = [self.workload.prepare_model(modules[i].to(device)).train()
+                       for i in self._indices]
+        self._forwards = [self.workload.compiled(module) for module in self._local]
+        self._stages = [PipelineStage(_AutocastStage(forward, device, self.workload), index,
+                                      self._pieces, device)
+                        for forward, index in zip(self._forwards, self._indices, strict=True)]
+        self.optimizer = self.workload.make_optimizer(
+            [p for module in self._local for p in module.parameters()])
         self.loss_fn = self.workload.loss_fn()
-        self._mark_actions(self._stage)
+        for stage in self._stages:
+            self._mark_actions(stage)
+
+    def trained_parameters(self) -> list[torch.Tensor]:
+        """Every stage's parameters in model order, gathered to rank 0 (a rank's stages are
+        not contiguous in the model when it holds several)."""
+        local = {index: [p.detach().cpu() for p in module.parameters()]
+                 for index, module in zip(self._indices, self._local, strict=True)}
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, local)
+        if self.rank != 0:
+            return []
+        stages = {index: params for part in gathered for index, params in part.items()}
+        return [p for index in sorted(stages) for p in stages[index]]
 
     def _mark_actions(self, stage: PipelineStage) -> None:
         """Each micro-batch's forward and backward that the schedule runs on this stage goes
@@ -179,14 +307,16 @@ class ScheduledPipeline(ProcessPerDevice):
             with self.workload.autocast(self.input_device):
                 return self.loss_fn(output, target) * (len(target) / global_batch)
 
+        # Single-stage schedules take this rank's stage, the others the list of its stages.
+        stages = self._stages if self.schedule.multi_stage else self._stages[0]
         try:
-            return SCHEDULES[self.schedule_name](self._stage, n_microbatches=count,
-                                                 loss_fn=weighted_loss, scale_grads=False)
+            return self.schedule.torch_class(stages, n_microbatches=count,
+                                             loss_fn=weighted_loss, scale_grads=False)
         except ValueError as error:
             raise StrategyError(str(error)) from None
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        global_batch, depth = len(images), len(self.devices)
+        global_batch = len(images)
         if self._schedule is None:
             self._schedule = self._make_schedule(global_batch, self.micro_batches)
 
@@ -194,15 +324,27 @@ class ScheduledPipeline(ProcessPerDevice):
         losses: list[torch.Tensor] = []
         # The whole batch, split by the schedule itself into its (equal, see check_plan)
         # micro-batches: the one calling convention every supported release shares (2.14 also
-        # takes pre-split `arg_mbs`; 2.8 to 2.13 pass such keywords on to the model).
-        if self.rank == 0:
-            self._schedule.step(images)
-        elif self.rank == depth - 1:
-            skip = {"return_outputs": False} if _SKIPS_OUTPUTS else {}
-            self._schedule.step(target=labels, losses=losses, **skip)
-        else:
-            self._schedule.step()
+        # takes pre-split `arg_mbs`; 2.8 to 2.13 pass such keywords on to the model). The rank
+        # holding the first stage feeds the images, the one holding the last the labels (in a
+        # V, rank 0 holds both).
+        inputs = (images,) if 0 in self._indices else ()
+        last = {}
+        if self._pieces - 1 in self._indices:
+            last = dict(target=labels, losses=losses)
+            if _SKIPS_OUTPUTS:
+                last["return_outputs"] = False
+        self._schedule.step(*inputs, **last)
         self.optimizer.step()
         if losses:
             return torch.stack([loss.detach().float() for loss in losses]).sum()
         return torch.tensor(float("nan"))
+
+
+class InterleavedPipeline(ScheduledPipeline):
+    """Each rank holds V stages of the model cut into K x V: rank r runs stages r, r+K, ...
+    (interleaved 1F1B, looped BFS, interleaved zero bubble) or, in a V, r and 2K-1-r (ZBV,
+    DualPipeV), so a micro-batch passes every rank V times and the pipeline fills V times
+    faster."""
+
+    summary = "one process per rank holding V stages, torch.distributed.pipelining schedule"
+    Options = InterleavedOptions

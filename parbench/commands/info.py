@@ -20,5 +20,5 @@ def command_strategies(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
     for name, reason in strategies.available(devices.logical).items():
         summary = strategies.lookup(name).cls.summary
-        print(f"{name:<16} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))
+        print(f"{name:<26} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))
     return 0

@@ -75,7 +75,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
     print(f"largest global batch that trains ({workload.model}, {workload.image_size}px, "
           f"{devices.describe()}{cap_text}):")
     for name, batch, limited in found:
-        print(f"  {name:<16} {batch if batch else 'none (not even the smallest)'}"
+        print(f"  {name:<26} {batch if batch else 'none (not even the smallest)'}"
               + (f" (the --limit {limit} stopped the search)" if limited else ""))
     print(f"results: {folder.path}")
     return 0 if len(found) == len(configs) else 1

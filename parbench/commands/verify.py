@@ -52,11 +52,11 @@ def command_verify(args: argparse.Namespace) -> int:
           "shards (so BatchNorm sees the same samples)", flush=True)
     verdicts = verify(workload, devices, names, batch, options, tolerance,
                       at_least("--threads-per-device", args.threads_per_device, 1))
-    print(f"{'strategy':<16} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
+    print(f"{'strategy':<26} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
           f"  {'tolerance':>9}  result")
     for v in verdicts:
         options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
-        print(f"{v.strategy:<16} {options_text:<34} {v.max_abs_difference:>16.3e} "
+        print(f"{v.strategy:<26} {options_text:<34} {v.max_abs_difference:>16.3e} "
               f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
               f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else ""))
     return 0 if all(v.ok for v in verdicts) else 1

@@ -27,20 +27,21 @@ def _local_nbytes(tensor: torch.Tensor) -> int:
 
 
 class _SavedTensors:
-    """The activations autograd saves while one module runs forward, counted live: added when
-    saved, released when backward consumes them (parameters saved by an op are state, not
-    counted twice)."""
+    """The activations autograd saves while the modules of one logical device run forward,
+    counted live: added when saved, released when backward consumes them (parameters saved by
+    an op are state, not counted twice)."""
 
-    def __init__(self, module: nn.Module) -> None:
-        self._parameters = {p.untyped_storage().data_ptr() for p in module.parameters()
-                            if not isinstance(p, DTensor)}
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        self._parameters = {p.untyped_storage().data_ptr() for module in modules
+                            for p in module.parameters() if not isinstance(p, DTensor)}
         self._lock = threading.Lock()
         self._live: dict[int, list[int]] = {}  # storage pointer -> [bytes, references]
         self._live_bytes = 0
         self.peak_bytes = 0
         self._contexts = threading.local()  # the hooks entered by this thread's forward
-        self._handles = [module.register_forward_pre_hook(self._enter),
-                         module.register_forward_hook(self._exit, always_call=True)]
+        self._handles = [handle for module in modules for handle in (
+            module.register_forward_pre_hook(self._enter),
+            module.register_forward_hook(self._exit, always_call=True))]
 
     def _enter(self, module, inputs) -> None:
         context = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -92,12 +93,14 @@ class _SavedTensors:
 
 
 class TensorMemory:
-    """Peak memory of each logical device a strategy drives in this process, from the modules
-    it runs there (`Strategy.placed_modules`) and its optimiser's state for them."""
+    """Peak memory of each logical device a strategy drives in this process, from the module
+    (or modules, for a rank holding several pipeline stages) it runs there
+    (`Strategy.placed_modules`) and its optimiser's state for them."""
 
-    def __init__(self, placed: Sequence[nn.Module]) -> None:
-        self._modules = list(placed)
-        self._saved = [_SavedTensors(module) for module in self._modules]
+    def __init__(self, placed: Sequence[nn.Module | Sequence[nn.Module]]) -> None:
+        self._modules = [[entry] if isinstance(entry, nn.Module) else list(entry)
+                         for entry in placed]
+        self._saved = [_SavedTensors(modules) for modules in self._modules]
 
     def after_step(self) -> None:
         for saved in self._saved:
@@ -114,13 +117,13 @@ class TensorMemory:
     def read_mib(self, optimizer: torch.optim.Optimizer) -> list[float]:
         """Per logical device: parameters, gradients and optimiser state, plus the peak of the
         activations saved for backward."""
-        return [(self._state_bytes(module, optimizer) + saved.peak_bytes) / MIB
-                for module, saved in zip(self._modules, self._saved, strict=True)]
+        return [(self._state_bytes(modules, optimizer) + saved.peak_bytes) / MIB
+                for modules, saved in zip(self._modules, self._saved, strict=True)]
 
     @staticmethod
-    def _state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    def _state_bytes(modules: list[nn.Module], optimizer: torch.optim.Optimizer) -> int:
         total = 0
-        for parameter in module.parameters():
+        for parameter in (p for module in modules for p in module.parameters()):
             total += _local_nbytes(parameter)
             if parameter.grad is not None:
                 total += _local_nbytes(parameter.grad)

@@ -51,8 +51,9 @@ def test_options_a_strategy_does_not_take_are_ignored(tiny_workload):
 
 def test_every_option_is_defined_once_for_every_strategy_that_takes_it():
     specs = strategies.option_specs()
-    assert set(specs) == {o for name in strategies.names()
-                          for o in strategies.lookup(name).cls.Options.names()}
+    assert set(specs) == {spec.name for name in strategies.names()
+                          for spec in strategies.lookup(name).cls.Options.specs()
+                          if not spec.preset}  # a preset (the schedule) comes with the name
     assert strategies.takers("world_size") == ["data-parallel", "ddp", "fsdp"]
 
 
@@ -81,3 +82,32 @@ def test_process_per_stage_pipelines_are_unavailable_on_one_shared_gpu():
     for name in ("pipeline-gpipe", "pipeline-1f1b"):
         assert "gloo cannot send CUDA tensors" in reasons[name]
     assert reasons["pipeline"] is None
+
+
+@pytest.mark.parametrize("name, options, batch, message", [
+    ("pipeline-zbv", {"stages_per_rank": 3, "split_size": 2}, 8,
+     "holds exactly 2 stages per rank (a V), got --stages-per-rank 3"),
+    ("pipeline-interleaved-1f1b", {"split_size": 8}, 120,
+     "needs the micro-batch count M to be a multiple of max(1, M // K) = 7, got M = 15"),
+    ("pipeline-dualpipev", {"split_size": 4}, 8,
+     "needs at least as many micro-batches as stages (4), got 2"),
+    ("pipeline-looped-bfs", {"balance": "tutorial"}, 8,
+     "--balance tutorial cuts into 2 stages only, not 4"),
+])
+def test_a_schedule_refuses_what_it_cannot_run_before_it_starts(name, options, batch, message,
+                                                                 tiny_workload):
+    cpu = torch.device("cpu")
+    with pytest.raises(strategies.StrategyError, match=message.replace("(", r"\(").replace(
+            ")", r"\)")):
+        strategies.plan(name, tiny_workload, batch, (cpu, cpu), options)
+
+
+def test_a_schedule_that_splits_backward_refuses_compile(tiny_workload):
+    from dataclasses import replace
+
+    cpu = torch.device("cpu")
+    with pytest.raises(strategies.WorkloadRefused, match="torch.compile does not support"):
+        strategies.plan("pipeline-zbv", replace(tiny_workload, compile=True), 8, (cpu, cpu))
+    plan = strategies.plan("pipeline-interleaved-1f1b", tiny_workload, 8, (cpu, cpu))
+    assert plan.options.given() == {"stages": 2, "balance": "time", "split_size": 1,
+                                    "stages_per_rank": 2}  # K x V = 4 stages, cut by time
