@@ -98,8 +98,20 @@ def _throughput_spread(record: pd.Series) -> tuple[float, float]:
     return batch / record["step_time_p90_s"], batch / record["step_time_min_s"]
 
 
+def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each strategy once per number of devices: its fastest setting (sweeps have figures of
+    their own), in the order first measured."""
+    counts = frame["devices"].astype(str).str.count(",")
+    best = frame.loc[frame.groupby([frame["strategy"], counts], sort=False)["throughput_ips"]
+                     .idxmax()]
+    return best.sort_index()
+
+
 def plot_strategies(frame: pd.DataFrame):
-    """Throughput of every configuration, with the spread of its steps."""
+    """Throughput of each strategy at its best setting, with the spread of its steps."""
+    settings = frame.groupby(["strategy", frame["devices"].astype(str).str.count(",")])
+    tried = settings["throughput_ips"].transform("size")
+    frame = best_settings(frame.assign(settings_tried=tried))
     panels = _groups(frame)
     fig, axes = _panels(len(panels), width_per=max(7.0, 0.6 * max(len(g) for _, g in panels)))
     for ax, (name, group) in zip(axes, panels, strict=True):
@@ -116,13 +128,15 @@ def plot_strategies(frame: pd.DataFrame):
                                      else "")
             ax.annotate(note, (xi, max(value, spreads[xi, 1])), textcoords="offset points",
                         xytext=(0, 3), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(x, [config_label(r) for _, r in group.iterrows()], rotation=45,
-                      ha="right", fontsize=8)
+        ax.set_xticks(x, [config_label(r) + (f"\nbest of {r['settings_tried']}"
+                                             if r["settings_tried"] > 1 else "")
+                          for _, r in group.iterrows()], rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("throughput (images/s)")
         ax.set_title(name, fontsize=9)
         ax.margins(y=0.2)
-    fig.suptitle(_title(frame, "Throughput per strategy (bars: all measured steps; whiskers: "
-                               "p90 step to fastest step; label: speedup over single)"),
+    fig.suptitle(_title(frame, "Throughput per strategy at its best setting (bars: all "
+                               "measured steps; whiskers: p90 step to fastest step; label: "
+                               "speedup over single)"),
                  fontsize=10)
     return fig
 
@@ -245,6 +259,36 @@ def plot_split_sizes(frame: pd.DataFrame):
     return fig
 
 
+def plot_pipeline_memory(frame: pd.DataFrame):
+    """Per pipeline configuration, each stage's peak memory beside the most micro-batches it
+    held at once (from its timeline): how a schedule trades memory for bubble."""
+    pipelines = frame[frame["in_flight_micro_batches"].map(
+        lambda v: isinstance(v, list) and len(v) > 0)] if "in_flight_micro_batches" in frame \
+        else frame.iloc[0:0]
+    if pipelines.empty:
+        return None
+    stages = max(len(v) for v in pipelines["in_flight_micro_batches"])
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(pipelines) * stages), 4.8))
+    width = 0.8 / stages
+    for xi, (_, record) in enumerate(pipelines.iterrows()):
+        peaks, held = record["peak_memory_mib"], record["in_flight_micro_batches"]
+        for k, (peak, count) in enumerate(zip(peaks, held, strict=False)):
+            x = xi - 0.4 + width * (k + 0.5)
+            ax.bar(x, peak, width, color=strategy_colour(record["strategy"]),
+                   alpha=1.0 - 0.35 * k / max(1, stages - 1), edgecolor="black", linewidth=0.5)
+            ax.annotate(f"s{k}\n{count} held", (x, peak), textcoords="offset points",
+                        xytext=(0, 2), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(pipelines)), [config_label(r) for _, r in pipelines.iterrows()],
+                  rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("peak memory per stage (MiB)")
+    ax.margins(y=0.25)
+    fig.suptitle(_title(pipelines, "Memory per stage (per rank, where it holds several), per "
+                                   "schedule; label: the most micro-batches it held at once, "
+                                   "from its timeline"),
+                 fontsize=10)
+    return fig
+
+
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
 
 
@@ -286,6 +330,7 @@ FIGURES = {
     "scaling": plot_scaling,
     "memory": plot_memory,
     "split_size": plot_split_sizes,
+    "pipeline_memory": plot_pipeline_memory,
 }
 
 

@@ -43,6 +43,8 @@ class Record:
     # The last measured step's idle share per stage (timeline): the mean and the worst stage.
     measured_bubble_fraction: float | None = None
     measured_bubble_fraction_worst: float | None = None
+    # Per stage (rank), the most micro-batches whose activations were held at once.
+    in_flight_micro_batches: list | None = None
     # [stage, micro-batch, phase, start s, end s] of the last measured step (measure.timeline).
     timeline: list | None = None
     data: str | None = None  # "synthetic" or the image folder

@@ -15,7 +15,7 @@ import strategies
 from parbench import launch
 from parbench.config import Config
 from parbench.measure import imbalance, memory_growth, training_flops_per_image
-from parbench.measure.timeline import bubble_fractions
+from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.record import Record
 from parbench.results import RunFolder
 from parbench.workloads import Workload
@@ -40,7 +40,8 @@ def _measured_bubble(merged: dict) -> dict:
         return {}
     idle = bubble_fractions(spans, merged["pipeline_stages"], merged["step_times_s"][-1])
     return dict(timeline=spans, measured_bubble_fraction=sum(idle) / len(idle),
-                measured_bubble_fraction_worst=max(idle))
+                measured_bubble_fraction_worst=max(idle),
+                in_flight_micro_batches=in_flight(spans, merged["pipeline_stages"]))
 
 
 def _measured_fields(config: Config, merged: dict) -> dict:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["PHASES", "Timeline", "bubble_fractions", "chrome_trace"]
+__all__ = ["PHASES", "Timeline", "bubble_fractions", "chrome_trace", "in_flight"]
 
 # F: forward; B: the whole backward; I and W: its input- and weight-gradient halves, where a
 # schedule splits them (zero bubble).
@@ -81,6 +81,23 @@ def bubble_fractions(spans: list[list], stages: int, step_s: float) -> list[floa
     neighbour or for its data (the measured bubble, communication included)."""
     return [1 - _busy([(s[3], s[4]) for s in spans if s[0] == stage]) / step_s
             for stage in range(stages)]
+
+
+def in_flight(spans: list[list], stages: int) -> list[int]:
+    """Per stage, the most micro-batches held at once: forwards ended whose backward (B, or
+    its input-gradient half I, which frees most of the activations) had not ended yet. GPipe
+    holds all M; 1F1B at most K."""
+    most = []
+    for stage in range(stages):
+        # At equal times a backward's end comes first: it frees before the next forward holds.
+        events = sorted((s[4], 0 if s[2] in "BI" else 1) for s in spans
+                        if s[0] == stage and s[2] in "FBI")
+        held = peak = 0
+        for _, is_forward in events:
+            held += 1 if is_forward else -1
+            peak = max(peak, held)
+        most.append(peak)
+    return most
 
 
 def chrome_trace(spans: list[list], name: str) -> str:

@@ -33,10 +33,10 @@ def results(tmp_path):
         _record("single", "cpu", 10.0),
         _record("single", "cpu", 12.0, split=2, accumulation_split=2),
         _record("model-parallel", "cpu,cpu", 9.0, stages=2, peaks=[150.0, 50.0]),
-        _record("pipeline", "cpu,cpu", 14.0, split=2, stages=2),
-        _record("pipeline", "cpu,cpu", 16.0, split=4, stages=2),
-        _record("pipeline-1f1b", "cpu,cpu", 15.0, split=2, stages=2),
-        _record("pipeline-1f1b", "cpu,cpu", 17.0, split=4, stages=2),
+        _record("pipeline", "cpu,cpu", 14.0, split=2, stages=2, split_size=2),
+        _record("pipeline", "cpu,cpu", 16.0, split=4, stages=2, split_size=4),
+        _record("pipeline-1f1b", "cpu,cpu", 15.0, split=2, stages=2, split_size=2),
+        _record("pipeline-1f1b", "cpu,cpu", 17.0, split=4, stages=2, split_size=4),
         _record("ddp", "cpu", 9.5, world_size=1),
         _record("ddp", "cpu,cpu", 17.1, world_size=2),
         Record(status="skipped", strategy="data-parallel", devices="cpu,cpu",
@@ -59,14 +59,21 @@ def test_every_figure_is_written_as_png_and_svg(results):
         assert path.with_suffix(".svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_the_comparison_draws_every_ok_record_in_its_strategy_colour(results):
+def test_the_comparison_draws_each_strategy_once_at_its_best_in_its_colour(results):
     frame, _ = read_results([results])
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     fig = plots.plot_strategies(ok)
     bars = fig.axes[0].patches
-    assert [round(b.get_height(), 6) for b in bars] == list(ok["throughput_ips"])
+    # single whole (10) and accumulating (12): 12; pipeline split 2 (14) or 4 (16): 16; ddp
+    # once per device count.
+    best = {("single", 10.0): 12.0, ("pipeline", 14.0): 16.0, ("pipeline-1f1b", 15.0): 17.0}
+    drawn = ok[[best.get((s, t), t) == t for s, t in zip(ok["strategy"], ok["throughput_ips"],
+                                                          strict=True)]]
+    assert [round(b.get_height(), 6) for b in bars] == list(drawn["throughput_ips"])
     assert [to_rgb(b.get_facecolor()) for b in bars] == [
-        to_rgb(plots.strategy_colour(s)) for s in ok["strategy"]]
+        to_rgb(plots.strategy_colour(s)) for s in drawn["strategy"]]
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert "pipeline\n(split=4)\nbest of 2" in labels
     assert "EMULATED" in fig._suptitle.get_text()
     assert fig.axes[0].get_ylabel() == "throughput (images/s)"
     plt.close(fig)
@@ -133,3 +140,19 @@ def test_a_timeline_is_drawn_as_a_gantt_chart_with_a_bar_per_action():
     assert "measured 50% mean, 60% worst stage" in ax.get_title()
     plt.close(fig)
     assert plots.plot_timeline(pd.Series({"timeline": None})) is None
+
+
+def test_pipeline_memory_shows_each_stage_with_the_micro_batches_it_held():
+    import pandas as pd
+
+    records = [_record("pipeline-gpipe", "cpu,cpu", 8.0, split=2, stages=2,
+                       peaks=[300.0, 200.0]).to_dict(),
+               _record("pipeline-1f1b", "cpu,cpu", 8.0, split=2, stages=2,
+                       peaks=[150.0, 100.0]).to_dict()]
+    records[0]["in_flight_micro_batches"], records[1]["in_flight_micro_batches"] = [4, 4], [2, 1]
+    fig = plots.plot_pipeline_memory(pd.DataFrame(records))
+    ax = fig.axes[0]
+    assert [b.get_height() for b in ax.patches] == [300.0, 200.0, 150.0, 100.0]
+    assert [t.get_text() for t in ax.texts] == ["s0\n4 held", "s1\n4 held", "s0\n2 held",
+                                                "s1\n1 held"]
+    plt.close(fig)

@@ -40,3 +40,13 @@ def test_the_chrome_trace_has_a_row_per_stage_and_microsecond_durations():
     assert spans[0]["name"] == "F0" and spans[0]["dur"] == 1e6
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     assert names == {"stage 0", "stage 1", "pipeline (split=4)"}
+
+
+def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_k():
+    from parbench.measure.timeline import in_flight
+
+    assert in_flight(GPIPE, stages=2) == [2, 2]
+    # 1F1B on the first stage with 3 micro-batches and K = 2: F0 F1 B0 F2 B1 B2.
+    one_f_one_b = [[0, 0, "F", 0, 1], [0, 1, "F", 1, 2], [0, 0, "B", 3, 4],
+                   [0, 2, "F", 4, 5], [0, 1, "B", 6, 7], [0, 2, "I", 8, 9]]
+    assert in_flight(one_f_one_b, stages=1) == [2]
