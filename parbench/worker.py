@@ -108,9 +108,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
                 sampler.start_energy()
 
         after_step: list[float] = []
-        # The last measured step of a pipeline is timed action by action as well.
-        timeline = (Timeline(strategy.input_device)
-                    if strategy.pipeline_stages > 1 and strategy.micro_batches > 1 else None)
+        # The last measured step of a model cut into stages is timed action by action as well.
+        timeline = Timeline(strategy.input_device) if strategy.pipeline_stages > 1 else None
         traced = config.warmup + config.steps - 1
 
         def step(i: int) -> None:

@@ -76,14 +76,27 @@ class ModelParallel(Strategy):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
+        # Stage by stage, forward then backward in reverse, across detached boundaries: the
+        # same update as one autograd pass, with each stage's part marked (`action`).
+        inputs, outputs = [], []
         activations = images
-        for stage in self.stages:
-            with self.workload.autocast(stage.device):
-                activations = stage.module(activations.to(stage.device))
-        last = self.stages[-1].device
-        with self.workload.autocast(last):
-            loss = self.loss_fn(activations, labels.to(last))
-        self.scaler.scale(loss).backward()
+        for k, stage in enumerate(self.stages):
+            with self.action(k, 0, "F"), self.workload.autocast(stage.device):
+                x = activations.to(stage.device)
+                if k:
+                    x = x.detach().requires_grad_()
+                inputs.append(x)
+                activations = stage.module(x)
+                if k == len(self.stages) - 1:
+                    loss = self.loss_fn(activations, labels.to(stage.device))
+            outputs.append(activations)
+        for k in reversed(range(len(self.stages))):
+            with self.action(k, 0, "B"):
+                if k == len(self.stages) - 1:
+                    self.scaler.scale(loss).backward()
+                else:
+                    grad = inputs[k + 1].grad.to(self.stages[k].device)
+                    torch.autograd.backward(outputs[k], grad)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()

@@ -87,14 +87,14 @@ def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
     assert len(frame.loc[4, "peak_memory_mib"]) == 2  # one figure per logical device
     # The pipelines' last measured step, timed action by action: a forward and a backward of
     # each micro-batch on each stage, written as a Chrome trace too.
-    for index, micro_batches in ((4, 4), (5, 2)):
+    for index, micro_batches in ((3, 1), (4, 4), (5, 2)):
         spans = frame.loc[index, "timeline"]
         assert sorted((s[0], s[1], s[2]) for s in spans) == sorted(
             (k, i, p) for k in range(2) for i in range(micro_batches) for p in "FB")
         assert 0 <= frame.loc[index, "measured_bubble_fraction"] <= frame.loc[
             index, "measured_bubble_fraction_worst"] < 1
     traces = sorted(p.name for p in (Path(_run_folder(out)) / "timelines").iterdir())
-    assert traces == ["004-pipeline.json", "005-pipeline.json"]
+    assert traces == ["003-model-parallel.json", "004-pipeline.json", "005-pipeline.json"]
 
 
 def test_verify_passes_for_the_in_process_strategies(capsys):
