@@ -282,7 +282,7 @@ def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skippe
     for name in ("fsdp", "pipeline-gpipe", "pipeline-1f1b"):
         assert frame.loc[name, "status"] == "skipped"
         assert "fp16 loss scaling is not coordinated" in frame.loc[name, "reason"]
-    assert frame.loc["single", "status"] == "ok"
+    assert frame.loc["single", "status"].iloc[0] == "ok"  # the whole batch (then accumulating)
 
 
 @pytest.mark.timeout(600)
