@@ -25,7 +25,7 @@ __all__ = ["QUICK_RUN", "main", "parser"]
 EXIT_USAGE = 2
 
 # `parbench run` with no arguments measures the suite's configuration (resnet18, batch 32,
-# 128 px, 2 + 5 steps), as asv and pytest-benchmark do: about a minute on two CPU cores.
+# 128 px, 2 + 5 steps), as asv and pytest-benchmark do: about 4 minutes on two CPU cores.
 QUICK_RUN = dict(model=suite.MODELS[0], batch_size=str(suite.GLOBAL_BATCH),
                  image_size=str(suite.IMAGE_SIZE), steps=suite.STEPS, warmup=suite.WARMUP)
 

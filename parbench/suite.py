@@ -11,7 +11,7 @@ from parbench.workloads import Workload
 __all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "STEPS", "WARMUP", "cannot_run", "config",
            "runnable", "scaled_strategies", "workload", "world_sizes"]
 
-# resnet18, batch 32, 128 px, 2 warm-up + 5 measured steps: about a minute for every strategy
+# resnet18, batch 32, 128 px, 2 warm-up + 5 measured steps: about 20 s per strategy
 # on two CPU cores.
 MODELS = ("resnet18",)
 GLOBAL_BATCH, IMAGE_SIZE, WARMUP, STEPS = 32, 128, 2, 5
