@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
 from parbench.measure.timeline import PHASES  # noqa: E402
-from parbench.runner import bubble_fraction  # noqa: E402
+from strategies.stages import bubble_fraction  # noqa: E402
 
 __all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "write_figures"]
 

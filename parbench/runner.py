@@ -20,17 +20,12 @@ from parbench.record import Record
 from parbench.results import RunFolder
 from parbench.workloads import Workload
 
-__all__ = ["add_comparisons", "bubble_fraction", "follow_sweep", "run_config", "run_sweep"]
+__all__ = ["add_comparisons", "follow_sweep", "run_config", "run_sweep"]
 
 
 @functools.cache
 def _flops_per_image(workload: Workload) -> int:
     return training_flops_per_image(workload.build_model, workload.image_size)
-
-
-def bubble_fraction(stages: int, micro_batches: int) -> float:
-    """GPipe's idle fraction of a K-stage pipeline over M micro-batches: (K-1) / (M+K-1)."""
-    return (stages - 1) / (micro_batches + stages - 1)
 
 
 def _measured_bubble(merged: dict) -> dict:

@@ -14,6 +14,7 @@ from torch import nn
 
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.options import Options
+from strategies.stages import bubble_fraction
 
 if TYPE_CHECKING:
     from parbench.workloads import Workload
@@ -144,8 +145,7 @@ class Strategy(ABC):
     def bubble_fraction(self) -> float | None:
         """The theoretical idle share of a step: GPipe's (K-1)/(M+K-1) for K stages and M
         micro-batches (0 for one stage); None where no closed form applies."""
-        stages, micro_batches = self.pipeline_stages, self.micro_batches
-        return (stages - 1) / (micro_batches + stages - 1)
+        return bubble_fraction(self.pipeline_stages, self.micro_batches)
 
     @property
     def partition(self) -> str | None:

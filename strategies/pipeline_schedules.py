@@ -18,15 +18,10 @@ from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.options import option
 from strategies.partition import plan_cut, split_model
 from strategies.pipeline import PipelineOptions
-from strategies.stages import micro_batch_sizes
+from strategies.stages import bubble_fraction, micro_batch_sizes
 
 __all__ = ["SCHEDULES", "InterleavedOptions", "InterleavedPipeline", "Schedule",
            "ScheduleOptions", "ScheduledPipeline"]
-
-
-def _ratio_to_fraction(ratio: float) -> float:
-    """Bubble time over ideal time -> bubble time over the whole step."""
-    return ratio / (1 + ratio)
 
 
 @dataclass(frozen=True)
@@ -37,8 +32,8 @@ class Schedule:
     multi_stage: bool  # several stages per rank
     v_shape: bool  # rank r holds stages r and 2K-1-r (else r, r+K, r+2K, ...)
     splits_backward: bool  # input- and weight-gradient halves (zero bubble): no torch.compile
-    # Theoretical idle share of a step from K ranks, V stages per rank, M micro-batches (None:
-    # no closed form used here).
+    # Theoretical idle share of a step from K ranks, M micro-batches and V stages per rank
+    # (None: no closed form used here).
     bubble: Callable[[int, int, int], float | None]
 
     @property
@@ -46,24 +41,19 @@ class Schedule:
         return getattr(pipelining, self.torch_name, None)
 
 
-def _one_f_one_b(k: int, v: int, m: int) -> float:
-    """GPipe and 1F1B: (K-1)/(M+K-1); interleaved over V stages per rank, the bubble over the
-    ideal time shrinks V-fold: (K-1)/(V M) (Narayanan et al. 2021)."""
-    return _ratio_to_fraction((k - 1) / (v * m))
-
-
 SCHEDULES = {
-    "gpipe": Schedule("ScheduleGPipe", False, False, False, _one_f_one_b),
-    "1f1b": Schedule("Schedule1F1B", False, False, False, _one_f_one_b),
-    "interleaved-1f1b": Schedule("ScheduleInterleaved1F1B", True, False, False, _one_f_one_b),
-    "looped-bfs": Schedule("ScheduleLoopedBFS", True, False, False, _one_f_one_b),
-    # ZB-H1 (Qi et al. 2024): a third of 1F1B's bubble when F, B and W take equal time.
+    "gpipe": Schedule("ScheduleGPipe", False, False, False, bubble_fraction),
+    "1f1b": Schedule("Schedule1F1B", False, False, False, bubble_fraction),
+    "interleaved-1f1b": Schedule("ScheduleInterleaved1F1B", True, False, False, bubble_fraction),
+    "looped-bfs": Schedule("ScheduleLoopedBFS", True, False, False, bubble_fraction),
+    # ZB-H1 (Qi et al. 2024): a third of 1F1B's bubble over the ideal time when F, B and W
+    # take equal time (as if three times the micro-batches).
     "zero-bubble": Schedule("ScheduleInterleavedZeroBubble", True, False, True,
-                            lambda k, v, m: _ratio_to_fraction((k - 1) / (3 * v * m))),
+                            lambda k, m, v: bubble_fraction(k, 3 * m, v)),
     # ZB-V: no bubble once M >= 2K, F, B and W taking equal time.
     "zbv": Schedule("ScheduleZBVZeroBubble", True, True, True,
-                    lambda k, v, m: 0.0 if m >= 2 * k else None),
-    "dualpipev": Schedule("ScheduleDualPipeV", True, True, True, lambda k, v, m: None),
+                    lambda k, m, v: 0.0 if m >= 2 * k else None),
+    "dualpipev": Schedule("ScheduleDualPipeV", True, True, True, lambda k, m, v: None),
 }
 # Whether the last stage may skip merging the micro-batches' outputs (torch 2.8's step has no
 # `return_outputs`, and passes unknown keywords on to the model).
@@ -219,7 +209,7 @@ class ScheduledPipeline(ProcessPerDevice):
 
     def bubble_fraction(self) -> float | None:
         ranks = len(self.devices)
-        return self.schedule.bubble(ranks, self._pieces // ranks, self.micro_batches)
+        return self.schedule.bubble(ranks, self.micro_batches, self._pieces // ranks)
 
     @property
     def model(self) -> nn.Module:

@@ -11,7 +11,15 @@ from torch import nn
 from strategies.errors import StrategyError
 from strategies.partition import Partition, cut_resnet
 
-__all__ = ["Stage", "build_stages", "micro_batch_sizes", "resolve_split"]
+__all__ = ["Stage", "bubble_fraction", "build_stages", "micro_batch_sizes", "resolve_split"]
+
+
+def bubble_fraction(stages: int, micro_batches: int, stages_per_rank: int = 1) -> float:
+    """The theoretical idle share of a step of K stages over M micro-batches: GPipe's and
+    1F1B's (K-1)/(M+K-1); with V stages per rank interleaved, the bubble over the ideal time
+    shrinks V-fold to (K-1)/(V M) (Narayanan et al. 2021), here as a share of the step."""
+    ratio = (stages - 1) / (stages_per_rank * micro_batches)
+    return ratio / (1 + ratio)
 
 
 def micro_batch_sizes(global_batch: int, split_size: int) -> list[int]:
