@@ -14,7 +14,7 @@ from torch import nn
 
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.options import Options
-from strategies.stages import bubble_fraction
+from strategies.stages import bubble_fraction, micro_batch_sizes
 
 if TYPE_CHECKING:
     from parbench.workloads import Workload
@@ -171,8 +171,10 @@ class Strategy(ABC):
 
     @property
     def micro_batches(self) -> int:
-        """How many micro-batches each global batch is split into."""
-        return 1
+        """How many micro-batches each global batch is split into (its options'
+        `micro_batch_size`; 1: the whole batch, or a replica's share, at once)."""
+        split = self.options.micro_batch_size()
+        return len(micro_batch_sizes(self.plan.global_batch, split)) if split else 1
 
     @property
     def pipeline_stages(self) -> int:

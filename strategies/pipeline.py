@@ -53,10 +53,6 @@ class Pipeline(ModelParallel):
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
     Options = PipelineOptions
 
-    @property
-    def micro_batches(self) -> int:
-        return len(micro_batch_sizes(self.plan.global_batch, self.options.split_size))
-
     def setup(self) -> None:
         super().setup()
         # One worker per stage: a stage's work always runs on its own thread, like a GPU stream.

@@ -196,10 +196,6 @@ class ScheduledPipeline(ProcessPerDevice):
         return SCHEDULES[self.options.schedule]
 
     @property
-    def micro_batches(self) -> int:
-        return len(micro_batch_sizes(self.plan.global_batch, self.options.split_size))
-
-    @property
     def partition(self) -> str:
         return self._partition.describe()
 

@@ -61,11 +61,6 @@ class SingleDevice(Strategy):
     def model(self) -> nn.Module:
         return self._model
 
-    @property
-    def micro_batches(self) -> int:
-        split = self.options.accumulation_split
-        return len(micro_batch_sizes(self.plan.global_batch, split)) if split else 1
-
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         global_batch = len(images)
