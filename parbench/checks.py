@@ -10,11 +10,16 @@ from parbench import launch
 from parbench.config import Config
 from parbench.devices import format_bytes, host_memory_bytes
 
-__all__ = ["ConfigError", "check"]
+__all__ = ["ConfigError", "PlanRefused", "check"]
 
 
 class ConfigError(ValueError):
     """A configuration that cannot run; its message says how to fix it."""
+
+
+class PlanRefused(ConfigError):
+    """What the strategy itself refuses for this combination of options, batch and devices
+    (in a sweep that gives it others, the combination is recorded as skipped)."""
 
 
 def check(config: Config, check_workload: bool = True) -> None:
@@ -33,11 +38,11 @@ def _check_plan(config: Config, check_workload: bool) -> None:
         config.plan  # noqa: B018 (planning is the check)
     except strategies.WorkloadRefused as error:
         if check_workload:
-            raise ConfigError(f"{config.strategy}: {error}") from None
+            raise PlanRefused(f"{config.strategy}: {error}") from None
     except strategies.Unavailable:
         pass
     except strategies.StrategyError as error:
-        raise ConfigError(f"{config.strategy}: {error}") from None
+        raise PlanRefused(f"{config.strategy}: {error}") from None
 
 
 def _check_launch(config: Config) -> None:

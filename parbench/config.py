@@ -51,11 +51,23 @@ class Config:
 
     def unavailable_reason(self) -> str | None:
         """Why this machine cannot run the configuration (it is then recorded as skipped), or
-        None if it can; a configuration the strategy refuses raises StrategyError."""
+        None if it can; a configuration the strategy refuses raises StrategyError (see
+        `refusal`)."""
         try:
             self.plan  # noqa: B018 (planning is the check)
         except strategies.Unavailable as error:
             return str(error)
+        return None
+
+    def refusal(self) -> str | None:
+        """What the strategy refuses in this configuration (recorded as skipped in a sweep
+        that gives the strategy other configurations), or None."""
+        try:
+            self.plan  # noqa: B018 (planning is the check)
+        except strategies.Unavailable:
+            return None
+        except strategies.StrategyError as error:
+            return f"{self.strategy}: {error}"
         return None
 
     @property

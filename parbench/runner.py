@@ -119,8 +119,8 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
     except strategies.Unavailable as error:
         outcome = dict(status="skipped", reason=str(error))
-    except strategies.StrategyError as error:  # a harness that skipped parbench.checks
-        outcome = dict(status="error", reason=f"{config.strategy}: {error}")
+    except strategies.StrategyError as error:  # one combination of a sweep it refuses
+        outcome = dict(status="skipped", reason=f"{config.strategy}: {error}")
     else:
         try:
             outcome = _measured_fields(config, measure(config))

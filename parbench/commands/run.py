@@ -12,10 +12,10 @@ from tqdm import tqdm
 
 import strategies
 from parbench import launch, runner
+from parbench.checks import ConfigError, PlanRefused, check
 from parbench.commands.arguments import (
     UsageError,
     at_least,
-    checked,
     choice_list,
     default_devices,
     device_set,
@@ -79,24 +79,45 @@ def build_configs(args: argparse.Namespace,
     )
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
-    checked_data = set()
+    checked_data, refused = set(), []
     for config in configs:
         # The quick comparison records a strategy that cannot train the workload as skipped.
-        checked(config, check_workload=requested)
+        try:
+            check(config, check_workload=requested)
+            refused.append(None)
+        except PlanRefused as error:
+            refused.append(str(error))
+        except ConfigError as error:
+            raise UsageError(str(error)) from None
         if args.data and (config.workload, config.global_batch) not in checked_data:
             checked_data.add((config.workload, config.global_batch))
             try:
                 open_image_folder(config.workload, config.global_batch)
             except DataError as error:
                 raise UsageError(str(error)) from None
+    _refuse_or_skip(configs, refused)
     if args.accumulation_split is None:
         configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
         for name in names:
-            reasons = [c.unavailable_reason() for c in configs if c.strategy == name]
+            reasons = [c.refusal() or c.unavailable_reason() for c in configs
+                       if c.strategy == name]
             if reasons and all(reasons):
                 raise UsageError(f"{name} cannot run here: {reasons[0]}")
     return configs
+
+
+def _refuse_or_skip(configs: list[Config], refused: list[str | None]) -> None:
+    """A strategy that refuses every combination of the sweep is a usage error; one that
+    refuses only some (a schedule's micro-batch count, say) has those recorded as skipped,
+    with its reason, and the sweep measures the rest. `refused[i]` is configs[i]'s refusal."""
+    for name in dict.fromkeys(c.strategy for c, r in zip(configs, refused, strict=True) if r):
+        reasons = [r for c, r in zip(configs, refused, strict=True) if c.strategy == name]
+        if all(reasons):
+            raise UsageError(reasons[0])
+        print(f"note: {name} refuses {sum(map(bool, reasons))} of its {len(reasons)} "
+              f"configurations, recorded as skipped; the first: {next(filter(None, reasons))}",
+              file=sys.stderr)
 
 
 def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
@@ -112,7 +133,8 @@ def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
         for other in configs:
             if (other.strategy == strategies.BASELINE or other.workload != config.workload
                     or other.global_batch != config.global_batch
-                    or other.devices != config.devices or other.unavailable_reason()):
+                    or other.devices != config.devices or other.refusal()
+                    or other.unavailable_reason()):
                 continue
             split = other.plan.options.micro_batch_size()
             if split and split < config.global_batch and split not in splits:
