@@ -38,7 +38,7 @@ def _check_plan(config: Config, check_workload: bool) -> None:
         config.plan  # noqa: B018 (planning is the check)
     except strategies.WorkloadRefused as error:
         if check_workload:
-            raise PlanRefused(f"{config.strategy}: {error}") from None
+            raise ConfigError(f"{config.strategy}: {error}") from None
     except strategies.Unavailable:
         pass
     except strategies.StrategyError as error:

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
-from parbench.measure.timeline import PHASES  # noqa: E402
+from parbench.measure.timeline import PHASES, span_label  # noqa: E402
 from strategies.stages import bubble_fraction  # noqa: E402
 
 __all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "write_figures"]
@@ -301,13 +301,16 @@ def plot_timeline(record: pd.Series):
     stages = int(max(s[0] for s in spans)) + 1
     length = max(s[4] for s in spans)
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * stages))
-    for stage, micro_batch, phase, begin, end in spans:
+    several = any(len(s) > 5 for s in spans)  # rows are ranks holding several model stages
+    for span in spans:
+        stage, _, phase, begin, end = span[:5]
         ax.barh(stage, end - begin, left=begin, height=0.8, color=_PHASE_COLOURS[phase],
                 edgecolor="white", linewidth=0.5)
-        if end - begin > 0.025 * length:  # room for its label
-            ax.text((begin + end) / 2, stage, f"{phase}{micro_batch}", ha="center",
-                    va="center", fontsize=7, color="white")
-    ax.set_yticks(range(stages), [f"stage {k}" for k in range(stages)])
+        if end - begin > (0.04 if several else 0.025) * length:  # room for its label
+            ax.text((begin + end) / 2, stage, span_label(span).replace(" ", "\n"),
+                    ha="center", va="center", fontsize=6 if several else 7, color="white")
+    row = "rank" if several else "stage"
+    ax.set_yticks(range(stages), [f"{row} {k}" for k in range(stages)])
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the start of the step")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in _PHASE_COLOURS.values()]
@@ -315,13 +318,17 @@ def plot_timeline(record: pd.Series):
     ax.legend([handles[list(_PHASE_COLOURS).index(p)] for p in present],
               [PHASES[p] for p in present], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.0, 1.0))
+    theory = record.get("bubble_fraction")
+    theory = ("no closed form for this schedule" if theory is None or pd.isna(theory)
+              else f"{theory:.0%}")
+    held = (f" ({len({s[5] for s in spans if len(s) > 5})} model stages, s<k> in the labels)"
+            if several else "")
     ax.set_title(
         f"{config_label(record).replace(chr(10), ' ')}: one measured step, "
-        f"{int(record['micro_batches'])} micro-batches on {stages} stages\nidle share "
+        f"{int(record['micro_batches'])} micro-batches on {stages} {row}s{held}\nidle share "
         f"measured {record['measured_bubble_fraction']:.0%} mean, "
-        f"{record['measured_bubble_fraction_worst']:.0%} worst stage; GPipe/1F1B theory "
-        f"(K-1)/(M+K-1) = {record['bubble_fraction']:.0%}"
-        + ("; EMULATED devices" if record.get("emulated") else ""), fontsize=9)
+        f"{record['measured_bubble_fraction_worst']:.0%} worst {row}; the schedule's theory "
+        f"{theory}" + ("; EMULATED devices" if record.get("emulated") else ""), fontsize=9)
     return fig
 
 

@@ -134,13 +134,14 @@ class Strategy(ABC):
         skipped), or None if it can. Too few devices is a usage error, see `select_devices`."""
         return None
 
-    def action(self, stage: int, micro_batch: int, phase: str):
+    def action(self, stage: int, micro_batch: int, phase: str, model_stage: int | None = None):
         """Wraps one micro-batch's forward ("F") or backward ("B"; "I" and "W" where it is split
-        into input- and weight-gradient halves) on a stage, for the harness to time; a no-op
+        into input- and weight-gradient halves) on a stage (a rank that holds several model
+        stages gives the one it runs as `model_stage`), for the harness to time; a no-op
         unless it set `timeline`."""
         if self.timeline is None:
             return contextlib.nullcontext()
-        return self.timeline.span(stage, micro_batch, phase)
+        return self.timeline.span(stage, micro_batch, phase, model_stage)
 
     def bubble_fraction(self) -> float | None:
         """The theoretical idle share of a step: GPipe's (K-1)/(M+K-1) for K stages and M

@@ -271,17 +271,18 @@ class ScheduledPipeline(ProcessPerDevice):
         through `action` (its compute only: sends and receives are the schedule's own)."""
         forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
         weight = stage.backward_weight_one_chunk
+        model_stage = stage.stage_index if self.schedule.multi_stage else None
 
         def forward_one_chunk(chunk: int, *args, **kwargs):
-            with self.action(self.rank, chunk, "F"):
+            with self.action(self.rank, chunk, "F", model_stage):
                 return forward(chunk, *args, **kwargs)
 
         def backward_one_chunk(chunk: int, *args, full_backward: bool = True, **kwargs):
-            with self.action(self.rank, chunk, "B" if full_backward else "I"):
+            with self.action(self.rank, chunk, "B" if full_backward else "I", model_stage):
                 return backward(chunk, *args, full_backward=full_backward, **kwargs)
 
         def backward_weight_one_chunk(chunk: int, *args, **kwargs):
-            with self.action(self.rank, chunk, "W"):
+            with self.action(self.rank, chunk, "W", model_stage):
                 return weight(chunk, *args, **kwargs)
 
         stage.forward_one_chunk = forward_one_chunk

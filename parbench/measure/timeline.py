@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["PHASES", "Timeline", "bubble_fractions", "chrome_trace", "in_flight"]
+__all__ = ["PHASES", "Timeline", "bubble_fractions", "chrome_trace", "in_flight", "span_label"]
 
 # F: forward; B: the whole backward; I and W: its input- and weight-gradient halves, where a
 # schedule splits them (zero bubble).
@@ -21,7 +21,8 @@ PHASES = {"F": "forward", "B": "backward", "I": "backward (input gradient)",
 
 
 class Timeline:
-    """Spans `[stage, micro_batch, phase, start_s, end_s]` of one step, relative to `start()`.
+    """Spans `[stage, micro_batch, phase, start_s, end_s]` of one step, relative to `start()`,
+    with a sixth item, the model stage, where a rank (the row, `stage`) holds several.
 
     Strategies mark their actions with `span` (a no-op until the worker starts a timeline);
     on CUDA each span is a pair of events, read once the step is synchronised."""
@@ -42,7 +43,8 @@ class Timeline:
             self._origin = time.perf_counter()
 
     @contextlib.contextmanager
-    def span(self, stage: int, micro_batch: int, phase: str) -> Iterator[None]:
+    def span(self, stage: int, micro_batch: int, phase: str,
+             model_stage: int | None = None) -> Iterator[None]:
         if self._cuda:
             begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             begin.record()
@@ -52,8 +54,9 @@ class Timeline:
             begin = time.perf_counter()
             yield
             end = time.perf_counter()
+        extra = () if model_stage is None else (model_stage,)
         with self._lock:
-            self._pending.append((stage, micro_batch, phase, begin, end))
+            self._pending.append((stage, micro_batch, phase, begin, end, *extra))
 
     def spans(self) -> list[list]:
         """The step's spans in seconds from its start (call after the step is synchronised)."""
@@ -62,8 +65,8 @@ class Timeline:
                 return self._origin.elapsed_time(mark) / 1e3
             return mark - self._origin
 
-        return sorted([stage, micro_batch, phase, seconds(begin), seconds(end)]
-                      for stage, micro_batch, phase, begin, end in self._pending)
+        return sorted([stage, micro_batch, phase, seconds(begin), seconds(end), *extra]
+                      for stage, micro_batch, phase, begin, end, *extra in self._pending)
 
 
 def _busy(intervals: list[tuple[float, float]]) -> float:
@@ -100,12 +103,19 @@ def in_flight(spans: list[list], stages: int) -> list[int]:
     return most
 
 
+def span_label(span: list) -> str:
+    """"F3" (forward of micro-batch 3), "F3 s2" where the rank holds several model stages."""
+    label = f"{span[2]}{span[1]}"
+    return f"{label} s{span[5]}" if len(span) > 5 else label
+
+
 def chrome_trace(spans: list[list], name: str) -> str:
     """The spans as Chrome trace events: one row (thread) per stage, microseconds."""
-    events = [{"name": f"{phase}{micro_batch}", "cat": PHASES[phase], "ph": "X",
+    events = [{"name": span_label(span), "cat": PHASES[phase], "ph": "X",
                "pid": 0, "tid": stage, "ts": begin * 1e6, "dur": (end - begin) * 1e6,
-               "args": {"micro_batch": micro_batch, "phase": PHASES[phase]}}
-              for stage, micro_batch, phase, begin, end in spans]
+               "args": {"micro_batch": micro_batch, "phase": PHASES[phase],
+                        **({"model_stage": extra[0]} if extra else {})}}
+              for span in spans for stage, micro_batch, phase, begin, end, *extra in [span]]
     events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": stage,
                 "args": {"name": f"stage {stage}"}} for stage in sorted({s[0] for s in spans})]
     events.append({"name": "process_name", "ph": "M", "pid": 0, "args": {"name": name}})

@@ -301,3 +301,22 @@ def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(tmp_path):
     assert record["first_step_time_s"] > 5 * record["step_time_max_s"]
     assert record["compile_time_s"] == pytest.approx(
         record["first_step_time_s"] - record["step_time_median_s"])
+
+
+def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
+    from parbench import cli, runner
+    from parbench.commands.run import build_configs
+
+    args = cli.parser().parse_args(
+        ["run", "--strategy", "pipeline-dualpipev", "--devices", "cpu,cpu", "--batch-size", "8",
+         "--split-size", "2,4", *TINY])
+    configs = build_configs(args)
+    assert "refuses 1 of its 2 configurations" in capsys.readouterr().err
+    assert [c.options["split_size"] for c in configs] == [2, 4]
+    assert configs[0].refusal() is None
+    record = runner.run_config(configs[1], measure=lambda config: pytest.fail("measured"))
+    assert record.status == "skipped"
+    assert "needs at least as many micro-batches as stages (4), got 2" in record.reason
+    args.split_size = "4"  # refused in every combination: a usage error
+    with pytest.raises(cli.UsageError, match="got 2; use a smaller --split-size"):
+        build_configs(args)

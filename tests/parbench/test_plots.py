@@ -137,9 +137,27 @@ def test_a_timeline_is_drawn_as_a_gantt_chart_with_a_bar_per_action():
     fig = plots.plot_timeline(record)
     ax = fig.axes[0]
     assert [(b.get_x(), b.get_width()) for b in ax.patches] == [(0, 1), (1, 1), (2, 2), (4, 1)]
-    assert "measured 50% mean, 60% worst stage" in ax.get_title()
+    assert "measured 50% mean, 60% worst stage; the schedule's theory 50%" in ax.get_title()
     plt.close(fig)
     assert plots.plot_timeline(pd.Series({"timeline": None})) is None
+
+
+def test_a_gantt_row_per_rank_labels_which_of_its_model_stages_ran():
+    import pandas as pd
+
+    spans = [[0, 0, "F", 0.0, 1.0, 0], [1, 0, "F", 1.0, 2.0, 1], [1, 0, "F", 2.0, 3.0, 2],
+             [0, 0, "F", 3.0, 4.0, 3]]  # a V: rank 0 holds stages 0 and 3, rank 1 1 and 2
+    record = pd.Series(_record("pipeline", "cpu,cpu", 8.0, split=8, stages=2).to_dict())
+    record["timeline"], record["config_index"] = spans, 3
+    record["measured_bubble_fraction"], record["measured_bubble_fraction_worst"] = 0.5, 0.5
+    record["bubble_fraction"] = None
+    fig = plots.plot_timeline(record)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["F0\ns0", "F0\ns1", "F0\ns2", "F0\ns3"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    assert "2 ranks (4 model stages" in ax.get_title()
+    assert "no closed form for this schedule" in ax.get_title()
+    plt.close(fig)
 
 
 def test_pipeline_memory_shows_each_stage_with_the_micro_batches_it_held():

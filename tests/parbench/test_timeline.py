@@ -50,3 +50,17 @@ def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_k():
     one_f_one_b = [[0, 0, "F", 0, 1], [0, 1, "F", 1, 2], [0, 0, "B", 3, 4],
                    [0, 2, "F", 4, 5], [0, 1, "B", 6, 7], [0, 2, "I", 8, 9]]
     assert in_flight(one_f_one_b, stages=1) == [2]
+
+
+def test_a_rank_holding_several_model_stages_names_the_one_each_span_ran():
+    timeline = Timeline(torch.device("cpu"))
+    timeline.start()
+    with timeline.span(0, 1, "I", model_stage=3):
+        pass
+    with timeline.span(0, 0, "F"):
+        pass
+    [plain, marked] = timeline.spans()
+    assert len(plain) == 5 and marked[:3] + marked[5:] == [0, 1, "I", 3]
+    [event] = [e for e in json.loads(chrome_trace([marked], "zbv"))["traceEvents"]
+               if e["ph"] == "X"]
+    assert event["name"] == "I1 s3" and event["args"]["model_stage"] == 3
