@@ -64,7 +64,11 @@ class _SavedTensors:
                 self._live_bytes += entry[0]
                 self.peak_bytes = max(self.peak_bytes, self._live_bytes)
             entry[1] += 1
-        return tensor, pointer
+        # Detached: the graph must not hold the tensor with its grad_fn, or an op's saved output
+        # (a ReLU's, say) refers back to its own node, a cycle that only a backward through
+        # that node breaks. The zero-bubble schedules' weight pass skips some nodes, and leaked
+        # every step's graph (the same storage, so nothing is copied).
+        return tensor.detach(), pointer
 
     def _unpack(self, packed) -> torch.Tensor:
         tensor, pointer = packed

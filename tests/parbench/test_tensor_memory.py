@@ -45,3 +45,19 @@ def test_closing_removes_the_hooks():
     model(torch.randn(8, 1024)).sum().backward()
     assert memory.saved_peak_bytes() == [0]
     assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_the_counting_hooks_keep_no_graph_alive_that_backward_never_reaches():
+    # A ReLU saves its own output: held with its grad_fn by the hooks, that output would keep
+    # its graph alive in a cycle (the zero-bubble schedules' weight pass skips such nodes).
+    import gc
+    import weakref
+
+    module = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    memory = TensorMemory([module])
+    output = module(torch.randn(2, 4, requires_grad=True))
+    alive = weakref.ref(output)
+    del output
+    gc.collect()
+    assert alive() is None
+    memory.close()
