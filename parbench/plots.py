@@ -289,6 +289,40 @@ def plot_pipeline_memory(frame: pd.DataFrame):
     return fig
 
 
+def plot_communication(frame: pd.DataFrame):
+    """Each data-parallel record's median step as compute (the same steps with communication
+    off) plus the communication left exposed, per strategy and world size."""
+    measured = (frame[frame["compute_time_s"].notna()] if "compute_time_s" in frame
+                else frame.iloc[0:0])
+    if measured.empty:
+        return None
+    panels = _groups(measured)
+    fig, axes = _panels(len(panels), width_per=max(6.0, 0.9 * max(len(g) for _, g in panels)))
+    for ax, (name, group) in zip(axes, panels, strict=True):
+        x = np.arange(len(group))
+        compute = group["compute_time_s"].to_numpy(dtype=float)
+        exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
+        ax.bar(x, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
+               label="compute (communication off)")
+        ax.bar(x, np.clip(exposed, 0, None), 0.6, bottom=compute, color="white",
+               edgecolor="black", hatch="//", label="exposed communication")
+        for xi, (_, record) in zip(x, group.iterrows(), strict=True):
+            ax.annotate(f"{record['exposed_comm_fraction']:.0%} exposed\n"
+                        f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced",
+                        (xi, record["step_time_median_s"]), textcoords="offset points",
+                        xytext=(0, 3), ha="center", va="bottom", fontsize=7)
+        labels = [f"{config_label(r)}\n{r['devices']}" for _, r in group.iterrows()]
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_ylabel("median step (s)")
+        ax.set_title(name, fontsize=9)
+        ax.margins(y=0.2)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(_title(measured, "Where a data-parallel step goes: compute, measured with "
+                                  "communication off in the same run, and the communication "
+                                  "it leaves exposed"), fontsize=10)
+    return fig
+
+
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
 
 
@@ -338,6 +372,7 @@ FIGURES = {
     "memory": plot_memory,
     "split_size": plot_split_sizes,
     "pipeline_memory": plot_pipeline_memory,
+    "communication": plot_communication,
 }
 
 

@@ -80,6 +80,25 @@ class Record:
     micro_batch_effect: float | None = None
     parallel_effect: float | None = None
     parallel_efficiency: float | None = None  # parallel_effect / devices used (at most 1)
+    # Data parallel: the step split into compute and exposed communication. Compute: the
+    # median of the same steps with communication off (Strategy.without_communication: DDP's
+    # no_sync; FSDP without reduce-scatter and, gathered once, without all-gathers), timed
+    # after the measured ones in the same run; exposed: the measured median minus it (noise
+    # can make it slightly negative).
+    compute_step_times_s: list | None = None
+    compute_time_s: float | None = None
+    exposed_comm_time_s: float | None = None
+    exposed_comm_fraction: float | None = None  # of the measured median step
+    # Bytes per step per rank: the gradient reduced (DDP: from its logging data; FSDP: counted
+    # from its units), and the parameters all-gathered (FSDP).
+    allreduce_bytes: int | None = None
+    allgather_bytes: int | None = None
+    # DDP's own averages (_get_ddp_logging_data; it samples the first 10 iterations, warm-up
+    # included, then every 100), seconds.
+    ddp_forward_time_s: float | None = None
+    ddp_backward_compute_time_s: float | None = None
+    ddp_backward_comm_time_s: float | None = None
+    ddp_overlap_time_s: float | None = None
     # Memory.
     peak_memory_mib: list | None = None  # per logical device
     peak_memory_max_mib: float | None = None

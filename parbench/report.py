@@ -210,6 +210,23 @@ def answers(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _communication_lines(frame: pd.DataFrame) -> list[str]:
+    """Each data-parallel record's step split into compute and exposed communication."""
+    if "compute_time_s" not in frame:
+        return []
+    lines = []
+    for _, row in frame[frame["compute_time_s"].notna()].iterrows():
+        gathered = (f", {row['allgather_bytes'] / 1e6:.1f} MB all-gathered"
+                    if pd.notna(row.get("allgather_bytes")) else "")
+        lines.append(
+            f"  {_named(row)} on {row['devices']}: step {_format_number(row['step_time_median_s'])}"
+            f" s = compute {_format_number(row['compute_time_s'])} s + exposed communication "
+            f"{_format_number(row['exposed_comm_time_s'])} s "
+            f"({row['exposed_comm_fraction']:.0%}); {row['allreduce_bytes'] / 1e6:.1f} MB of "
+            f"gradient reduced{gathered} per step")
+    return lines
+
+
 # The table printed after a run: record field -> column heading.
 _TABLE = {
     "strategy": "strategy", "options": "options", "model": "model", "global_batch": "batch",
@@ -242,6 +259,7 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     lines += [f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
               "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)"
               for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
+    lines += _communication_lines(frame)
     lines += ["", *answers(frame)]
     if folder is not None:
         lines += ["", f"every field (step times, memory per device, FLOPs, environment): "

@@ -39,6 +39,20 @@ def _measured_bubble(merged: dict) -> dict:
                 in_flight_micro_batches=in_flight(spans, merged["pipeline_stages"]))
 
 
+def _communication_split(merged: dict, step_s: float) -> dict:
+    """A data-parallel step split into compute (the same steps with communication off,
+    measured in the same run) and the communication it leaves exposed (the rest), with the
+    bytes communicated per step and the library's own timings."""
+    compute_times = merged.get("compute_step_times_s") or []
+    split = {}
+    if compute_times:
+        compute = float(np.percentile(compute_times, 50))
+        split = dict(compute_step_times_s=compute_times, compute_time_s=compute,
+                     exposed_comm_time_s=step_s - compute,
+                     exposed_comm_fraction=(step_s - compute) / step_s)
+    return {**split, **(merged.get("communication") or {})}
+
+
 def _measured_fields(config: Config, merged: dict) -> dict:
     """Record fields from the launcher's merged measurement: the derived statistics are
     computed here, once."""
@@ -87,6 +101,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
                           if merged["gpu_energy_j"] else None),
         loss_first=losses[0],
         loss_last=losses[-1],
+        **_communication_split(merged, median),
     )
 
 

@@ -47,6 +47,10 @@ class WorkerMeasurement:
     pipeline_stages: int
     gpu_sampling: str
     gpus: dict[str, dict]  # GPU uuid -> what was sampled on it (GpuSampler.per_gpu)
+    # The same steps again without communication (Strategy.without_communication), timed
+    # after the measured ones; [] where the strategy has no such mode.
+    compute_step_times_s: list[float]
+    communication: dict  # Strategy.communication(): bytes per step, the library's timings
 
 
 def _build(config: Config) -> strategies.Strategy:
@@ -144,6 +148,15 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             source = memory.source
             if devices.emulated:
                 source += f", shared by {len(devices)} logical devices"
+        communication = strategy.communication()  # before the steps that change it
+
+        def compute_step(i: int) -> None:
+            strategy.train_step(*batches.next())
+            if tensors is not None:
+                tensors.after_step()
+
+        # Last: memory has been read, and the model may diverge across ranks from here.
+        compute = _time_without_communication(strategy, compute_step, sync, config.steps)
         return WorkerMeasurement(
             step_times_s=list(timing.step_times_s),
             total_s=timing.total_s,
@@ -161,6 +174,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
             pipeline_stages=strategy.pipeline_stages,
             gpu_sampling=sampler.source if sampler else "not a GPU run",
             gpus=sampler.per_gpu() if sampler else {},
+            compute_step_times_s=compute,
+            communication=communication,
         )
     finally:
         if tensors is not None:
@@ -168,6 +183,18 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         if batches is not None:
             batches.close()
         strategy.close()
+
+
+def _time_without_communication(strategy: strategies.Strategy, step, sync,
+                                 steps: int) -> list[float]:
+    """The step times of `steps` more steps with the strategy's communication off, after one
+    discarded step (FSDP gathers its parameters once there): the compute part of a step."""
+    context = strategy.without_communication()
+    if context is None:
+        return []
+    with context:
+        timing = time_steps(step, sync, warmup=1, steps=steps)
+    return list(timing.step_times_s)
 
 
 def merge(measurements: list[WorkerMeasurement]) -> dict:
@@ -207,6 +234,9 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
         micro_batches=first.micro_batches,
         pipeline_stages=first.pipeline_stages,
         gpu_sampling=first.gpu_sampling,
+        compute_step_times_s=[max(values) for values in zip(
+            *(m.compute_step_times_s for m in measurements), strict=True)],
+        communication=first.communication,
         **_merge_gpus(measurements),
     )
 

@@ -190,6 +190,19 @@ class Strategy(ABC):
         """
         return None
 
+    def without_communication(self) -> contextlib.AbstractContextManager | None:
+        """A context in which `train_step` does the same computation with no communication
+        between ranks (the harness times it to split a step into compute and exposed
+        communication); None where the strategy has no such mode. The model may then diverge
+        across ranks: the harness runs these steps last."""
+        return None
+
+    def communication(self) -> dict[str, float | int | None]:
+        """Record fields about this rank's communication per step, once steps have run:
+        `allreduce_bytes` (and `allgather_bytes` where parameters are gathered), and the
+        library's own timings where it keeps them; empty where the strategy has none."""
+        return {}
+
     def prepare_training(self, parameters, loss_device: torch.device) -> None:
         """The workload's loss, its optimiser over `parameters`, and its gradient scaler for
         the device the loss is computed on: the same training for every strategy."""

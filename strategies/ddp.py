@@ -62,5 +62,27 @@ class DDP(RankDataParallel):
                                        gradient_as_bucket_view=options.gradient_as_bucket_view,
                                        static_graph=options.static_graph, **bucket)
 
+    def without_communication(self):
+        return self._wrapped.no_sync()
+
+    def communication(self) -> dict[str, float | int | None]:
+        """Bytes all-reduced per step (the gradient of every parameter that receives one), and
+        DDP's own averages over the iterations it sampled (the first 10, then every 100):
+        forward, backward compute, backward communication and their overlap, in seconds."""
+        data = self._wrapped._get_ddp_logging_data()
+
+        def seconds(key: str) -> float | None:
+            value = data.get(key)
+            return value / 1e9 if value else None
+
+        return dict(
+            allreduce_bytes=(data["total_parameter_size_bytes"]
+                             - data.get("unused_parameter_size", 0)),
+            ddp_forward_time_s=seconds("avg_forward_compute_time"),
+            ddp_backward_compute_time_s=seconds("avg_backward_compute_time"),
+            ddp_backward_comm_time_s=seconds("avg_backward_comm_time"),
+            ddp_overlap_time_s=seconds("avg_backward_compute_comm_overlap_time"),
+        )
+
     def trained_parameters(self):
         return list(self.model.parameters()) if self.rank == 0 else []

@@ -3,6 +3,8 @@ state sharded over ranks, each residual block gathered only while it runs."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
@@ -32,7 +34,40 @@ class FSDP(RankDataParallel):
             # AVG does where it works (verify catches the difference).
             for unit in units:
                 unit.set_force_sum_reduction_for_comms(True)
+        self._units = units
         return units[-1]
+
+    @contextlib.contextmanager
+    def without_communication(self):
+        """FSDP2's equivalent of DDP's no_sync, and more: gradients are not reduce-scattered,
+        and parameters stay gathered after the first step, so later steps all-gather nothing
+        either (they then compute exactly what a DDP replica computes)."""
+        root = self._units[-1]
+        root.set_requires_gradient_sync(False)
+        root.set_reshard_after_forward(False)
+        root.set_reshard_after_backward(False)
+        try:
+            yield
+        finally:
+            root.set_requires_gradient_sync(True)
+            root.set_reshard_after_backward(True)
+            for block in self._units[:-1]:  # the root stays gathered after forward, as it was
+                block.set_reshard_after_forward(True, recurse=False)
+            for unit in self._units:
+                unit.reshard()
+
+    def communication(self) -> dict[str, float | int | None]:
+        """Bytes per step counted from the model's FSDP units: the whole gradient is
+        reduce-scattered (`allreduce_bytes`, the payload an all-reduce of it would carry);
+        each block's parameters are all-gathered for forward and again for backward, the
+        root's (stem and head) once, as FSDP2 keeps the root gathered between the two."""
+        def nbytes(module: nn.Module) -> int:
+            return sum(p.numel() * p.element_size() for p in module.parameters())
+
+        root, blocks = self._units[-1], self._units[:-1]
+        block_bytes = sum(nbytes(block) for block in blocks)
+        return dict(allreduce_bytes=nbytes(root),
+                    allgather_bytes=2 * block_bytes + (nbytes(root) - block_bytes))
 
     def trained_parameters(self):
         full = [parameter.full_tensor() for parameter in self.model.parameters()]  # collective

@@ -49,6 +49,15 @@ def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload)
         assert len(per_rank) == 2 and all(len(times) == 2 for times in per_rank)
         assert record.step_times_s == [max(a, b) for a, b in zip(*per_rank, strict=True)]
         assert record.loss_last == record.loss_last  # a number, not nan
+        # The step split into compute (the same steps, communication off) and exposed
+        # communication, with the gradient bytes reduced per step: resnet18's, 10 classes.
+        assert len(record.compute_step_times_s) == 2 and record.compute_time_s > 0
+        assert record.exposed_comm_time_s == pytest.approx(
+            record.step_time_median_s - record.compute_time_s)
+        assert record.allreduce_bytes == 4 * 11_181_642
+    assert records["fsdp"].allgather_bytes > records["fsdp"].allreduce_bytes
+    assert records["ddp"].allgather_bytes is None
+    assert records["ddp"].ddp_backward_comm_time_s > 0  # DDP's own timings, gloo included
     # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
     ddp, fsdp = records["ddp"].peak_memory_max_mib, records["fsdp"].peak_memory_max_mib
     assert fsdp < 0.7 * ddp

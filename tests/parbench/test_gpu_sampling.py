@@ -90,7 +90,8 @@ def test_ranks_sharing_a_gpu_count_it_once():
             memory_mib=[1.0], physical_memory_mib=[1.0], memory_after_step_mib=[1.0],
             memory_source="x", torch_threads=1, partition=None, timeline=[], bubble_fraction=0.0,
             micro_batches=1,
-            pipeline_stages=1, gpu_sampling="nvml", gpus=gpus)
+            pipeline_stages=1, gpu_sampling="nvml", gpus=gpus, compute_step_times_s=[],
+            communication={})
 
     gpu = lambda pct, joules: dict(utilisation_pct=pct, memory_used_mib=10.0 * pct,  # noqa: E731
                                    energy_j=joules)

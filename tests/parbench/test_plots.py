@@ -174,3 +174,21 @@ def test_pipeline_memory_shows_each_stage_with_the_micro_batches_it_held():
     assert [t.get_text() for t in ax.texts] == ["s0\n4 held", "s1\n4 held", "s0\n2 held",
                                                 "s1\n1 held"]
     plt.close(fig)
+
+
+def test_the_communication_figure_stacks_compute_and_exposed_communication():
+    import dataclasses
+
+    import pandas as pd
+
+    ddp = dataclasses.replace(_record("ddp", "cpu,cpu", 8.0, world_size=2), compute_time_s=0.75,
+                              exposed_comm_time_s=0.25, exposed_comm_fraction=0.25,
+                              allreduce_bytes=44_726_568)
+    fig = plots.plot_communication(pd.DataFrame([ddp.to_dict(), _record("single", "cpu", 9.0)
+                                                 .to_dict()]))
+    ax = fig.axes[0]
+    assert [(b.get_y(), b.get_height()) for b in ax.patches] == [(0, 0.75), (0.75, 0.25)]
+    assert [t.get_text() for t in ax.texts] == ["25% exposed\n45 MB reduced"]
+    plt.close(fig)
+    assert plots.plot_communication(pd.DataFrame([_record("single", "cpu", 9.0).to_dict()])) \
+        is None
