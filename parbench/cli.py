@@ -18,6 +18,7 @@ from parbench.commands.max_batch import command_max_batch
 from parbench.commands.results import command_plot, command_report
 from parbench.commands.run import command_run
 from parbench.commands.verify import command_verify
+from parbench.config import SCALINGS
 from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["QUICK_RUN", "main", "parser"]
@@ -49,7 +50,13 @@ def parser() -> argparse.ArgumentParser:
                      f"here; available: {', '.join(strategies.names())})")
     run.add_argument("--model", default=QUICK_RUN["model"], help=f"{', '.join(MODELS)}")
     run.add_argument("--batch-size", default=QUICK_RUN["batch_size"],
-                     help="global batch per optimiser step (comma list sweeps)")
+                     help="global batch per optimiser step (comma list sweeps); under "
+                          "--scaling weak, the batch per device")
+    run.add_argument("--scaling", choices=SCALINGS, default="strong",
+                     help="strong (default): --batch-size is the global batch, the same on "
+                          "any number of devices; weak: it is the batch per device, so the "
+                          "global batch grows with the devices a strategy uses, as in "
+                          "published data-parallel figures")
     run.add_argument("--image-size", default=QUICK_RUN["image_size"],
                      help="square image side in pixels")
     run.add_argument("--num-classes", type=int, default=1000)

@@ -6,13 +6,16 @@ import functools
 import itertools
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import strategies
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 
-__all__ = ["Config", "expand_sweep", "options_for"]
+__all__ = ["SCALINGS", "Config", "expand_sweep", "options_for", "weakly_scaled"]
+
+# strong: the global batch is fixed whatever the devices; weak: the batch per device is.
+SCALINGS = ("strong", "weak")
 
 
 def options_for(name: str, options: dict) -> dict:
@@ -41,6 +44,8 @@ class Config:
     # (CPU: RLIMIT_DATA, a memory limit to run out of, as a GPU's is; CUDA: the caching
     # allocator's per-process fraction, see measure.memory_cap).
     memory_cap_mib: int | None = None
+    # How the global batch relates to the devices used (SCALINGS; see `weakly_scaled`).
+    scaling: str = "strong"
 
     @functools.cached_property
     def plan(self) -> strategies.Plan:
@@ -90,7 +95,9 @@ class Config:
             workload=self.workload.describe(), global_batch=self.global_batch,
             devices=self.devices.describe(), warmup=self.warmup, steps=self.steps,
             threads_per_device=self.threads_per_device, backend=self.backend,
-            loader_workers=self.loader_workers), sort_keys=True)
+            loader_workers=self.loader_workers,
+            # Only where it is not the default, so earlier runs' keys stay valid for --resume.
+            **({"scaling": self.scaling} if self.scaling != "strong" else {})), sort_keys=True)
 
     def label(self) -> str:
         w = self.workload
@@ -123,3 +130,10 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
         configs.append(Config(strategy=name, workload=workload, global_batch=batch,
                               devices=dev, options=kept, **common))
     return configs
+
+
+def weakly_scaled(config: Config) -> Config:
+    """`config` under weak scaling: its global batch, given per device, times the devices its
+    strategy uses (a sweep's `ddp` on 1, 2, 4 ranks then trains 1, 2, 4 times the batch)."""
+    return replace(config, global_batch=config.global_batch * len(config.used_devices),
+                   scaling="weak")

@@ -145,18 +145,25 @@ def plot_scaling(frame: pd.DataFrame):
     """Throughput against devices, the ideal N x T(1) line, and efficiency labels."""
     scaled = frame[frame["scaling_efficiency"].notna()].copy()
     scaled["device_count"] = scaled["devices"].str.count(",") + 1
+    weak = (scaled["scaling"] == "weak") if "scaling" in scaled else False
+    scaled["weak"] = weak
+    # A line per strategy and batch: the global batch, or under weak scaling the per device.
+    scaled["batch"] = np.where(weak, scaled["global_batch"] // scaled["device_count"],
+                               scaled["global_batch"])
     lines = [(key, group) for key, group in scaled.groupby(
-        ["strategy", "model", "global_batch", "image_size"], sort=False)
+        ["strategy", "model", "weak", "batch", "image_size"], sort=False)
         if group["device_count"].nunique() > 1]
     if not lines:
         return None
     fig, axes = _panels(1)
     ax = axes[0]
-    models = scaled["model"].nunique() > 1 or scaled["global_batch"].nunique() > 1
-    for (strategy, model, batch, _), group in lines:
+    models = scaled["model"].nunique() > 1 or scaled["batch"].nunique() > 1 \
+        or scaled["weak"].nunique() > 1
+    for (strategy, model, is_weak, batch, _), group in lines:
         group = group.sort_values("device_count")
         colour = strategy_colour(strategy)
-        label = f"{strategy}" + (f" {model} b{batch}" if models else "")
+        batch_text = f"b{batch}/device (weak)" if is_weak else f"b{batch}"
+        label = f"{strategy}" + (f" {model} {batch_text}" if models else "")
         marker = "o" if model == group["model"].iloc[0] and not models else "os^Dv"[
             sorted(scaled["model"].unique()).index(model) % 5]
         ax.plot(group["device_count"], group["throughput_ips"], marker=marker, color=colour,
@@ -174,7 +181,11 @@ def plot_scaling(frame: pd.DataFrame):
     ax.set_ylabel("throughput (images/s)")
     ax.set_xticks(sorted(scaled["device_count"].unique()))
     ax.legend(fontsize=8)
-    fig.suptitle(_title(scaled, "Scaling (labels: efficiency T(N) / (N x T(1)))"), fontsize=10)
+    kinds = {True: "weak scaling: the batch per device fixed",
+             False: "strong scaling: the global batch fixed"}
+    what = "; ".join(kinds[k] for k in sorted(scaled["weak"].unique(), reverse=True))
+    fig.suptitle(_title(scaled, f"Scaling, {what} (labels: efficiency T(N) / (N x T(1)))"),
+                 fontsize=10)
     return fig
 
 

@@ -35,6 +35,8 @@ class Record:
     channels_last: bool | None = None
     compile: bool | None = None
     global_batch: int | None = None
+    # strong: the global batch was given; weak: the batch per device was (global = it x devices)
+    scaling: str | None = None
     stages: int | None = None
     partition: str | None = None  # where the model was cut
     split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
@@ -74,7 +76,9 @@ class Record:
     # Against other records of the same run (runner.add_comparisons).
     speedup_vs_baseline: float | None = None  # throughput / the single device's
     device_efficiency: float | None = None  # speedup / devices used
-    scaling_efficiency: float | None = None  # T(N) / (N x T(1)), the same strategy on one
+    # T(N) / (N x T(1)), the same strategy on one device (under weak scaling, at the same
+    # batch per device: t_step(1) / t_step(N))
+    scaling_efficiency: float | None = None
     # A cut model's speedup = micro_batch_effect x parallel_effect: single accumulating the same
     # micro-batches over single with the whole batch, then this record over that.
     micro_batch_effect: float | None = None

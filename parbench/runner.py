@@ -121,7 +121,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
         compile=workload.compile,
-        global_batch=config.global_batch, devices=used.describe(),
+        global_batch=config.global_batch, scaling=config.scaling, devices=used.describe(),
         physical_devices=used.describe_physical(), device_kind=used.kind,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
         world_size=launch.world_size(config), backend=launch.backend_for(config),
@@ -151,8 +151,13 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
 
 
 def _comparison_key(record: Record) -> tuple:
+    """What records compared with each other share: the workload, the device type, and the
+    batch (the global batch; under weak scaling, the batch per device)."""
+    batch = (record.global_batch // max(record.device_count, 1) if record.scaling == "weak"
+             else record.global_batch)
     return (record.model, record.image_size, record.num_classes, record.precision,
-            record.channels_last, record.compile, record.global_batch, record.device_kind)
+            record.channels_last, record.compile, record.scaling == "weak", batch,
+            record.device_kind)
 
 
 def _scaling_key(record: Record) -> tuple:

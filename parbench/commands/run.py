@@ -26,7 +26,7 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.config import Config, expand_sweep
+from parbench.config import Config, expand_sweep, weakly_scaled
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
@@ -77,6 +77,8 @@ def build_configs(args: argparse.Namespace,
         memory_cap_mib=(at_least("--memory-cap-mib", args.memory_cap_mib, 1)
                         if args.memory_cap_mib is not None else None),
     )
+    if getattr(args, "scaling", "strong") == "weak":  # runs stored before --scaling: strong
+        configs = [weakly_scaled(c) for c in configs]
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
     checked_data, refused = set(), []

@@ -192,3 +192,20 @@ def test_the_communication_figure_stacks_compute_and_exposed_communication():
     plt.close(fig)
     assert plots.plot_communication(pd.DataFrame([_record("single", "cpu", 9.0).to_dict()])) \
         is None
+
+
+def test_weak_scaling_draws_one_line_per_batch_per_device():
+    import dataclasses
+
+    import pandas as pd
+
+    records = [dataclasses.replace(_record("ddp", devices, throughput, world_size=n),
+                                   global_batch=8 * n, scaling="weak", scaling_efficiency=eff)
+               for devices, throughput, n, eff in (("cpu", 10.0, 1, 1.0),
+                                                   ("cpu,cpu", 18.0, 2, 0.9))]
+    fig = plots.plot_scaling(pd.DataFrame([r.to_dict() for r in records]))
+    ax = fig.axes[0]
+    [measured, ideal] = ax.get_lines()
+    assert list(measured.get_ydata()) == [10.0, 18.0] and list(ideal.get_ydata()) == [10, 20]
+    assert "weak scaling: the batch per device fixed" in fig._suptitle.get_text()
+    plt.close(fig)

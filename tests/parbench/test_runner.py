@@ -112,3 +112,32 @@ def test_a_data_parallel_step_splits_into_compute_and_exposed_communication():
                          exposed_comm_time_s=pytest.approx(0.2),
                          exposed_comm_fraction=pytest.approx(0.4), allreduce_bytes=8)
     assert _communication_split({"compute_step_times_s": [], "communication": {}}, 0.5) == {}
+
+
+def test_weak_scaling_compares_at_the_same_batch_per_device():
+    def weak(strategy, devices, throughput, batch, **options):
+        return replace(_ok(strategy, devices, throughput, **options), global_batch=batch,
+                       scaling="weak")
+
+    records = [weak("single", "cpu", 10.0, 8), weak("ddp", "cpu", 9.0, 8, world_size=1),
+               weak("ddp", "cpu,cpu", 17.1, 16, world_size=2),
+               _ok("single", "cpu", 12.0)]  # strong, global batch 8: not compared with weak
+    add_comparisons(records)
+    single, ddp1, ddp2, strong = records
+    assert ddp2.scaling_efficiency == pytest.approx(17.1 / (2 * 9.0))  # t_step(1) / t_step(2)
+    assert ddp2.speedup_vs_baseline == pytest.approx(1.71)  # over single at 8 per device
+    assert strong.speedup_vs_baseline == pytest.approx(1.0)
+
+
+def test_weak_scaling_multiplies_the_batch_by_the_devices_each_strategy_uses(capsys):
+    from parbench import cli
+    from parbench.commands.run import build_configs
+
+    args = cli.parser().parse_args(
+        ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", "--world-size", "1,2",
+         "--batch-size", "8", "--scaling", "weak"])
+    configs = build_configs(args)
+    assert [(c.strategy, c.global_batch, c.scaling) for c in configs] == [
+        ("single", 8, "weak"), ("ddp", 8, "weak"), ("ddp", 16, "weak")]
+    assert '"scaling": "weak"' in configs[0].key()
+    assert "scaling" not in replace(configs[0], scaling="strong").key()
