@@ -13,12 +13,14 @@ from collections.abc import Sequence
 import strategies
 from parbench import launch, suite
 from parbench.commands.arguments import UsageError, add_strategy_options
+from parbench.commands.collectives import command_collectives
 from parbench.commands.info import command_env, command_strategies
 from parbench.commands.max_batch import command_max_batch
 from parbench.commands.results import command_plot, command_report
 from parbench.commands.run import command_run
 from parbench.commands.verify import command_verify
 from parbench.config import SCALINGS
+from parbench.measure.collectives import COLLECTIVES
 from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["QUICK_RUN", "main", "parser"]
@@ -145,6 +147,40 @@ def parser() -> argparse.ArgumentParser:
     largest.add_argument("--timeout", type=float, default=1800.0)
     largest.add_argument("--results-dir", default="results")
     largest.set_defaults(handler=command_max_batch)
+
+    collectives = commands.add_parser(
+        "collectives", help="measure collective bandwidth (all-reduce, all-gather, "
+        "reduce-scatter) over message sizes",
+        description="One process per device, as ddp runs them (the same backend), times each "
+                    "collective over message sizes and reports time, algorithm bandwidth "
+                    "(size / time) and bus bandwidth with nccl-tests' definitions, as rows "
+                    "and a figure (collectives.csv, collectives.png).")
+    collectives.add_argument("--devices", help="as for run, at least 2 (default: all GPUs, "
+                             "else cpu,cpu)")
+    collectives.add_argument("--backend", default="auto", choices=launch.BACKENDS,
+                             help="as for run (default auto: NCCL when every rank has its own "
+                                  "GPU, else gloo)")
+    collectives.add_argument("--collective", default=",".join(COLLECTIVES),
+                             help=f"comma list of {', '.join(COLLECTIVES)} (default: all)")
+    collectives.add_argument("--min-size", default="4KiB", help="smallest message (default "
+                             "4KiB)")
+    collectives.add_argument("--max-size", default="256MiB", help="largest message (default "
+                             "256MiB)")
+    collectives.add_argument("--factor", type=int, default=4,
+                             help="each size is the last times this (default 4)")
+    collectives.add_argument("--iterations", type=int, default=5,
+                             help="timed calls per size, averaged (default 5)")
+    collectives.add_argument("--warmup", type=int, default=1,
+                             help="untimed calls per size first (default 1)")
+    collectives.add_argument("--threads-per-device", type=int, default=1)
+    collectives.add_argument("--timeout", type=float, default=1800.0)
+    collectives.add_argument("--into", metavar="RUN", help="write into this run folder (its "
+                             "communication figure then draws the ideal DDP step) instead "
+                             "of a new one")
+    collectives.add_argument("--results-dir", default="results")
+    collectives.add_argument("--tag", default="", help="suffix for the new folder's name "
+                             "(default: collectives)")
+    collectives.set_defaults(handler=command_collectives)
 
     plot = commands.add_parser(
         "plot", help="draw figures from results",

@@ -16,10 +16,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
+from parbench.measure.collectives import interpolated_time_s  # noqa: E402
 from parbench.measure.timeline import PHASES, span_label  # noqa: E402
 from strategies.stages import bubble_fraction  # noqa: E402
 
-__all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "write_figures"]
+__all__ = ["FIGURES", "config_label", "options_text", "strategy_colour",
+           "write_collectives_figure", "write_figures"]
 
 _PALETTE = plt.get_cmap("tab10").colors
 
@@ -300,9 +302,21 @@ def plot_pipeline_memory(frame: pd.DataFrame):
     return fig
 
 
-def plot_communication(frame: pd.DataFrame):
+def _ideal_allreduce_s(record: pd.Series, collectives: list[dict]) -> float | None:
+    """The time of one all-reduce of the record's gradient bytes at the bandwidth measured
+    by `parbench collectives` on the same ranks and backend, or None."""
+    rows = [r for r in collectives if r["world_size"] == record.get("world_size")
+            and r["backend"] == record.get("backend") and r["devices"] == record["devices"]]
+    if record["strategy"] != "ddp" or not rows or pd.isna(record.get("allreduce_bytes")):
+        return None
+    return interpolated_time_s(rows, "all_reduce", record["allreduce_bytes"])
+
+
+def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
     """Each data-parallel record's median step as compute (the same steps with communication
-    off) plus the communication left exposed, per strategy and world size."""
+    off) plus the communication left exposed, per strategy and world size; for ddp, where
+    `parbench collectives` measured the same ranks, the ideal step beside it: compute plus an
+    all-reduce of its gradient at the measured bandwidth, with no overlap and with full."""
     measured = (frame[frame["compute_time_s"].notna()] if "compute_time_s" in frame
                 else frame.iloc[0:0])
     if measured.empty:
@@ -318,6 +332,13 @@ def plot_communication(frame: pd.DataFrame):
         ax.bar(x, np.clip(exposed, 0, None), 0.6, bottom=compute, color="white",
                edgecolor="black", hatch="//", label="exposed communication")
         for xi, (_, record) in zip(x, group.iterrows(), strict=True):
+            allreduce = _ideal_allreduce_s(record, list(collectives))
+            if allreduce is not None:
+                compute = record["compute_time_s"]
+                ax.hlines(compute + allreduce, xi - 0.4, xi + 0.4, colors="black",
+                          linestyles="--", label="ideal: compute + all-reduce, no overlap")
+                ax.hlines(max(compute, allreduce), xi - 0.4, xi + 0.4, colors="black",
+                          linestyles=":", label="ideal: full overlap")
             ax.annotate(f"{record['exposed_comm_fraction']:.0%} exposed\n"
                         f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced",
                         (xi, record["step_time_median_s"]), textcoords="offset points",
@@ -327,11 +348,50 @@ def plot_communication(frame: pd.DataFrame):
         ax.set_ylabel("median step (s)")
         ax.set_title(name, fontsize=9)
         ax.margins(y=0.2)
-        ax.legend(fontsize=8, loc="upper left")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))  # each ideal line once
+        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.suptitle(_title(measured, "Where a data-parallel step goes: compute, measured with "
                                   "communication off in the same run, and the communication "
                                   "it leaves exposed"), fontsize=10)
     return fig
+
+
+def plot_collectives(rows: list[dict]):
+    """Bus bandwidth of each collective against message size (nccl-tests' busbw)."""
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (name, devices, backend), group in frame.groupby(["collective", "devices", "backend"],
+                                                         sort=False):
+        group = group.sort_values("size_bytes")
+        ax.plot(group["size_bytes"], group["busbw_gbps"], marker="o",
+                label=f"{name} ({devices}, {backend})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes; all-gather's output, reduce-scatter's input)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    world = int(frame["world_size"].iloc[0])
+    emulated = ("\nEMULATED: the ranks share one physical device"
+                if frame["emulated"].astype(bool).any() else "")
+    ax.set_title(f"Collective bandwidth on {world} ranks: busbw = size / time x 2(n-1)/n for "
+                 f"all-reduce, x (n-1)/n for the others (nccl-tests){emulated}", fontsize=9)
+    return fig
+
+
+def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | None:
+    """collectives.png and .svg in `out_dir`; its path (None without rows)."""
+    fig = plot_collectives(rows)
+    if fig is None:
+        return None
+    fig.tight_layout()
+    for suffix in ("png", "svg"):
+        fig.savefig(Path(out_dir) / f"collectives.{suffix}", dpi=110)
+    plt.close(fig)
+    return Path(out_dir) / "collectives.png"
 
 
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
@@ -387,16 +447,18 @@ FIGURES = {
 }
 
 
-def write_figures(frame: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+def write_figures(frame: pd.DataFrame, out_dir: str | Path,
+                  collectives: list[dict] = ()) -> list[Path]:
     """Every figure the records can support, as out_dir/<name>.png and .svg; the PNGs'
-    paths are returned. Only `ok` records are drawn."""
+    paths are returned. Only `ok` records are drawn; `collectives` (measured by `parbench
+    collectives` on the same devices) add the ideal step to the communication figure."""
     out_dir = Path(out_dir)
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     written = []
     if ok.empty:
         return written
     for name, draw in FIGURES.items():
-        fig = draw(ok)
+        fig = plot_communication(ok, collectives) if draw is plot_communication else draw(ok)
         if fig is None:
             continue
         fig.tight_layout()

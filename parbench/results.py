@@ -102,6 +102,17 @@ class RunFolder:
                                                               "one measured step"))
         return path
 
+    def write_collectives(self, rows: list[dict]) -> None:
+        """collectives.json and .csv: `parbench collectives`' measurements (one row per
+        collective and message size), beside or instead of a run's records."""
+        atomic_write_text(self.path / "collectives.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(self.path / "collectives.csv", pd.DataFrame(rows).to_csv(index=False))
+
+    def read_collectives(self) -> list[dict]:
+        """The collectives measured into this folder ([] where none were)."""
+        path = self.path / "collectives.json"
+        return json.loads(path.read_text()) if path.is_file() else []
+
     def write_records(self, records: list[Record]) -> None:
         """Replace records.json and records.csv with `records` (each write is atomic)."""
         records = [record.to_dict() for record in records]

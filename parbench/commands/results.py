@@ -8,7 +8,7 @@ from pathlib import Path
 from parbench.commands.arguments import UsageError, output_folder
 from parbench.plots import write_figures
 from parbench.report import write_index, write_run_report
-from parbench.results import ResultsError, read_results
+from parbench.results import ResultsError, RunFolder, read_results
 
 __all__ = ["command_plot", "command_report"]
 
@@ -23,7 +23,7 @@ def _results(args: argparse.Namespace):
 def command_plot(args: argparse.Namespace) -> int:
     frame, folder = _results(args)
     out = output_folder(args.out, folder)
-    written = write_figures(frame, out)
+    written = write_figures(frame, out, RunFolder(folder).read_collectives())
     if not written:
         print(f"no figure: none of the {len(frame)} records has status ok")
         return 1
@@ -35,7 +35,8 @@ def command_plot(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     frame, folder = _results(args)
     out = output_folder(args.out, folder)
-    report = write_run_report(frame, out, write_figures(frame, out))
+    report = write_run_report(frame, out, write_figures(frame, out,
+                                                        RunFolder(folder).read_collectives()))
     print(report)
     index_dir = Path(args.index) if args.index else out.parent
     print(write_index(index_dir))

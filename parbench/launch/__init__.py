@@ -38,6 +38,7 @@ from parbench.worker import trained_parameters
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
     "failure_reason", "is_out_of_memory", "join_torchrun", "leave_torchrun", "measure",
+    "measure_collectives",
     "process_group_backend", "torchrun_rank", "verify_parameters",
     "world_size",
 ]
@@ -56,6 +57,13 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
         # never in the process that holds the sweep.
         return spawn(config, Task.ALONE)
     return measure_here(config, pace)
+
+
+def measure_collectives(config: Config, names, sizes, iterations: int,
+                        warmup: int) -> list[dict]:
+    """Time each collective at each size on the processes `config` (a data-parallel one)
+    starts, with its backend: rows of collective, size_bytes and the slowest rank's time_s."""
+    return spawn(config, Task.COLLECTIVES, (list(names), list(sizes), iterations, warmup))
 
 
 def verify_parameters(config: Config, images: torch.Tensor,

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.measure import Pace
+from parbench.measure.collectives import time_collectives
 from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
@@ -24,6 +25,9 @@ class Task(enum.Enum):
     MEASURE = "measure"  # train and measure; rank 0 returns the merged measurement
     ALONE = "alone"  # a one-process strategy measured in a process of its own (memory cap)
     VERIFY = "verify"  # one step from a given batch; rank 0 returns every trained parameter
+    # Time collectives (the batch: names, sizes, iterations, warm-up); rank 0 returns each
+    # one's time, the slowest rank's (measure.collectives).
+    COLLECTIVES = "collectives"
 
 
 @contextlib.contextmanager
@@ -59,6 +63,8 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
     if task is Task.MEASURE:
         mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier,
                                      pace))
+    elif task is Task.COLLECTIVES:
+        mine = time_collectives(*batch, device=device)
     else:
         mine = trained_parameters(config, *batch)
     gathered = [None] * size if rank == 0 else None
@@ -67,4 +73,7 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
         return None
     if task is Task.MEASURE:
         return merge([WorkerMeasurement(**m) for m in gathered])
+    if task is Task.COLLECTIVES:
+        return [{**row, "time_s": max(rows[i]["time_s"] for rows in gathered)}
+                for i, row in enumerate(gathered[0])]
     return [parameter for part in gathered for parameter in part]

@@ -73,7 +73,7 @@ def _spawned_worker(rank: int, size: int, port: int, config: Config, task: Task,
     device = _join_group(config, port, rank, size)
     try:
         result = run_rank(config, task, device, batch)
-        if rank == 0 and task is Task.MEASURE:
+        if rank == 0 and task in (Task.MEASURE, Task.COLLECTIVES):
             (Path(out_dir) / "result.json").write_text(json.dumps(result))
         elif rank == 0:  # plain arrays, read back without unpickling anything
             np.savez(Path(out_dir) / "parameters.npz", *[p.numpy() for p in result])
@@ -166,7 +166,7 @@ def spawn(config: Config, task: Task, batch=None, pace=None):
                 process.join()
         if lead:
             return result
-        if task in (Task.MEASURE, Task.ALONE):
+        if task in (Task.MEASURE, Task.ALONE, Task.COLLECTIVES):
             return json.loads((Path(out_dir) / "result.json").read_text())
         with np.load(Path(out_dir) / "parameters.npz", allow_pickle=False) as arrays:
             return [torch.from_numpy(arrays[f"arr_{i}"]) for i in range(len(arrays.files))]

@@ -1,0 +1,112 @@
+"""`parbench collectives`: all-reduce, all-gather and reduce-scatter bandwidth over message
+sizes on the given devices and backend, written as rows and a figure."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from parbench import launch
+from parbench.commands.arguments import (
+    UsageError,
+    at_least,
+    checked,
+    choice_list,
+    default_devices,
+    device_set,
+    new_run_folder,
+    open_run_folder,
+    positive,
+)
+from parbench.config import Config
+from parbench.environment import collect_environment
+from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
+from parbench.plots import write_collectives_figure
+from parbench.workloads import Workload
+
+__all__ = ["command_collectives", "message_sizes", "parse_size"]
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30,
+          "GIB": 2**30}
+
+
+def parse_size(flag: str, text: str) -> int:
+    """Bytes from `4096`, `4K`, `4KiB`, `256M`, `1GiB`."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = match and _UNITS.get(match.group(2).upper())
+    if not unit:
+        raise UsageError(f"{flag} {text!r} is not a size; give bytes or a size such as 4KiB, "
+                         "256MiB")
+    value = int(match.group(1)) * unit
+    if value < 4:
+        raise UsageError(f"{flag} must be at least 4 bytes (one float32), got {text}")
+    return value
+
+
+def message_sizes(smallest: int, largest: int, factor: int) -> list[int]:
+    """smallest, smallest x factor, ... up to largest (nccl-tests' -b, -e and -f)."""
+    if largest < smallest:
+        raise UsageError(f"--max-size ({largest} bytes) is below --min-size ({smallest} "
+                         "bytes)")
+    sizes = [smallest]
+    while sizes[-1] * factor <= largest:
+        sizes.append(sizes[-1] * factor)
+    return sizes
+
+
+def command_collectives(args: argparse.Namespace) -> int:
+    if launch.torchrun_rank() is not None:
+        raise UsageError("run parbench collectives without torchrun; it starts its own "
+                         "processes")
+    devices = device_set(args.devices or default_devices()[0])
+    if len(devices) < 2:
+        raise UsageError(f"collectives need at least 2 devices, got {devices.describe()}; "
+                         "e.g. --devices cpu,cpu")
+    names = choice_list("--collective", args.collective, list(COLLECTIVES))
+    sizes = message_sizes(parse_size("--min-size", args.min_size),
+                          parse_size("--max-size", args.max_size),
+                          at_least("--factor", args.factor, 2))
+    iterations = at_least("--iterations", args.iterations, 1)
+    warmup = at_least("--warmup", args.warmup, 0)
+    # The processes and process group a ddp configuration on these devices would start.
+    config = checked(Config("ddp", Workload(), len(devices), devices, backend=args.backend,
+                            threads_per_device=at_least("--threads-per-device",
+                                                        args.threads_per_device, 1),
+                            timeout_s=positive("--timeout", args.timeout)))
+    folder = (open_run_folder(args.into) if args.into
+              else new_run_folder(args.results_dir, args.tag or "collectives"))
+    backend, world = launch.backend_for(config), len(devices)
+    try:
+        measured = launch.measure_collectives(config, names, sizes, iterations, warmup)
+    except launch.LaunchError as error:
+        raise UsageError(f"collectives on {devices.describe()} ({backend}) failed: "
+                         f"{error}") from None
+    rows = []
+    for row in measured:
+        algbw, busbw = bus_bandwidth(row["collective"], row["size_bytes"], row["time_s"], world)
+        rows.append(dict(row, algbw_gbps=algbw, busbw_gbps=busbw, backend=backend,
+                         world_size=world, devices=devices.describe(),
+                         device_kind=devices.kind, emulated=devices.emulated,
+                         iterations=iterations, warmup=warmup))
+    if not args.into:
+        folder.write_environment(collect_environment())
+    folder.write_collectives(rows)
+    figure = write_collectives_figure(rows, folder.path)
+    print(f"{'collective':<15} {'size':>10} {'time us':>12} {'algbw GB/s':>11} "
+          f"{'busbw GB/s':>11}")
+    for row in rows:
+        print(f"{row['collective']:<15} {_size_text(row['size_bytes']):>10} "
+              f"{row['time_s'] * 1e6:>12.1f} {row['algbw_gbps']:>11.3f} "
+              f"{row['busbw_gbps']:>11.3f}")
+    emulated = " (EMULATED: ranks share a device)" if devices.emulated else ""
+    print(f"\n{world} ranks on {devices.describe()}, {backend}{emulated}; busbw = algbw x "
+          "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
+    print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
+    return 0
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"

@@ -1,0 +1,94 @@
+"""`parbench collectives`: nccl-tests' bandwidth definitions, message sizes, and a measured
+run on two CPU ranks (gloo) written as rows and a figure."""
+
+import json
+
+import pytest
+
+from parbench.cli import main
+from parbench.commands.arguments import UsageError
+from parbench.commands.collectives import message_sizes, parse_size
+from parbench.measure.collectives import bus_bandwidth, interpolated_time_s
+
+
+def test_bus_bandwidth_follows_nccl_tests():
+    # 1 GB in 0.5 s on 4 ranks: algbw 2 GB/s; all-reduce's links carry 2(n-1)/n of it.
+    assert bus_bandwidth("all_reduce", 10**9, 0.5, 4) == pytest.approx((2.0, 3.0))
+    assert bus_bandwidth("all_gather", 10**9, 0.5, 4) == pytest.approx((2.0, 1.5))
+    assert bus_bandwidth("reduce_scatter", 10**9, 0.5, 2) == pytest.approx((2.0, 1.0))
+
+
+def test_sizes_are_parsed_and_stepped_by_the_factor():
+    assert parse_size("--min-size", "4KiB") == 4096 and parse_size("--max-size", "2M") == 2**21
+    assert parse_size("--min-size", "64") == 64
+    assert message_sizes(4096, 2**20, 4) == [4096, 16384, 65536, 262144, 1048576]
+    with pytest.raises(UsageError, match="is not a size"):
+        parse_size("--min-size", "4 parsecs")
+    with pytest.raises(UsageError, match="--max-size .* is below --min-size"):
+        message_sizes(4096, 1024, 4)
+
+
+def test_a_time_between_measured_sizes_is_interpolated_in_bandwidth():
+    rows = [dict(collective="all_reduce", size_bytes=1000, time_s=1.0),   # 1000 B/s
+            dict(collective="all_reduce", size_bytes=100000, time_s=50.0)]  # 2000 B/s
+    assert interpolated_time_s(rows, "all_reduce", 10000) == pytest.approx(10000 / 1500)
+    assert interpolated_time_s(rows, "all_reduce", 10**7) == pytest.approx(10**7 / 2000)
+    assert interpolated_time_s(rows, "all_gather", 10000) is None
+
+
+@pytest.mark.timeout(180)
+def test_collectives_on_two_cpu_ranks_write_rows_and_a_figure(tmp_path, capsys, child_pids):
+    status = main(["collectives", "--devices", "cpu,cpu", "--max-size", "16KiB",
+                   "--iterations", "2", "--results-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    [folder] = [p for p in tmp_path.iterdir() if p.name.endswith("-collectives")]
+    rows = json.loads((folder / "collectives.json").read_text())
+    assert [(r["collective"], r["size_bytes"]) for r in rows] == [
+        (name, size) for name in ("all_reduce", "all_gather", "reduce_scatter")
+        for size in (4096, 16384)]
+    for row in rows:
+        assert row["time_s"] > 0 and row["backend"] == "gloo" and row["world_size"] == 2
+        factor = 1.0 if row["collective"] == "all_reduce" else 0.5  # 2(n-1)/n, (n-1)/n
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factor)
+        assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / row["time_s"] / 1e9)
+    assert (folder / "collectives.csv").is_file() and (folder / "collectives.png").is_file()
+    assert "busbw = algbw x 2(n-1)/n for all-reduce" in out
+    assert child_pids() == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--devices", "cpu"], "collectives need at least 2 devices, got cpu"),
+    (["--min-size", "2"], "--min-size must be at least 4 bytes"),
+    (["--collective", "broadcast"], "unknown collective 'broadcast'; available: all_reduce"),
+    (["--factor", "1"], "--factor must be at least 2, got 1"),
+    (["--into", "/no/such/run"], "is not a run folder"),
+])
+def test_bad_collectives_input_is_one_line_and_exit_2(capsys, argv, message):
+    assert main(["collectives", "--devices", "cpu,cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_the_communication_figure_draws_the_ideal_ddp_step_from_measured_bandwidth():
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from parbench import plots
+    from parbench.record import Record
+
+    record = Record(status="ok", strategy="ddp", strategy_options={"world_size": 2},
+                    model="resnet18", image_size=32, global_batch=8, precision="fp32",
+                    devices="cpu,cpu", physical_devices="cpu", device_kind="cpu",
+                    emulated=True, world_size=2, backend="gloo", step_time_median_s=1.0,
+                    compute_time_s=0.6, exposed_comm_time_s=0.4, exposed_comm_fraction=0.4,
+                    allreduce_bytes=10**6)
+    rows = [dict(collective="all_reduce", size_bytes=10**6, time_s=0.5, world_size=2,
+                 backend="gloo", devices="cpu,cpu")]
+    fig = plots.plot_communication(pd.DataFrame([dataclasses.asdict(record)]), rows)
+    lines = [c for c in fig.axes[0].collections if c.get_label().startswith("ideal")]
+    heights = sorted(c.get_segments()[0][0][1] for c in lines)
+    assert heights == pytest.approx([0.6, 1.1])  # full overlap: max(0.6, 0.5); none: 0.6 + 0.5
+    plt.close(fig)
