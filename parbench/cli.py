@@ -16,11 +16,13 @@ from parbench.commands.arguments import UsageError, add_strategy_options
 from parbench.commands.collectives import command_collectives
 from parbench.commands.info import command_env, command_strategies
 from parbench.commands.max_batch import command_max_batch
+from parbench.commands.project import command_project
 from parbench.commands.results import command_plot, command_report
 from parbench.commands.run import command_run
 from parbench.commands.verify import command_verify
 from parbench.config import SCALINGS
 from parbench.measure.collectives import COLLECTIVES
+from parbench.projection import LINKS
 from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["QUICK_RUN", "main", "parser"]
@@ -181,6 +183,23 @@ def parser() -> argparse.ArgumentParser:
     collectives.add_argument("--tag", default="", help="suffix for the new folder's name "
                              "(default: collectives)")
     collectives.set_defaults(handler=command_collectives)
+
+    projection = commands.add_parser(
+        "project", help="project a run's ddp step to more ranks and other links (labelled "
+        "projected, kept apart from measurements)",
+        description="From each ddp record's measured compute time and gradient bytes, the "
+                    "step at N ranks on a link of a given bus bandwidth under the ring "
+                    "all-reduce model, with no overlap and with full overlap; checked against "
+                    "the measured step where `parbench collectives --into RUN` measured the "
+                    "link. Writes projection.csv and projection.png into the run folder.")
+    projection.add_argument("run", help="a run folder with ddp records")
+    projection.add_argument("--ranks", default="2,4,8,16,32",
+                            help="rank counts (default 2,4,8,16,32)")
+    projection.add_argument("--link", default="measured," + ",".join(LINKS),
+                            help="links: measured (parbench collectives in the run folder), "
+                                 + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
+                                 + ", or a bus bandwidth in GB/s (default: all of them)")
+    projection.set_defaults(handler=command_project)
 
     plot = commands.add_parser(
         "plot", help="draw figures from results",

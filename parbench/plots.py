@@ -21,7 +21,7 @@ from parbench.measure.timeline import PHASES, span_label  # noqa: E402
 from strategies.stages import bubble_fraction  # noqa: E402
 
 __all__ = ["FIGURES", "config_label", "options_text", "strategy_colour",
-           "write_collectives_figure", "write_figures"]
+           "write_collectives_figure", "write_figures", "write_projection_figure"]
 
 _PALETTE = plt.get_cmap("tab10").colors
 
@@ -392,6 +392,38 @@ def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | No
         fig.savefig(Path(out_dir) / f"collectives.{suffix}", dpi=110)
     plt.close(fig)
     return Path(out_dir) / "collectives.png"
+
+
+def write_projection_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
+    """projection.png and .svg: projected DDP efficiency against ranks, a line per link, with
+    no overlap (solid) and full overlap (dashed); labelled PROJECTED throughout."""
+    if table.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (link, model, batch), group in table.groupby(["link", "model", "batch_per_rank"],
+                                                     sort=False):
+        group = group.sort_values("ranks")
+        label = f"{link}, {model} b{batch:g}/rank"
+        [line] = ax.plot(group["ranks"], group["efficiency_no_overlap"], marker="o",
+                         label=f"{label}: no overlap")
+        ax.plot(group["ranks"], group["efficiency_full_overlap"], marker="o", linestyle="--",
+                color=line.get_color(), label=f"{label}: full overlap")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(table["ranks"].unique()), [str(n) for n in sorted(table["ranks"]
+                                                                           .unique())])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("data-parallel ranks")
+    ax.set_ylabel("PROJECTED efficiency: compute / step")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title("PROJECTED, not measured: a DDP step at N ranks = measured compute + ring "
+                 "all-reduce\nof the measured gradient bytes, 2(N-1)/N x bytes / bus "
+                 "bandwidth (batch per rank fixed)", fontsize=9)
+    fig.tight_layout()
+    for suffix in ("png", "svg"):
+        fig.savefig(Path(out_dir) / f"projection.{suffix}", dpi=110)
+    plt.close(fig)
+    return Path(out_dir) / "projection.png"
 
 
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
