@@ -129,6 +129,13 @@ class Strategy(ABC):
         return plan.options.micro_batch_size()
 
     @classmethod
+    def verify_relative_tolerance(cls, plan: Plan) -> float | None:
+        """For a plan that compresses what it communicates (lossy by design), the largest
+        parameter difference `parbench verify` accepts after one step, relative to the
+        baseline's largest update; None: the plan is exact (within verify's tolerance)."""
+        return None
+
+    @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:
         """Why this machine cannot run the strategy on these devices (it is then recorded as
         skipped), or None if it can. Too few devices is a usage error, see `select_devices`."""

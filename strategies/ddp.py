@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
 from strategies.errors import StrategyError
@@ -14,9 +15,14 @@ from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 __all__ = ["DDP", "DDPOptions"]
 
 
+# --comm-hook -> the relative error its compression allows on one step's update (verify's
+# tolerance; None: exact on the steps verify takes, PowerSGD compressing from the third).
+HOOKS = {"fp16": 2**-10, "bf16": 2**-7, "powersgd": None}
+
+
 @dataclass(frozen=True)
 class DDPOptions(ReplicaOptions):
-    """DistributedDataParallel's own settings (one value each, not swept)."""
+    """DistributedDataParallel's own settings, and a communication hook."""
 
     bucket_cap_mb: float | None = option(above=0, sweep=False, help="gradient bucket size in "
                                          "MB (DDP's default 25)")
@@ -26,19 +32,32 @@ class DDPOptions(ReplicaOptions):
                                 "per-step checks)")
     sync_batchnorm: bool = option(False, help="BatchNorm statistics over the global batch "
                                   "(CUDA only)")
+    comm_hook: str | None = option(choices=tuple(HOOKS), sweep=True, label="hook", help=(
+        "compress each gradient bucket before its all-reduce (torch's ddp_comm_hooks): fp16 or "
+        "bf16 (half the bytes), or powersgd (low rank, from the third step; see "
+        "--powersgd-rank); default none"))
+    powersgd_rank: int | None = option(minimum=1, label="rank", help=(
+        "PowerSGD's matrix approximation rank, with --comm-hook powersgd (default 1)"))
 
     def check(self, workload, global_batch, devices) -> None:
         if self.sync_batchnorm and devices[0].type != "cuda":
             raise StrategyError("SyncBatchNorm runs on CUDA devices only (torch's "
                                 "SyncBatchNorm); drop --sync-batchnorm on CPU")
+        shared = devices[0].type == "cpu" or len(set(devices)) < len(devices)
+        if self.comm_hook == "bf16" and shared:
+            raise StrategyError("the bf16 hook needs NCCL, and these ranks use gloo, which has "
+                                "no bf16 all-reduce (gloo#454); use --comm-hook fp16, or a GPU "
+                                "per rank")
+        if self.powersgd_rank is not None and self.comm_hook != "powersgd":
+            raise StrategyError("--powersgd-rank is PowerSGD's; add --comm-hook powersgd")
 
 
 class DDP(RankDataParallel):
     """One process per device; NCCL where each rank has its own GPU, else gloo.
 
     Options are DistributedDataParallel's own: `bucket_cap_mb`, `gradient_as_bucket_view`,
-    `static_graph`, and `sync_batchnorm` (BatchNorm statistics over the global batch, GPUs
-    only, as torch's SyncBatchNorm is).
+    `static_graph`, `sync_batchnorm` (BatchNorm statistics over the global batch, GPUs
+    only, as torch's SyncBatchNorm is) and a communication hook (`comm_hook`).
     """
 
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
@@ -58,9 +77,25 @@ class DDP(RankDataParallel):
         device = self.input_device
         device_ids = [device] if device.type == "cuda" else None
         bucket = {} if options.bucket_cap_mb is None else {"bucket_cap_mb": options.bucket_cap_mb}
-        return DistributedDataParallel(model, device_ids=device_ids,
-                                       gradient_as_bucket_view=options.gradient_as_bucket_view,
-                                       static_graph=options.static_graph, **bucket)
+        wrapped = DistributedDataParallel(model, device_ids=device_ids,
+                                          gradient_as_bucket_view=options.gradient_as_bucket_view,
+                                          static_graph=options.static_graph, **bucket)
+        self._powersgd = None
+        if options.comm_hook == "fp16":
+            wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif options.comm_hook == "bf16":
+            wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        elif options.comm_hook == "powersgd":
+            # torch requires a few plain all-reduce steps first (start_powerSGD_iter > 1).
+            self._powersgd = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=options.powersgd_rank or 1,
+                start_powerSGD_iter=2)
+            wrapped.register_comm_hook(self._powersgd, powerSGD_hook.powerSGD_hook)
+        return wrapped
+
+    @classmethod
+    def verify_relative_tolerance(cls, plan) -> float | None:
+        return HOOKS.get(plan.options.comm_hook)
 
     def without_communication(self):
         return self._wrapped.no_sync()
@@ -75,9 +110,13 @@ class DDP(RankDataParallel):
             value = data.get(key)
             return value / 1e9 if value else None
 
+        gradient = data["total_parameter_size_bytes"] - data.get("unused_parameter_size", 0)
+        if self.options.comm_hook in ("fp16", "bf16"):
+            gradient //= 2  # each float32 bucket is all-reduced as 16-bit
+        elif self._powersgd is not None:  # its own count of what the last step all-reduced
+            gradient = self._powersgd.compression_stats()[2] * 4 or gradient
         return dict(
-            allreduce_bytes=(data["total_parameter_size_bytes"]
-                             - data.get("unused_parameter_size", 0)),
+            allreduce_bytes=gradient,
             ddp_forward_time_s=seconds("avg_forward_compute_time"),
             ddp_backward_compute_time_s=seconds("avg_backward_compute_time"),
             ddp_backward_comm_time_s=seconds("avg_backward_comm_time"),

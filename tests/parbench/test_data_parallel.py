@@ -35,6 +35,19 @@ def test_one_step_equals_the_single_device_step(tiny_workload, ranks, child_pids
 
 
 @pytest.mark.timeout(180)
+def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_states(
+        tiny_workload, child_pids):
+    [exact, fp16] = [verify(tiny_workload, CPU3, ["ddp"], 8,
+                            {"world_size": 2, "comm_hook": hook}, tolerance=1e-7)[0]
+                     for hook in (None, "fp16")]
+    assert exact.tolerance == 1e-7 and exact.ok, exact
+    # fp16 buckets: each gradient rounded to 11 significant bits before the all-reduce.
+    assert fp16.tolerance == pytest.approx(2**-10 * fp16.baseline_update)
+    assert 0 < fp16.max_abs_difference <= fp16.tolerance, fp16
+    assert child_pids() == []
+
+
+@pytest.mark.timeout(180)
 def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
     records = {}
     for name in ("ddp", "fsdp"):
