@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from strategies.errors import StrategyError
@@ -38,6 +39,9 @@ class DDPOptions(ReplicaOptions):
         "--powersgd-rank); default none"))
     powersgd_rank: int | None = option(minimum=1, label="rank", help=(
         "PowerSGD's matrix approximation rank, with --comm-hook powersgd (default 1)"))
+    zero: bool = option(False, help="shard the optimiser state over the ranks "
+                        "(ZeroRedundancyOptimizer, ZeRO stage 1): each rank updates its share "
+                        "of the parameters, then broadcasts them")
 
     def check(self, workload, global_batch, devices) -> None:
         if self.sync_batchnorm and devices[0].type != "cuda":
@@ -92,6 +96,13 @@ class DDP(RankDataParallel):
                 start_powerSGD_iter=2)
             wrapped.register_comm_hook(self._powersgd, powerSGD_hook.powerSGD_hook)
         return wrapped
+
+    def prepare_training(self, parameters, loss_device) -> None:
+        parameters = list(parameters)
+        super().prepare_training(parameters, loss_device)
+        if self.options.zero:  # the workload's optimiser, its state sharded over the ranks
+            self.optimizer = ZeroRedundancyOptimizer(
+                parameters, optimizer_class=type(self.optimizer), **self.optimizer.defaults)
 
     @classmethod
     def verify_relative_tolerance(cls, plan) -> float | None:

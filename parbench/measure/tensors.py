@@ -26,6 +26,13 @@ def _local_nbytes(tensor: torch.Tensor) -> int:
     return tensor.nbytes
 
 
+def _local_state(optimizer: torch.optim.Optimizer) -> dict:
+    """The optimiser state this process holds: ZeroRedundancyOptimizer keeps its rank's shard
+    in its local optimiser (`.optim`), not in its own `state`."""
+    local = getattr(optimizer, "optim", None)
+    return local.state if isinstance(local, torch.optim.Optimizer) else optimizer.state
+
+
 class _SavedTensors:
     """The activations autograd saves while the modules of one logical device run forward,
     counted live: added when saved, released when backward consumes them (parameters saved by
@@ -131,7 +138,7 @@ class TensorMemory:
             total += _local_nbytes(parameter)
             if parameter.grad is not None:
                 total += _local_nbytes(parameter.grad)
-            for value in optimizer.state.get(parameter, {}).values():
+            for value in _local_state(optimizer).get(parameter, {}).values():
                 if isinstance(value, torch.Tensor):
                     total += _local_nbytes(value)
         return total

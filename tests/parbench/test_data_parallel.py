@@ -50,9 +50,9 @@ def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_st
 @pytest.mark.timeout(180)
 def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
     records = {}
-    for name in ("ddp", "fsdp"):
-        config = Config(name, tiny_workload, 8, CPU3, warmup=1, steps=2,
-                        options={"world_size": 2})
+    for name, options in (("ddp", {}), ("fsdp", {}), ("ddp-zero", {"zero": True})):
+        config = Config(name.removesuffix("-zero"), tiny_workload, 8, CPU3, warmup=1,
+                        steps=2, options={"world_size": 2, **options})
         records[name] = record = run_config(config)
         assert record.status == "ok", record.reason
         assert record.world_size == 2 and record.backend == "gloo"
@@ -74,6 +74,9 @@ def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload)
     # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
     ddp, fsdp = records["ddp"].peak_memory_max_mib, records["fsdp"].peak_memory_max_mib
     assert fsdp < 0.7 * ddp
+    # ZeRO-1 shards the momentum only: a sixth less of parameters + gradients + momentum.
+    zero = records["ddp-zero"].peak_memory_mib
+    assert max(zero) < ddp - 0.4 * 4 * 11_181_642 / 2**20
 
 
 def _sockets_of(pids: list[int]) -> set[str]:
