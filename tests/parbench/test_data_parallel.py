@@ -50,8 +50,9 @@ def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_st
 @pytest.mark.timeout(180)
 def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
     records = {}
-    for name, options in (("ddp", {}), ("fsdp", {}), ("ddp-zero", {"zero": True})):
-        config = Config(name.removesuffix("-zero"), tiny_workload, 8, CPU3, warmup=1,
+    for name, options in (("ddp", {}), ("fsdp", {}), ("ddp-zero", {"zero": True}),
+                          ("fsdp-gathered", {"reshard_after_forward": "no"})):
+        config = Config(name.split("-")[0], tiny_workload, 8, CPU3, warmup=1,
                         steps=2, options={"world_size": 2, **options})
         records[name] = record = run_config(config)
         assert record.status == "ok", record.reason
@@ -69,6 +70,8 @@ def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload)
             record.step_time_median_s - record.compute_time_s)
         assert record.allreduce_bytes == 4 * 11_181_642
     assert records["fsdp"].allgather_bytes > records["fsdp"].allreduce_bytes
+    # Not resharded after forward: every parameter is gathered once per step.
+    assert records["fsdp-gathered"].allgather_bytes == records["fsdp"].allreduce_bytes
     assert records["ddp"].allgather_bytes is None
     assert records["ddp"].ddp_backward_comm_time_s > 0  # DDP's own timings, gloo included
     # Parameters, gradients and momentum dominate at 32 px: sharded over 2 ranks, about half.
