@@ -52,6 +52,11 @@ class DDPOptions(ReplicaOptions):
             raise StrategyError("the bf16 hook needs NCCL, and these ranks use gloo, which has "
                                 "no bf16 all-reduce (gloo#454); use --comm-hook fp16, or a GPU "
                                 "per rank")
+        if self.comm_hook == "powersgd" and shared:
+            raise StrategyError("the powersgd hook needs NCCL: on gloo a collective mismatch "
+                                "in its chained all-reduces aborted the ranks (resnet50, torch "
+                                "2.14; torch tests PowerSGD on NCCL only); use --comm-hook "
+                                "fp16, or a GPU per rank")
         if self.powersgd_rank is not None and self.comm_hook != "powersgd":
             raise StrategyError("--powersgd-rank is PowerSGD's; add --comm-hook powersgd")
 
