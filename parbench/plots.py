@@ -227,7 +227,7 @@ def plot_split_sizes(frame: pd.DataFrame):
         return None
     if split["split_size"].nunique() < 2:
         return None
-    fig, axes = _panels(1)
+    fig, axes = _panels(1, height=7.5)  # room for the legend below
     ax = axes[0]
     for strategy, group in split.groupby("strategy", sort=False):
         group = group.sort_values("split_size")
@@ -266,7 +266,9 @@ def plot_split_sizes(frame: pd.DataFrame):
     bubble_axis.set_ylim(0, 1)
     handles = ax.get_legend_handles_labels()
     extra = bubble_axis.get_legend_handles_labels()
-    ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="best")
+    # Below the axes: with a dozen schedules, any place inside covers some of them.
+    ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.suptitle(_title(split, "Split size trade-off: more micro-batches shrink the bubble, "
                                "smaller ones use a device less well"), fontsize=10)
     return fig
