@@ -135,5 +135,8 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
 def weakly_scaled(config: Config) -> Config:
     """`config` under weak scaling: its global batch, given per device, times the devices its
     strategy uses (a sweep's `ddp` on 1, 2, 4 ranks then trains 1, 2, 4 times the batch)."""
-    return replace(config, global_batch=config.global_batch * len(config.used_devices),
-                   scaling="weak")
+    try:
+        devices = len(config.used_devices)
+    except strategies.StrategyError:  # too few devices: left for the checks to refuse or skip
+        return replace(config, scaling="weak")
+    return replace(config, global_batch=config.global_batch * devices, scaling="weak")

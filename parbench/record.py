@@ -47,7 +47,8 @@ class Record:
     measured_bubble_fraction_worst: float | None = None
     # Per stage (rank), the most micro-batches whose activations were held at once.
     in_flight_micro_batches: list | None = None
-    # [stage, micro-batch, phase, start s, end s] of the last measured step (measure.timeline).
+    # [stage, micro-batch, phase, start s, end s] of the last measured step (measure.timeline),
+    # and the model stage as a sixth item where a rank holds several.
     timeline: list | None = None
     data: str | None = None  # "synthetic" or the image folder
     # Where it ran.

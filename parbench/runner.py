@@ -245,5 +245,5 @@ def follow_sweep(configs: list[Config]) -> None:
     in the same order, measured together; rank 0 records them. A failure raises, which ends
     this process and, through torchrun, the job."""
     for config in configs:
-        if config.unavailable_reason() is None:
+        if config.refusal() is None and config.unavailable_reason() is None:
             launch.measure(config)

@@ -129,8 +129,9 @@ class DDP(RankDataParallel):
         gradient = data["total_parameter_size_bytes"] - data.get("unused_parameter_size", 0)
         if self.options.comm_hook in ("fp16", "bf16"):
             gradient //= 2  # each float32 bucket is all-reduced as 16-bit
-        elif self._powersgd is not None:  # its own count of what the last step all-reduced
-            gradient = self._powersgd.compression_stats()[2] * 4 or gradient
+        elif self._powersgd is not None:  # its own compression rate (its counts add up steps)
+            rate = self._powersgd.compression_stats()[0]
+            gradient = round(gradient / rate) if rate else gradient
         return dict(
             allreduce_bytes=gradient,
             ddp_forward_time_s=seconds("avg_forward_compute_time"),

@@ -57,7 +57,9 @@ class FSDP(RankDataParallel):
     def without_communication(self):
         """FSDP2's equivalent of DDP's no_sync, and more: gradients are not reduce-scattered,
         and parameters stay gathered after the first step, so later steps all-gather nothing
-        either (they then compute exactly what a DDP replica computes)."""
+        either: forward and backward as a DDP replica's. The sharded parameters then get no
+        gradient, so the optimiser step updates nothing: fsdp's compute time leaves out the
+        update."""
         root = self._units[-1]
         root.set_requires_gradient_sync(False)
         root.set_reshard_after_forward(False)

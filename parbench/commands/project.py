@@ -72,6 +72,10 @@ def command_project(args: argparse.Namespace) -> int:
                 f"{at_home['step_full_overlap_s']:.3f} s with full overlap "
                 f"({at_home['step_full_overlap_s'] / step - 1:+.0%})")
     table = pd.DataFrame(rows)
+    if table.empty:
+        raise UsageError(f"the collectives in {folder.path} were measured on other devices, "
+                         "ranks or backend than its ddp records; measure them on the same "
+                         "(parbench collectives --devices ... --into RUN) or name a link")
     atomic_write_text(folder.path / "projection.csv", table.to_csv(index=False))
     figure = write_projection_figure(table, folder.path)
     print("PROJECTED (ring all-reduce model from measured compute and gradient bytes; batch "

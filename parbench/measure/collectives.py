@@ -16,20 +16,21 @@ __all__ = ["COLLECTIVES", "bus_bandwidth", "bus_factor", "interpolated_time_s",
            "time_collectives"]
 
 
-def _all_reduce(buffer: torch.Tensor, world: int) -> None:
+def _all_reduce(buffer: torch.Tensor, shard: torch.Tensor) -> None:
     dist.all_reduce(buffer)
 
 
-def _all_gather(buffer: torch.Tensor, world: int) -> None:
-    dist.all_gather_into_tensor(buffer, buffer[: buffer.numel() // world].clone())
+def _all_gather(buffer: torch.Tensor, shard: torch.Tensor) -> None:
+    dist.all_gather_into_tensor(buffer, shard)
 
 
-def _reduce_scatter(buffer: torch.Tensor, world: int) -> None:
-    dist.reduce_scatter_tensor(buffer[: buffer.numel() // world].clone(), buffer)
+def _reduce_scatter(buffer: torch.Tensor, shard: torch.Tensor) -> None:
+    dist.reduce_scatter_tensor(shard, buffer)
 
 
 # name -> how to run it on a buffer of the message size (nccl-tests' "size": all-gather's
-# output and reduce-scatter's input, the whole gathered or reduced tensor).
+# output and reduce-scatter's input, the whole gathered or reduced tensor) and this rank's
+# 1/world shard of it, both allocated before the timing.
 COLLECTIVES = {"all_reduce": _all_reduce, "all_gather": _all_gather,
                "reduce_scatter": _reduce_scatter}
 
@@ -63,17 +64,18 @@ def time_collectives(names: Sequence[str], sizes: Sequence[int], iterations: int
         for size in sizes:
             elements = max(world, size // 4 // world * world)  # divides over the ranks
             buffer = torch.ones(elements, dtype=torch.float32, device=device)
+            shard = torch.ones(elements // world, dtype=torch.float32, device=device)
             for _ in range(warmup):
-                run(buffer, world)
+                run(buffer, shard)
             _synchronize(device)
             dist.barrier()
             start = time.perf_counter()
             for _ in range(iterations):
-                run(buffer, world)
+                run(buffer, shard)
             _synchronize(device)
             rows.append(dict(collective=name, size_bytes=elements * 4,
                              time_s=(time.perf_counter() - start) / iterations))
-            del buffer
+            del buffer, shard
     return rows
 
 

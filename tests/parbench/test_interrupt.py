@@ -34,10 +34,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _default_sigint() -> None:
+    # As in a terminal: a test run started in the background (`pytest &` without job
+    # control) ignores SIGINT, and its children would inherit that and never see Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(results: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "parbench", *SWEEP, "--results-dir",
                              str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_default_sigint)
 
 
 def _interrupt_during_ddp(sweep: subprocess.Popen, results: Path, signum: int) -> list[int]:

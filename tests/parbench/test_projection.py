@@ -60,10 +60,15 @@ def test_project_writes_a_projection_apart_and_checks_it_against_the_measured_st
     ("fibre", True, "--link 'fibre': give measured, nvlink4"),
     ("measured", True, "--link measured needs collectives"),
     ("pcie4", False, "has no ddp record with compute_time_s"),
+    ("elsewhere", True, "were measured on other devices, ranks or backend"),
 ])
 def test_bad_projection_input_is_one_line_and_exit_2(tmp_path, capsys, link, records, message):
     folder = RunFolder.create(tmp_path)
     folder.write_records([_ddp()] if records else [])
+    if link == "elsewhere":  # collectives of 4 ranks, beside 2-rank records
+        link = "measured"
+        folder.write_collectives([dict(collective="all_reduce", size_bytes=10**9, time_s=0.5,
+                                       world_size=4, backend="gloo", devices="cpu,cpu,cpu,cpu")])
     assert main(["project", str(folder.path), "--link", link]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err

@@ -141,3 +141,8 @@ def test_weak_scaling_multiplies_the_batch_by_the_devices_each_strategy_uses(cap
         ("single", 8, "weak"), ("ddp", 8, "weak"), ("ddp", 16, "weak")]
     assert '"scaling": "weak"' in configs[0].key()
     assert "scaling" not in replace(configs[0], scaling="strong").key()
+    # More ranks than devices: that combination is skipped, as under strong scaling.
+    args.world_size = "1,4"
+    configs = build_configs(args)
+    assert [c.options.get("world_size") for c in configs if c.strategy == "ddp"] == [1, 4]
+    assert "world size 4 needs at least 4 devices" in configs[-1].refusal()
