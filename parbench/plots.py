@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
-from parbench.measure.collectives import interpolated_time_s  # noqa: E402
 from parbench.measure.timeline import PHASES, span_label  # noqa: E402
+from parbench.projection import measured_allreduce_s  # noqa: E402
 from strategies.stages import bubble_fraction  # noqa: E402
 
 __all__ = ["FIGURES", "config_label", "options_text", "strategy_colour",
@@ -304,16 +304,6 @@ def plot_pipeline_memory(frame: pd.DataFrame):
     return fig
 
 
-def _ideal_allreduce_s(record: pd.Series, collectives: list[dict]) -> float | None:
-    """The time of one all-reduce of the record's gradient bytes at the bandwidth measured
-    by `parbench collectives` on the same ranks and backend, or None."""
-    rows = [r for r in collectives if r["world_size"] == record.get("world_size")
-            and r["backend"] == record.get("backend") and r["devices"] == record["devices"]]
-    if record["strategy"] != "ddp" or not rows or pd.isna(record.get("allreduce_bytes")):
-        return None
-    return interpolated_time_s(rows, "all_reduce", record["allreduce_bytes"])
-
-
 def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
     """Each data-parallel record's median step as compute (the same steps with communication
     off) plus the communication left exposed, per strategy and world size; for ddp, where
@@ -334,7 +324,8 @@ def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
         ax.bar(x, np.clip(exposed, 0, None), 0.6, bottom=compute, color="white",
                edgecolor="black", hatch="//", label="exposed communication")
         for xi, (_, record) in zip(x, group.iterrows(), strict=True):
-            allreduce = _ideal_allreduce_s(record, list(collectives))
+            allreduce = (measured_allreduce_s(list(collectives), record)
+                         if record["strategy"] == "ddp" else None)
             if allreduce is not None:
                 compute = record["compute_time_s"]
                 ax.hlines(compute + allreduce, xi - 0.4, xi + 0.4, colors="black",
@@ -384,16 +375,19 @@ def plot_collectives(rows: list[dict]):
     return fig
 
 
+def _save(fig, out_dir: str | Path, name: str) -> Path:
+    """out_dir/<name>.png and .svg, the figure closed; the PNG's path."""
+    fig.tight_layout()
+    for suffix in ("png", "svg"):
+        fig.savefig(Path(out_dir) / f"{name}.{suffix}", dpi=110)
+    plt.close(fig)
+    return Path(out_dir) / f"{name}.png"
+
+
 def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | None:
     """collectives.png and .svg in `out_dir`; its path (None without rows)."""
     fig = plot_collectives(rows)
-    if fig is None:
-        return None
-    fig.tight_layout()
-    for suffix in ("png", "svg"):
-        fig.savefig(Path(out_dir) / f"collectives.{suffix}", dpi=110)
-    plt.close(fig)
-    return Path(out_dir) / "collectives.png"
+    return None if fig is None else _save(fig, out_dir, "collectives")
 
 
 def write_projection_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
@@ -421,11 +415,7 @@ def write_projection_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | 
     ax.set_title("PROJECTED, not measured: a DDP step at N ranks = measured compute + ring "
                  "all-reduce\nof the measured gradient bytes, 2(N-1)/N x bytes / bus "
                  "bandwidth (batch per rank fixed)", fontsize=9)
-    fig.tight_layout()
-    for suffix in ("png", "svg"):
-        fig.savefig(Path(out_dir) / f"projection.{suffix}", dpi=110)
-    plt.close(fig)
-    return Path(out_dir) / "projection.png"
+    return _save(fig, out_dir, "projection")
 
 
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
@@ -486,28 +476,17 @@ def write_figures(frame: pd.DataFrame, out_dir: str | Path,
     """Every figure the records can support, as out_dir/<name>.png and .svg; the PNGs'
     paths are returned. Only `ok` records are drawn; `collectives` (measured by `parbench
     collectives` on the same devices) add the ideal step to the communication figure."""
-    out_dir = Path(out_dir)
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     written = []
     if ok.empty:
         return written
     for name, draw in FIGURES.items():
         fig = plot_communication(ok, collectives) if draw is plot_communication else draw(ok)
-        if fig is None:
-            continue
-        fig.tight_layout()
-        for suffix in ("png", "svg"):
-            fig.savefig(out_dir / f"{name}.{suffix}", dpi=110)
-        plt.close(fig)
-        written.append(out_dir / f"{name}.png")
+        if fig is not None:
+            written.append(_save(fig, out_dir, name))
     for _, record in ok.iterrows():  # a Gantt chart per pipeline record with a timeline
         fig = plot_timeline(record)
-        if fig is None:
-            continue
-        fig.tight_layout()
-        name = f"timeline-{int(record['config_index']):03d}-{record['strategy']}"
-        for suffix in ("png", "svg"):
-            fig.savefig(out_dir / f"{name}.{suffix}", dpi=110)
-        plt.close(fig)
-        written.append(out_dir / f"{name}.png")
+        if fig is not None:
+            name = f"timeline-{int(record['config_index']):03d}-{record['strategy']}"
+            written.append(_save(fig, out_dir, name))
     return written

@@ -8,7 +8,8 @@ import pandas as pd
 
 from parbench.measure.collectives import bus_factor, interpolated_time_s
 
-__all__ = ["LINKS", "measured_busbw_gbps", "project", "ring_allreduce_s"]
+__all__ = ["LINKS", "measured_allreduce_s", "measured_busbw_gbps", "project",
+           "ring_allreduce_s"]
 
 # Bus bandwidth of common links in GB/s, as typically achieved (not the links' peak): what a
 # reader without the hardware can project onto.
@@ -22,17 +23,26 @@ def ring_allreduce_s(size_bytes: float, ranks: int, busbw_gbps: float) -> float:
     return bus_factor("all_reduce", ranks) * size_bytes / (busbw_gbps * 1e9)
 
 
+def measured_allreduce_s(collectives: list[dict], record: pd.Series) -> float | None:
+    """The time of one all-reduce of the record's gradient bytes as `parbench collectives`
+    measured it on the record's devices, ranks and backend (interpolated between message
+    sizes); None where it was not measured there."""
+    rows = [r for r in collectives if r["world_size"] == record.get("world_size")
+            and r["backend"] == record.get("backend") and r["devices"] == record["devices"]]
+    size = record.get("allreduce_bytes")
+    if size is None or pd.isna(size):
+        return None
+    return interpolated_time_s(rows, "all_reduce", size)
+
+
 def measured_busbw_gbps(collectives: list[dict], record: pd.Series) -> float | None:
-    """The all-reduce bus bandwidth `parbench collectives` measured on the record's ranks and
-    backend, at the record's gradient size (interpolated between message sizes)."""
-    rows = [r for r in collectives if r["collective"] == "all_reduce"
-            and r["world_size"] == record["world_size"] and r["backend"] == record["backend"]
-            and r["devices"] == record["devices"]]
-    size = record["allreduce_bytes"]
-    time_s = interpolated_time_s(rows, "all_reduce", size)
+    """The all-reduce bus bandwidth measured on the record's ranks and backend, at the
+    record's gradient size (see `measured_allreduce_s`)."""
+    time_s = measured_allreduce_s(collectives, record)
     if time_s is None:
         return None
-    return size / time_s / 1e9 * bus_factor("all_reduce", int(record["world_size"]))
+    return (record["allreduce_bytes"] / time_s / 1e9
+            * bus_factor("all_reduce", int(record["world_size"])))
 
 
 def project(record: pd.Series, ranks: int, link: str, busbw_gbps: float) -> dict:

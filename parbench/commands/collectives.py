@@ -19,6 +19,7 @@ from parbench.commands.arguments import (
     positive,
 )
 from parbench.config import Config
+from parbench.devices import format_bytes
 from parbench.environment import collect_environment
 from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
 from parbench.plots import write_collectives_figure
@@ -95,7 +96,7 @@ def command_collectives(args: argparse.Namespace) -> int:
     print(f"{'collective':<15} {'size':>10} {'time us':>12} {'algbw GB/s':>11} "
           f"{'busbw GB/s':>11}")
     for row in rows:
-        print(f"{row['collective']:<15} {_size_text(row['size_bytes']):>10} "
+        print(f"{row['collective']:<15} {format_bytes(row['size_bytes']):>10} "
               f"{row['time_s'] * 1e6:>12.1f} {row['algbw_gbps']:>11.3f} "
               f"{row['busbw_gbps']:>11.3f}")
     emulated = " (EMULATED: ranks share a device)" if devices.emulated else ""
@@ -103,10 +104,3 @@ def command_collectives(args: argparse.Namespace) -> int:
           "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
     print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
     return 0
-
-
-def _size_text(size: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} B"

@@ -81,14 +81,13 @@ def build_configs(args: argparse.Namespace,
         configs = [weakly_scaled(c) for c in configs]
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
-    checked_data, refused = set(), []
+    checked_data = set()
     for config in configs:
         # The quick comparison records a strategy that cannot train the workload as skipped.
         try:
             check(config, check_workload=requested)
-            refused.append(None)
-        except PlanRefused as error:
-            refused.append(str(error))
+        except PlanRefused:
+            pass  # Config.refusal says why; see _refuse_or_skip
         except ConfigError as error:
             raise UsageError(str(error)) from None
         if args.data and (config.workload, config.global_batch) not in checked_data:
@@ -97,7 +96,7 @@ def build_configs(args: argparse.Namespace,
                 open_image_folder(config.workload, config.global_batch)
             except DataError as error:
                 raise UsageError(str(error)) from None
-    _refuse_or_skip(configs, refused)
+    _refuse_or_skip(configs)
     if args.accumulation_split is None:
         configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
@@ -109,12 +108,12 @@ def build_configs(args: argparse.Namespace,
     return configs
 
 
-def _refuse_or_skip(configs: list[Config], refused: list[str | None]) -> None:
+def _refuse_or_skip(configs: list[Config]) -> None:
     """A strategy that refuses every combination of the sweep is a usage error; one that
     refuses only some (a schedule's micro-batch count, say) has those recorded as skipped,
-    with its reason, and the sweep measures the rest. `refused[i]` is configs[i]'s refusal."""
-    for name in dict.fromkeys(c.strategy for c, r in zip(configs, refused, strict=True) if r):
-        reasons = [r for c, r in zip(configs, refused, strict=True) if c.strategy == name]
+    with its reason, and the sweep measures the rest."""
+    for name in dict.fromkeys(c.strategy for c in configs if c.refusal()):
+        reasons = [c.refusal() for c in configs if c.strategy == name]
         if all(reasons):
             raise UsageError(reasons[0])
         print(f"note: {name} refuses {sum(map(bool, reasons))} of its {len(reasons)} "
