@@ -208,20 +208,24 @@ def add_comparisons(records: list[Record]) -> None:
 FINAL_STATUSES = ("ok", "oom", "skipped")
 
 
+def kept_keys(previous: list[Record]) -> set[str]:
+    """The configurations of a resumed run that are not measured again."""
+    return {r.config_key for r in previous if r.status in FINAL_STATUSES}
+
+
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
               on_start: Callable[[int, Config], None] | None = None,
               on_done: Callable[[int, Record], None] | None = None,
-              stop_on_failure: bool = False, previous: list[Record] = ()) -> list[Record]:
+              previous: list[Record] = ()) -> list[Record]:
     """Measure every configuration in order, rewriting the run folder after each one.
 
-    A configuration that fails is recorded with its status and the sweep goes on (or, with
-    `stop_on_failure`, raises LaunchError once the record is written: under torchrun the
-    other ranks cannot be told to move on, so the job ends); whatever was measured before an
-    interruption is already on disk. `previous` records (of a resumed run) whose
-    configuration reached a final status are kept instead of measured again.
+    A configuration that fails is recorded with its status and the sweep goes on; whatever was
+    measured before an interruption is already on disk. `previous` records (of a resumed run)
+    whose configuration reached a final status are kept instead of measured again.
     """
     folder.write_environment(environment)
-    done = {r.config_key: r for r in previous if r.status in FINAL_STATUSES}
+    kept = kept_keys(previous)
+    done = {r.config_key: r for r in previous if r.config_key in kept}
     records: list[Record] = []
     for index, config in enumerate(configs):
         if config.key() in done:
@@ -235,15 +239,20 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
         folder.write_records(records)
         if on_done:
             on_done(index, records[-1])
-        if stop_on_failure and records[-1].status in ("error", "oom"):
-            raise launch.LaunchError(f"{config.label()}: {records[-1].reason}")
+    add_comparisons(records)
+    folder.write_records(records)  # kept records after the last measured one too
     return records
 
 
-def follow_sweep(configs: list[Config]) -> None:
+def follow_sweep(configs: list[Config], kept: set[str] = frozenset()) -> None:
     """The part of `run_sweep` that torchrun ranks other than 0 play: the same configurations
-    in the same order, measured together; rank 0 records them. A failure raises, which ends
-    this process and, through torchrun, the job."""
+    in the same order (less those a resumed run keeps), measured together; rank 0 records
+    them, failures included, as every rank agreed."""
     for config in configs:
-        if config.refusal() is None and config.unavailable_reason() is None:
+        if (config.key() in kept or config.refusal() is not None
+                or config.unavailable_reason() is not None):
+            continue
+        try:
             launch.measure(config)
+        except launch.LaunchError:
+            pass  # rank 0 records it

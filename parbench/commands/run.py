@@ -145,7 +145,7 @@ def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
 
 
 def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
-    """Under torchrun: every rank's device (each process drives one), after joining the job."""
+    """Under torchrun: every rank's device (each process drives one)."""
     specs = args.devices or []
     if len(specs) > 1 or any("," in spec for spec in specs):
         raise UsageError("under torchrun each process drives one device: give --devices cpu or "
@@ -157,7 +157,7 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
         raise UsageError("--backend nccl needs CUDA devices; use --backend gloo on CPU (or "
                          "leave it at auto)")
     try:
-        return [launch.join_torchrun(kind, args.backend, positive("--timeout", args.timeout))]
+        return [launch.torchrun_devices(kind)]
     except launch.LaunchError as error:
         raise UsageError(str(error)) from None
 
@@ -189,20 +189,32 @@ def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.
 
 def command_run(args: argparse.Namespace) -> int:
     rank = launch.torchrun_rank()
+    if rank is not None:
+        return _run_under_torchrun(args, rank)
     if args.resume:
-        if rank is not None:
-            raise UsageError("--resume is not supported under torchrun; resume without it")
         folder = open_run_folder(args.resume)
         args = _resumed_arguments(args, folder)
         return _run_and_record(args, build_configs(args), rank, folder)
-    if rank is None:
-        return _run_and_record(args, build_configs(args), rank)
+    return _run_and_record(args, build_configs(args), rank)
+
+
+def _run_under_torchrun(args: argparse.Namespace, rank: int) -> int:
+    """Every rank builds the same sweep and measures it together; rank 0 records it. A resumed
+    run is read on rank 0 (other nodes may not see its folder), which hands every rank its
+    arguments and the configurations it keeps."""
+    launch.join_torchrun(positive("--timeout", args.timeout))
     try:
+        def resumed() -> tuple[argparse.Namespace, set[str]]:
+            folder = open_run_folder(args.resume)
+            return _resumed_arguments(args, folder), runner.kept_keys(folder.read_records())
+        args, kept = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
+                      if args.resume else (args, set()))
         configs = build_configs(args, _torchrun_devices(args))
         if rank != 0:  # rank 0 writes the records
-            runner.follow_sweep(configs)
+            runner.follow_sweep(configs, kept)
             return 0
-        return _run_and_record(args, configs, rank)
+        return _run_and_record(args, configs, rank,
+                               open_run_folder(args.resume) if args.resume else None)
     finally:
         launch.leave_torchrun()
 
@@ -222,7 +234,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         folder.write_command(_sweep_arguments(args))
     except OSError as error:
         raise UsageError(f"cannot write to {folder.path} ({error.strerror or error})") from None
-    kept = {r.config_key for r in previous if r.status in runner.FINAL_STATUSES}
+    kept = runner.kept_keys(previous)
     already = sum(c.key() in kept for c in configs)
     if resumed:
         print(f"resuming {folder.path}: {already} of {len(configs)} configurations already "
@@ -248,11 +260,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
 
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                         on_done=on_done, stop_on_failure=rank is not None, previous=previous)
-    except launch.LaunchError as error:
-        print(f"parbench: stopped under torchrun ({error}); records so far: {folder.path}",
-              file=sys.stderr)
-        return 1
+                         on_done=on_done, previous=previous)
     except KeyboardInterrupt:
         bar.close()
         measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0

@@ -1,5 +1,6 @@
 """Run a configuration's workers: in this process, one spawned process per device, or under
-torchrun (one process per device across nodes, rank 0 merging the record).
+torchrun (one process per device across nodes, each configuration's ranks agreeing on its
+outcome, rank 0 merging the record).
 
 `measure` and `verify_parameters` are the one interface; which launcher runs a configuration
 follows from its strategy (`Config.process_per_device`), a memory cap, and whether torchrun started
@@ -24,12 +25,14 @@ from parbench.launch.failures import (
     failure_reason,
     is_out_of_memory,
 )
-from parbench.launch.ranks import Task, in_process_threads, measure_here
-from parbench.launch.spawn import spawn
+from parbench.launch.ranks import Task, in_process_threads
+from parbench.launch.spawn import measure_alone, spawn
 from parbench.launch.torchrun import (
+    from_rank_zero,
     join_torchrun,
     leave_torchrun,
     measure_under_torchrun,
+    torchrun_devices,
     torchrun_rank,
 )
 from parbench.measure import Pace
@@ -37,10 +40,9 @@ from parbench.worker import trained_parameters
 
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
-    "failure_reason", "is_out_of_memory", "join_torchrun", "leave_torchrun", "measure",
-    "measure_collectives",
-    "process_group_backend", "torchrun_rank", "verify_parameters",
-    "world_size",
+    "failure_reason", "from_rank_zero", "is_out_of_memory", "join_torchrun", "leave_torchrun",
+    "measure", "measure_collectives", "process_group_backend", "torchrun_devices",
+    "torchrun_rank", "verify_parameters", "world_size",
 ]
 
 
@@ -52,11 +54,7 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
         return measure_under_torchrun(config)
     if config.process_per_device:
         return spawn(config, Task.MEASURE, pace=pace)
-    if config.memory_cap_mib and pace is None:
-        # Under a cap an allocation can fail where torch cannot recover (even crash):
-        # never in the process that holds the sweep.
-        return spawn(config, Task.ALONE)
-    return measure_here(config, pace)
+    return measure_alone(config, pace)
 
 
 def measure_collectives(config: Config, names, sizes, iterations: int,

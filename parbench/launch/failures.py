@@ -8,7 +8,8 @@ import traceback
 
 import torch
 
-__all__ = ["OUT_OF_MEMORY", "LaunchError", "failure_reason", "is_out_of_memory", "last_line"]
+__all__ = ["OUT_OF_MEMORY", "LaunchError", "failure_reason", "is_out_of_memory", "last_line",
+           "root_cause"]
 
 
 class LaunchError(RuntimeError):
@@ -19,6 +20,10 @@ class LaunchError(RuntimeError):
 OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
 # oneDNN reports a failed scratch allocation this way; under a memory cap it means memory.
 _OUT_OF_MEMORY_UNDER_CAP = ("could not create a primitive",)
+# How a rank reads when it failed only because a peer went away first (gloo's own words), or
+# was stopped because another rank had failed (launch.spawn).
+_PEER_GONE = ("Connection closed by peer", "connection reset by peer", "Connection reset by peer")
+_STOPPED = " stopped: "
 
 
 def is_out_of_memory(error: BaseException, capped: bool) -> bool:
@@ -49,3 +54,14 @@ def last_line(message: str) -> str:
         if chosen:
             return chosen[-1]
     return lines[-1] if lines else "no message"
+
+
+def root_cause(failures: dict[int, str]) -> int:
+    """Of several ranks' failures (rank -> message), the rank whose failure caused the others:
+    one that ran out of memory, else one that failed on its own rather than because a peer
+    went away or was stopped for another's failure; the lowest such rank."""
+    def consequence(rank: int) -> tuple[bool, bool, bool, int]:
+        text = failures[rank]
+        return (not any(marker in text for marker in OUT_OF_MEMORY), _STOPPED in text,
+                any(marker in text for marker in _PEER_GONE), rank)
+    return min(failures, key=consequence)

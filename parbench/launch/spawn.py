@@ -1,10 +1,13 @@
-"""One process per device on this machine, started with spawn; the rendezvous served by the
-launcher on a loopback socket; failures named by rank, every process reaped."""
+"""Ranks in processes of their own, started with spawn: one per device on this machine (the
+rendezvous served by the launcher on a loopback socket), or, under torchrun, this rank's part of
+one configuration (the rendezvous in the job's store); failures named by rank, every process
+reaped."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import datetime
 import json
 import os
@@ -14,6 +17,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +27,10 @@ import torch.multiprocessing as mp
 
 from parbench.config import Config
 from parbench.launch.backends import process_group_backend, world_size
-from parbench.launch.failures import OUT_OF_MEMORY, LaunchError, last_line
+from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 
-__all__ = ["spawn"]
+__all__ = ["Rendezvous", "measure_alone", "spawn", "spawn_rank"]
 
 LOOPBACK = "127.0.0.1"
 _LAUNCHER_PID = "PARBENCH_LAUNCHER_PID"
@@ -52,25 +56,44 @@ def _die_with_parent() -> None:
         os._exit(1)  # the launcher died while this worker was starting
 
 
-def _join_group(config: Config, port: int, rank: int, size: int) -> torch.device:
-    """Take rank's device and join the process group through the launcher's loopback store."""
+@dataclasses.dataclass(frozen=True)
+class Rendezvous:
+    """Where one configuration's ranks meet: a store's address, the prefix of this
+    configuration's keys in it, the first rank this launcher starts, and how many ranks the
+    configuration has in all."""
+
+    host: str
+    port: int
+    prefix: str
+    first_rank: int
+    size: int
+
+
+def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.device:
+    """Take rank's device and join the configuration's process group through the store."""
     device = config.used_devices.logical[rank]
     set_device(config, device)
     timeout = datetime.timedelta(seconds=config.timeout_s)
-    store = dist.TCPStore(LOOPBACK, port, size, is_master=False, timeout=timeout)
+    store = dist.TCPStore(rendezvous.host, rendezvous.port, rendezvous.size, is_master=False,
+                          timeout=timeout)
+    if rendezvous.prefix:
+        store = dist.PrefixStore(rendezvous.prefix, store)
     dist.init_process_group(process_group_backend(config.used_devices, config.backend),
-                            store=store, rank=rank, world_size=size, timeout=timeout)
+                            store=store, rank=rank, world_size=rendezvous.size,
+                            timeout=timeout)
     return device
 
 
-def _spawned_worker(rank: int, size: int, port: int, config: Config, task: Task,
+def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Task,
                     out_dir: str, batch) -> None:
     _die_with_parent()
     if task is Task.ALONE:  # a one-process strategy, isolated in this worker
         (Path(out_dir) / "result.json").write_text(json.dumps(measure_here(config)))
         return
-    _loopback_environment()
-    device = _join_group(config, port, rank, size)
+    if rendezvous.host == LOOPBACK:
+        _loopback_environment()
+    rank = rendezvous.first_rank + index
+    device = _join_group(config, rendezvous, rank)
     try:
         result = run_rank(config, task, device, batch)
         if rank == 0 and task in (Task.MEASURE, Task.COLLECTIVES):
@@ -87,14 +110,9 @@ def _spawned_worker(rank: int, size: int, port: int, config: Config, task: Task,
     os._exit(0)
 
 
-def _spawned_follower(index: int, size: int, *args) -> None:
-    """Ranks 1..N-1 where this process leads as rank 0."""
-    _spawned_worker(index + 1, size, *args)
-
-
-def _lead(config: Config, port: int, pace) -> dict:
+def _lead(config: Config, rendezvous: Rendezvous, pace) -> dict:
     """Play rank 0 of a measurement in this process (its steps driven by `pace`)."""
-    device = _join_group(config, port, 0, world_size(config))
+    device = _join_group(config, rendezvous, 0)
     try:
         return run_rank(config, Task.MEASURE, device, pace=pace)
     finally:
@@ -103,7 +121,7 @@ def _lead(config: Config, port: int, pace) -> dict:
 
 def _root_failure(context, index: int, message: str) -> tuple[int, str]:
     """The failure to report: the first one seen is often a rank whose peer died ("connection
-    closed by peer"), so wait briefly for the others and prefer one that ran out of memory."""
+    closed by peer"), so wait briefly for the others and report the root cause."""
     deadline = time.monotonic() + 3
     while any(p.is_alive() for p in context.processes) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -112,10 +130,8 @@ def _root_failure(context, index: int, message: str) -> tuple[int, str]:
         if other != index and os.path.getsize(path) > 0:
             with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
                 failures[other] = pickle.load(file)
-    for other, text in sorted(failures.items()):
-        if any(marker in text for marker in OUT_OF_MEMORY):
-            return other, text
-    return index, message
+    cause = root_cause(failures)
+    return cause, failures[cause]
 
 
 @contextlib.contextmanager
@@ -136,37 +152,77 @@ def _loopback_store(config: Config):
 
 
 def spawn(config: Config, task: Task, batch=None, pace=None):
+    """Run `task` on one process per device of `config` on this machine (with `pace`, this
+    process plays rank 0); rank 0's result."""
     processes = world_size(config)  # 1 for Task.ALONE
     lead = pace is not None  # this process is rank 0; spawn the others
-    with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir, \
-            _loopback_store(config) as port:
+    with _loopback_store(config) as port:
+        rendezvous = Rendezvous(LOOPBACK, port, "", int(lead), processes)
+        return _start(config, task, rendezvous, processes - lead, batch,
+                      lead=(lambda: _lead(config, rendezvous, pace)) if lead else None)
+
+
+def spawn_rank(config: Config, task: Task, rendezvous: Rendezvous,
+               abandon: Callable[[], str | None]):
+    """Under torchrun: this rank's part of `task` in a process of its own, which meets the
+    other ranks' at `rendezvous`; rank 0's result (None on other ranks). `abandon` is asked
+    while it runs: a reason (another rank failed) stops it, since with NCCL it could wait in a
+    collective until the timeout."""
+    return _start(config, task, rendezvous, 1, abandon=abandon)
+
+
+def measure_alone(config: Config, pace=None) -> dict:
+    """A one-process strategy: measured in this process, or, under a memory cap, in a process
+    of its own (an allocation that fails there can leave torch unable to recover, even crash
+    it: never in the process that holds the sweep)."""
+    if config.memory_cap_mib and pace is None:
+        return spawn(config, Task.ALONE)
+    return measure_here(config, pace)
+
+
+def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, batch=None,
+           lead: Callable[[], dict] | None = None,
+           abandon: Callable[[], str | None] = lambda: None):
+    """Start `processes` ranks from `rendezvous.first_rank` on, wait for them (playing rank 0
+    here with `lead`), kill them all on the first failure, the deadline or `abandon`, and read
+    back rank 0's result."""
+    with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir:
         os.environ[_LAUNCHER_PID] = str(os.getpid())  # inherited: see _die_with_parent
         context = mp.start_processes(
-            _spawned_follower if lead else _spawned_worker,
-            args=(processes, port, config, task, out_dir, batch),
-            nprocs=processes - lead, join=False, start_method="spawn")
+            _spawned_worker, args=(rendezvous, config, task, out_dir, batch),
+            nprocs=processes, join=False, start_method="spawn")
         deadline = time.monotonic() + config.timeout_s
+        first = rendezvous.first_rank
         try:
-            result = _lead(config, port, pace) if lead else None
+            result = lead() if lead else None
             while not context.join(timeout=0.5):
                 if time.monotonic() > deadline:
-                    alive = [rank for rank, p in enumerate(context.processes) if p.is_alive()]
+                    alive = [first + i for i, p in enumerate(context.processes) if p.is_alive()]
                     raise LaunchError(f"timed out after {config.timeout_s:.0f} s; ranks still "
                                       f"running: {alive}")
+                reason = abandon()
+                if reason:
+                    raise LaunchError(f"rank {first} stopped: {reason}")
         except mp.ProcessRaisedException as error:
             index, message = _root_failure(context, error.error_index, error.msg)
-            raise LaunchError(f"rank {index + lead} failed: {last_line(message)}") from None
+            raise LaunchError(f"rank {index + first} failed: {last_line(message)}") from None
         except mp.ProcessExitedException as error:
-            raise LaunchError(f"rank {error.error_index + lead} died: "
+            raise LaunchError(f"rank {error.error_index + first} died: "
                               f"{last_line(error.msg)}") from None
         finally:
             for process in context.processes:
                 if process.is_alive():
                     process.kill()
                 process.join()
-        if lead:
-            return result
-        if task in (Task.MEASURE, Task.ALONE, Task.COLLECTIVES):
-            return json.loads((Path(out_dir) / "result.json").read_text())
-        with np.load(Path(out_dir) / "parameters.npz", allow_pickle=False) as arrays:
-            return [torch.from_numpy(arrays[f"arr_{i}"]) for i in range(len(arrays.files))]
+        return result if lead else _read_result(Path(out_dir))
+
+
+def _read_result(out_dir: Path):
+    """Rank 0's result as its worker left it: measurements as JSON, parameters as plain arrays
+    (read back without unpickling anything); None where this launcher had no rank 0."""
+    if (out_dir / "result.json").is_file():
+        return json.loads((out_dir / "result.json").read_text())
+    if not (out_dir / "parameters.npz").is_file():
+        return None
+    with np.load(out_dir / "parameters.npz", allow_pickle=False) as arrays:
+        return [torch.from_numpy(arrays[f"arr_{i}"]) for i in range(len(arrays.files))]

@@ -1,0 +1,123 @@
+"""parbench under torchrun on CPU (gloo on loopback): a failed configuration (a rank killed, or
+every rank out of memory) is recorded and the sweep goes on, `--resume` works, and one node's
+job or two nodes' write one merged record per configuration."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parbench.results import load_records
+
+TINY = ["--devices", "cpu", "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
+        "--warmup", "1", "--progress", "off"]
+
+
+def _torchrun(torchrun_args: list[str], parbench_args: list[str]) -> subprocess.Popen:
+    """A torchrun agent in a session of its own (its ranks and their workers with it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", "parbench",
+         *parbench_args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _finish(agents: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each agent's output once it exits; any still running at the timeout is killed with its
+    session."""
+    try:
+        return [agent.communicate(timeout=timeout)[0] for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _processes() -> dict[int, tuple[int, bytes, bytes]]:
+    """pid -> (parent pid, command line, environment) of every process this user can read."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            found[int(stat.parent.name)] = (parent, (stat.parent / "cmdline").read_bytes(),
+                                            (stat.parent / "environ").read_bytes())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _worker_of_rank(agent: subprocess.Popen, rank: int) -> int | None:
+    """The process measuring a configuration for torchrun rank `rank` of `agent`'s job."""
+    processes = _processes()
+    ranks = [pid for pid, (parent, command, environment) in processes.items()
+             if parent == agent.pid and f"\0RANK={rank}\0".encode() in b"\0" + environment]
+    workers = [pid for pid, (parent, command, _) in processes.items()
+               if parent in ranks and b"spawn_main" in command]
+    return workers[0] if workers else None
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(tmp_path):
+    standalone = ["--standalone", "--nproc-per-node", "2"]
+    agent = _torchrun(standalone, ["run", *TINY, "--strategy", "ddp", "--batch-size", "16,4",
+                                   "--steps", "4", "--results-dir", str(tmp_path)])
+    deadline = time.monotonic() + 120
+    while (victim := _worker_of_rank(agent, 1)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert victim, "rank 1 never started its worker"
+    time.sleep(2)
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    [output] = _finish([agent], timeout=180)
+    assert agent.returncode == 0, output
+    [folder] = list(tmp_path.iterdir())
+    first = json.loads((folder / "records.json").read_text())
+    assert [(r["global_batch"], r["status"]) for r in first] == [(16, "error"), (4, "ok")]
+    assert first[0]["reason"].startswith("LaunchError: rank 1 died"), first[0]["reason"]
+    assert "SIGKILL" in first[0]["reason"]
+    assert first[1]["world_size"] == 2 and len(first[1]["peak_memory_mib"]) == 2
+    # Both ranks moved on at once: well under the 600 s timeout a hung peer would wait.
+    assert time.monotonic() - killed_at < 120
+
+    agent = _torchrun(standalone, ["run", "--resume", str(folder)])
+    [output] = _finish([agent], timeout=180)
+    assert agent.returncode == 0, output
+    assert "1 of 2 configurations already measured" in output
+    second = json.loads((folder / "records.json").read_text())
+    assert [(r["global_batch"], r["status"]) for r in second] == [(16, "ok"), (4, "ok")]
+    assert second[1]["step_times_s"] == first[1]["step_times_s"]  # kept, not measured again
+
+
+@pytest.mark.timeout(300)
+def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory_ones_too(
+        tmp_path):
+    port = _free_port()
+    agents = [_torchrun(["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}"],
+                        ["run", *TINY, "--strategy", "single,ddp", "--batch-size", "8,4096",
+                         "--steps", "2", "--memory-cap-mib", "400",
+                         "--results-dir", str(tmp_path)])
+              for _ in range(2)]
+    outputs = _finish(agents, timeout=240)
+    assert [agent.returncode for agent in agents] == [0, 0], outputs
+    [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
+    frame = load_records(folder)
+    assert list(zip(frame["strategy"], frame["global_batch"], frame["status"], strict=True)) == [
+        ("single", 8, "ok"), ("ddp", 8, "ok"), ("single", 4096, "oom"), ("ddp", 4096, "oom")]
+    assert "can't allocate memory" in frame.iloc[3]["reason"]
+    ddp = frame.iloc[1]
+    assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
+    assert ddp["emulated"]  # both nodes are this host
+    assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
