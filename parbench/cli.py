@@ -122,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--batch-size", default="8")
     check.add_argument("--image-size", default="64")
     check.add_argument("--num-classes", type=int, default=10)
+    check.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}, "
+                       "for the baseline and every strategy (autocast; fp16 adds gradient "
+                       "scaling)")
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
     check.add_argument("--threads-per-device", type=int, default=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -47,15 +47,15 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
     """
     images, labels = workload.make_batch(global_batch, "cpu")
     initial = [p.detach().float() for p in workload.build_model().parameters()]
-    baselines: dict[int | None, list[torch.Tensor]] = {}
+    baselines: dict[tuple, list[torch.Tensor]] = {}
 
-    def baseline(split: int | None) -> list[torch.Tensor]:
-        if split not in baselines:
-            config = Config(strategies.BASELINE, workload, global_batch, devices,
-                            threads_per_device=threads_per_device,
+    def baseline(split: int | None, precision: str = workload.precision) -> list[torch.Tensor]:
+        if (split, precision) not in baselines:
+            config = Config(strategies.BASELINE, replace(workload, precision=precision),
+                            global_batch, devices, threads_per_device=threads_per_device,
                             options=accumulating(split))
-            baselines[split] = launch.verify_parameters(config, images, labels)
-        return baselines[split]
+            baselines[split, precision] = launch.verify_parameters(config, images, labels)
+        return baselines[split, precision]
 
     verdicts = []
     for name in names:
@@ -70,9 +70,24 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
                                     error=f"{error.__class__.__name__}: {error}"[:300]))
             continue
         update = _max_abs_difference(reference, initial)
+        difference = _max_abs_difference(parameters, reference)
+        if update == 0:
+            verdicts.append(Verdict(name, kept, difference, update, tolerance, error=(
+                "the baseline's step changed no parameter, so nothing was compared (in fp16 "
+                "the gradient scaler skips a step whose scaled gradients overflow, as its first "
+                "ones at the initial scale 2^16 do)")))
+            continue
+        strategy = strategies.lookup(name).cls
+        allowed = tolerance
         # A strategy that compresses gradients states the error it allows (relative).
-        lossy = strategies.lookup(name).cls.verify_relative_tolerance(config.plan)
-        allowed = max(tolerance, lossy * update) if lossy else tolerance
-        verdicts.append(Verdict(name, kept, _max_abs_difference(parameters, reference),
-                                update, allowed))
+        lossy = strategy.verify_relative_tolerance(config.plan)
+        if lossy:
+            allowed = max(allowed, lossy * update)
+        if strategy.verify_rounds_elsewhere(config.plan):
+            # Both steps stand within about the same rounding of the fp32 step, so within
+            # twice it of each other (the triangle inequality).
+            rounding = _max_abs_difference(
+                reference, baseline(config.plan.reference_split, "fp32"))
+            allowed = max(allowed, 2 * rounding)
+        verdicts.append(Verdict(name, kept, difference, update, allowed))
     return verdicts

@@ -98,12 +98,16 @@ class Workload:
     def make_optimizer(self, parameters) -> torch.optim.Optimizer:
         return torch.optim.SGD(parameters, lr=self.learning_rate, momentum=self.momentum)
 
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype autocast computes in (None for fp32)."""
+        return _AUTOCAST_DTYPES.get(self.precision)
+
     def autocast(self, device: torch.device | str):
         """Mixed-precision context for code running on `device` (a no-op for fp32)."""
-        if self.precision == "fp32":
+        if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=torch.device(device).type,
-                              dtype=_AUTOCAST_DTYPES[self.precision])
+        return torch.autocast(device_type=torch.device(device).type, dtype=self.autocast_dtype)
 
     def make_grad_scaler(self, device: torch.device | str) -> torch.amp.GradScaler:
         """Loss scaling is needed for fp16 only; a disabled scaler passes calls straight through."""

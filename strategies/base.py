@@ -136,6 +136,14 @@ class Strategy(ABC):
         return None
 
     @classmethod
+    def verify_rounds_elsewhere(cls, plan: Plan) -> bool:
+        """True for a plan that computes in the workload's lower precision where autocast
+        would not (it then differs from the baseline by rounding): `parbench verify` accepts
+        a difference up to twice the one that precision makes to the baseline's own step,
+        measured against the baseline in fp32."""
+        return False
+
+    @classmethod
     def unavailable_reason(cls, devices: Sequence[torch.device]) -> str | None:
         """Why this machine cannot run the strategy on these devices (it is then recorded as
         skipped), or None if it can. Too few devices is a usage error, see `select_devices`."""

@@ -6,25 +6,36 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+from strategies.errors import StrategyError
 from strategies.options import option
 from strategies.partition import resnet_blocks
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
 __all__ = ["FSDP", "FSDPOptions"]
 
-
 @dataclass(frozen=True)
 class FSDPOptions(ReplicaOptions):
-    """fully_shard's own setting."""
+    """fully_shard's own settings."""
 
     reshard_after_forward: str | None = option(choices=("yes", "no"), label="reshard", help=(
         "free each block's gathered parameters after its forward and gather them again for "
         "backward (yes, FSDP2's default: less memory), or keep them until backward (no: one "
         "all-gather per block per step)"))
+    mixed_precision: bool = option(False, label="mp", help=(
+        "FSDP2's MixedPrecisionPolicy in the --precision dtype (bf16 or fp16): parameters "
+        "all-gathered in it (half the bytes), gradients reduce-scattered in fp32, BatchNorm "
+        "gathered and computed in fp32 (FSDP1's default); autocast runs as for every strategy"))
+
+    def check(self, workload, global_batch, devices) -> None:
+        if self.mixed_precision and workload.autocast_dtype is None:
+            raise StrategyError("--mixed-precision gathers parameters in the --precision dtype; "
+                                "give --precision bf16 or fp16")
 
 
 class FSDP(RankDataParallel):
@@ -35,15 +46,24 @@ class FSDP(RankDataParallel):
     summary = "one process per device, fully_shard (FSDP2) per residual block"
     Options = FSDPOptions
 
-    fp16_refusal = ("fp16 loss scaling is not coordinated across shards here; use "
-                    "--precision bf16 or fp32")
+    @classmethod
+    def verify_rounds_elsewhere(cls, plan) -> bool:
+        return plan.options.mixed_precision  # BatchNorm's neighbours computed in fp32
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        # layerN.M: a residual block, not the stem or the head (the root unit holds those).
         reshard = self.options.reshard_after_forward != "no"
-        units = [fully_shard(block, reshard_after_forward=reshard)
-                 for name, block in resnet_blocks(model) if "." in name]
-        units.append(fully_shard(model))
+        policy = MixedPrecisionPolicy()
+        # Units from the innermost out: a parameter belongs to the first unit that holds it.
+        self._float32_units: list[nn.Module] = []
+        if self.options.mixed_precision:
+            policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
+                                          reduce_dtype=torch.float32)
+            self._float32_units = self._batchnorm_units(model, reshard)
+        # layerN.M: a residual block, not the stem or the head (the root unit holds those).
+        units = [*self._float32_units,
+                 *(fully_shard(block, reshard_after_forward=reshard, mp_policy=policy)
+                   for name, block in resnet_blocks(model) if "." in name),
+                 fully_shard(model, mp_policy=policy)]
         if dist.get_backend() == "gloo":
             # torch 2.8's gloo reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338),
             # giving N times the gradient: reduce by SUM and let FSDP divide, as gloo's own
@@ -52,6 +72,24 @@ class FSDP(RankDataParallel):
                 unit.set_force_sum_reduction_for_comms(True)
         self._units = units
         return units[-1]
+
+    def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[nn.Module]:
+        """Under the mixed-precision policy (gradients reduced in fp32: gloo has no bf16
+        reduction), each BatchNorm a unit of its own in fp32, its input cast up, as FSDP1 did
+        by default: the CPU kernel refuses a bf16 input beside fp32 running statistics, and
+        statistics kept in bf16 moved one step's update by 40% to 100% (resnet18, resnet50 at
+        128 px). Autocast casts the output back down for the next convolution."""
+        float32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+        return [fully_shard(module, reshard_after_forward=reshard, mp_policy=float32)
+                for module in model.modules()
+                if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+
+    def prepare_training(self, parameters, loss_device: torch.device) -> None:
+        super().prepare_training(parameters, loss_device)
+        # Each rank sees only its shards' gradients: the sharded scaler all-reduces whether
+        # any overflowed, so that every rank skips the same fp16 steps.
+        self.scaler = ShardedGradScaler(
+            loss_device.type, enabled=self.workload.precision == "fp16")
 
     @contextlib.contextmanager
     def without_communication(self):
@@ -77,18 +115,24 @@ class FSDP(RankDataParallel):
 
     def communication(self) -> dict[str, float | int | None]:
         """Bytes per step counted from the model's FSDP units: the whole gradient is
-        reduce-scattered (`allreduce_bytes`, the payload an all-reduce of it would carry);
-        each block's parameters are all-gathered for forward and again for backward (once
-        where they are not resharded after forward), the root's (stem and head) once, as
-        FSDP2 keeps the root gathered between the two."""
-        def nbytes(module: nn.Module) -> int:
-            return sum(p.numel() * p.element_size() for p in module.parameters())
-
-        root, blocks = self._units[-1], self._units[:-1]
-        block_bytes = sum(nbytes(block) for block in blocks)
+        reduce-scattered in fp32 (`allreduce_bytes`, the payload an all-reduce of it would
+        carry); each unit's own parameters are all-gathered for forward and again for
+        backward (once where they are not resharded after forward), the root's (stem and
+        head) once, as FSDP2 keeps the root gathered between the two; in the autocast dtype
+        under the mixed-precision policy, BatchNorm's in fp32."""
         gathers = 1 if self.options.reshard_after_forward == "no" else 2
-        return dict(allreduce_bytes=nbytes(root),
-                    allgather_bytes=gathers * block_bytes + (nbytes(root) - block_bytes))
+        counted: set[int] = set()
+        reduced = gathered = 0
+        for unit in self._units:  # innermost first
+            own = [p for p in unit.parameters() if id(p) not in counted]
+            counted |= {id(p) for p in own}
+            values = sum(p.numel() for p in own)
+            gather_dtype = (self.workload.autocast_dtype if self.options.mixed_precision
+                            and unit not in self._float32_units else torch.float32)
+            times = 1 if unit is self._units[-1] else gathers
+            reduced += values * torch.float32.itemsize
+            gathered += times * values * gather_dtype.itemsize
+        return dict(allreduce_bytes=reduced, allgather_bytes=gathered)
 
     def trained_parameters(self):
         full = [parameter.full_tensor() for parameter in self.model.parameters()]  # collective

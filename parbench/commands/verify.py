@@ -20,7 +20,7 @@ from parbench.commands.arguments import (
 )
 from parbench.config import Config, options_for
 from parbench.verify import verify
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, Workload
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 
 __all__ = ["command_verify"]
 
@@ -41,11 +41,13 @@ def command_verify(args: argparse.Namespace) -> int:
     workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
                         image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
+                        precision=choice_list("--precision", args.precision, PRECISIONS)[0],
                         seed=args.seed)
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     tolerance = positive("--tolerance", args.tolerance)
-    print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px) from "
+    print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px, "
+          f"{workload.precision}) from "
           f"seed {args.seed}, against {strategies.BASELINE} on {devices.logical[0]}; "
           "micro-batched strategies against the baseline accumulating gradients over the same "
           "micro-batches, data-parallel ones against it accumulating over the replicas' "

@@ -224,8 +224,9 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--resume", "/no/such/run"], "is not a run folder (no records.json)"),
     (["run", "--strategy", "pipeline-gpipe", "--devices", "cpu,cpu", "--precision", "fp16"],
      "pipeline-gpipe: fp16 loss scaling is not coordinated across pipeline ranks"),
-    (["run", "--strategy", "fsdp", "--devices", "cpu,cpu", "--precision", "bf16,fp16"],
-     "fsdp: fp16 loss scaling is not coordinated across shards"),
+    (["run", "--strategy", "fsdp", "--devices", "cpu,cpu", "--mixed-precision"],
+     "fsdp: --mixed-precision gathers parameters in the --precision dtype; give --precision "
+     "bf16 or fp16"),
     (["run", "--strategy", "data-parallel", "--compile"],
      "data-parallel: torch.compile does not support nn.DataParallel"),
     (["run", "--compile", "--warmup", "0"], "--compile needs --warmup 1 or more"),
@@ -286,9 +287,10 @@ def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skippe
                             "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
     assert status == 0, err
     frame = load_records(_run_folder(out)).set_index("strategy")
-    for name in ("fsdp", "pipeline-gpipe", "pipeline-1f1b"):
+    for name in ("pipeline-gpipe", "pipeline-1f1b"):
         assert frame.loc[name, "status"] == "skipped"
         assert "fp16 loss scaling is not coordinated" in frame.loc[name, "reason"]
+    assert frame.loc["fsdp", "status"] == "ok"  # its sharded gradient scaler
     assert frame.loc["single", "status"].iloc[0] == "ok"  # the whole batch (then accumulating)
 
 

@@ -45,6 +45,43 @@ def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_st
     assert child_pids() == []
 
 
+@pytest.mark.timeout(240)
+def test_fsdp_mixed_precision_differs_from_autocast_by_less_than_bf16_moves_the_step(
+        tiny_workload, child_pids):
+    bf16 = replace(tiny_workload, image_size=64, precision="bf16")
+    [autocast, policy] = [verify(bf16, CPU3, ["fsdp"], 8, {"world_size": 2, **options},
+                                 tolerance=1e-5)[0]
+                          for options in ({}, {"mixed_precision": True})]
+    assert autocast.max_abs_difference == 0 and autocast.tolerance == 1e-5
+    # Its tolerance: twice as far as bf16 autocast moves the baseline's own step from fp32's;
+    # still below the step itself, so gradients summed instead of averaged would fail it.
+    assert 0.1 * policy.baseline_update < policy.tolerance < policy.baseline_update
+    assert 0 < policy.max_abs_difference <= policy.tolerance, policy
+    assert child_pids() == []
+
+
+def test_verify_refuses_to_call_a_step_that_changed_nothing_equal(tiny_workload):
+    [verdict] = verify(replace(tiny_workload, precision="fp16"), CPU3, ["model-parallel"], 8,
+                       {"stages": 2}, tolerance=1e-5)
+    assert verdict.baseline_update == 0 and not verdict.ok
+    assert "nothing was compared" in verdict.error
+
+
+@pytest.mark.timeout(180)
+def test_fsdp_gathers_in_half_precision_under_its_policy_and_trains_in_fp16(tiny_workload):
+    for precision in ("bf16", "fp16"):  # fp16: with the sharded gradient scaler
+        config = Config("fsdp", replace(tiny_workload, precision=precision), 8, CPU3,
+                        warmup=1, steps=2, options={"world_size": 2, "mixed_precision": True,
+                                                    "reshard_after_forward": "no"})
+        record = run_config(config)
+        assert record.status == "ok", record.reason
+        # Each parameter gathered once, in 2 bytes, less BatchNorm's weights and biases (kept
+        # in fp32); gradients reduced in fp32.
+        batchnorm = 2 * (64 + 4 * 64 + 5 * 128 + 5 * 256 + 5 * 512)
+        assert record.allgather_bytes == 2 * (11_181_642 - batchnorm) + 4 * batchnorm
+        assert record.allreduce_bytes == 4 * 11_181_642
+
+
 @pytest.mark.timeout(180)
 def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
     records = {}

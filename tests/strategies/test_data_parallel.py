@@ -58,6 +58,7 @@ def test_ddp_refuses_options_it_cannot_honour(options, message, tiny_workload):
         _plan("ddp", 4, (CPU, CPU), tiny_workload, **options)
 
 
-def test_fsdp_refuses_fp16(tiny_workload):
-    with pytest.raises(strategies.WorkloadRefused, match="use --precision bf16 or fp32"):
-        _plan("fsdp", 4, (CPU, CPU), replace(tiny_workload, precision="fp16"))
+def test_fsdp_takes_fp16_and_its_mixed_precision_policy_needs_a_lower_precision(tiny_workload):
+    _plan("fsdp", 4, (CPU, CPU), replace(tiny_workload, precision="fp16"))
+    with pytest.raises(StrategyError, match="give --precision bf16 or fp16"):
+        _plan("fsdp", 4, (CPU, CPU), tiny_workload, mixed_precision=True)
