@@ -55,7 +55,7 @@ class FSDP(RankDataParallel):
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
         self._float32_units: list[nn.Module] = []
-        if self.options.mixed_precision:
+        if self.options.mixed_precision:  # gradients reduced in fp32: gloo has no bf16 sum
             policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
                                           reduce_dtype=torch.float32)
             self._float32_units = self._batchnorm_units(model, reshard)
@@ -74,11 +74,11 @@ class FSDP(RankDataParallel):
         return units[-1]
 
     def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[nn.Module]:
-        """Under the mixed-precision policy (gradients reduced in fp32: gloo has no bf16
-        reduction), each BatchNorm a unit of its own in fp32, its input cast up, as FSDP1 did
-        by default: the CPU kernel refuses a bf16 input beside fp32 running statistics, and
-        statistics kept in bf16 moved one step's update by 40% to 100% (resnet18, resnet50 at
-        128 px). Autocast casts the output back down for the next convolution."""
+        """Under the mixed-precision policy, each BatchNorm a unit of its own in fp32, its
+        input cast up, as FSDP1 did by default: with its weight in bf16 the CPU kernel refuses
+        fp32 running statistics, and statistics kept in bf16 would round every update of them
+        to 8 significant bits. Autocast casts the output back down for the next
+        convolution."""
         float32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
         return [fully_shard(module, reshard_after_forward=reshard, mp_policy=float32)
                 for module in model.modules()
