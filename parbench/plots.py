@@ -74,9 +74,25 @@ def _title(frame: pd.DataFrame, what: str) -> str:
     return title
 
 
+def _compared_batch(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with `device_count`, `weak` and `batch`: the batch its records are compared at,
+    the global batch, or under weak scaling the batch per device (runs stored before
+    --scaling are strong)."""
+    device_count = frame["devices"].astype(str).str.count(",") + 1
+    weak = (frame["scaling"] == "weak") if "scaling" in frame else False
+    return frame.assign(device_count=device_count, weak=weak,
+                        batch=np.where(weak, frame["global_batch"] // device_count,
+                                       frame["global_batch"]))
+
+
 def _groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per workload (model, batch, image size, precision) present."""
-    keys = ["model", "global_batch", "image_size", "precision"]
+    """One panel per workload (model, batch, image size, precision) present; under weak
+    scaling the batch per device, so that its records on N devices share a panel."""
+    compared = _compared_batch(frame)
+    frame = frame.assign(batch=[f"{b} per device" if weak else b
+                                for b, weak in zip(compared["batch"], compared["weak"],
+                                                   strict=True)])
+    keys = ["model", "batch", "image_size", "precision"]
     varying = [k for k in keys if frame[k].nunique() > 1]
     if not varying:
         return [("", frame)]
@@ -145,13 +161,8 @@ def plot_strategies(frame: pd.DataFrame):
 
 def plot_scaling(frame: pd.DataFrame):
     """Throughput against devices, the ideal N x T(1) line, and efficiency labels."""
-    scaled = frame[frame["scaling_efficiency"].notna()].copy()
-    scaled["device_count"] = scaled["devices"].str.count(",") + 1
-    weak = (scaled["scaling"] == "weak") if "scaling" in scaled else False
-    scaled["weak"] = weak
     # A line per strategy and batch: the global batch, or under weak scaling the per device.
-    scaled["batch"] = np.where(weak, scaled["global_batch"] // scaled["device_count"],
-                               scaled["global_batch"])
+    scaled = _compared_batch(frame[frame["scaling_efficiency"].notna()])
     lines = [(key, group) for key, group in scaled.groupby(
         ["strategy", "model", "weak", "batch", "image_size"], sort=False)
         if group["device_count"].nunique() > 1]

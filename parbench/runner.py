@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import gc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 import torch
@@ -20,7 +20,8 @@ from parbench.record import Record
 from parbench.results import RunFolder
 from parbench.workloads import Workload
 
-__all__ = ["add_comparisons", "follow_sweep", "run_config", "run_sweep"]
+__all__ = ["add_comparisons", "follow_sweep", "kept_keys", "measured_in_sweep", "run_config",
+           "run_sweep"]
 
 
 @functools.cache
@@ -244,15 +245,19 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
     return records
 
 
-def follow_sweep(configs: list[Config], kept: set[str] = frozenset()) -> None:
+def follow_sweep(configs: list[Config], kept: Collection[str] = ()) -> None:
     """The part of `run_sweep` that torchrun ranks other than 0 play: the same configurations
     in the same order (less those a resumed run keeps), measured together; rank 0 records
     them, failures included, as every rank agreed."""
     for config in configs:
-        if (config.key() in kept or config.refusal() is not None
-                or config.unavailable_reason() is not None):
+        if config.key() in kept or not measured_in_sweep(config):
             continue
         try:
             launch.measure(config)
-        except launch.LaunchError:
-            pass  # rank 0 records it
+        except Exception:  # noqa: BLE001 (every rank agreed on it; rank 0 records it)
+            pass
+
+
+def measured_in_sweep(config: Config) -> bool:
+    """Whether a sweep measures `config`, rather than record it as skipped."""
+    return config.refusal() is None and config.unavailable_reason() is None

@@ -62,9 +62,15 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
         kept = options_for(name, options)
         config = Config(name, workload, global_batch, devices, options=kept,
                         threads_per_device=threads_per_device)
+        strategy = strategies.lookup(name).cls
         try:
             reference = baseline(config.plan.reference_split)
             parameters = launch.verify_parameters(config, images, labels)
+            # Both steps stand within about the same rounding of the fp32 step, so within
+            # twice it of each other (the triangle inequality).
+            rounding = (_max_abs_difference(
+                reference, baseline(config.plan.reference_split, "fp32"))
+                if strategy.verify_rounds_elsewhere(config.plan) else 0.0)
         except Exception as error:  # one failing strategy is one row; the rest are checked
             verdicts.append(Verdict(name, kept, float("nan"), float("nan"), tolerance,
                                     error=f"{error.__class__.__name__}: {error}"[:300]))
@@ -77,17 +83,8 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
                 "the gradient scaler skips a step whose scaled gradients overflow, as its first "
                 "ones at the initial scale 2^16 do)")))
             continue
-        strategy = strategies.lookup(name).cls
-        allowed = tolerance
         # A strategy that compresses gradients states the error it allows (relative).
         lossy = strategy.verify_relative_tolerance(config.plan)
-        if lossy:
-            allowed = max(allowed, lossy * update)
-        if strategy.verify_rounds_elsewhere(config.plan):
-            # Both steps stand within about the same rounding of the fp32 step, so within
-            # twice it of each other (the triangle inequality).
-            rounding = _max_abs_difference(
-                reference, baseline(config.plan.reference_split, "fp32"))
-            allowed = max(allowed, 2 * rounding)
+        allowed = max(tolerance, (lossy or 0.0) * update, 2 * rounding)
         verdicts.append(Verdict(name, kept, difference, update, allowed))
     return verdicts

@@ -86,8 +86,9 @@ class FSDP(RankDataParallel):
 
     def prepare_training(self, parameters, loss_device: torch.device) -> None:
         super().prepare_training(parameters, loss_device)
-        # Each rank sees only its shards' gradients: the sharded scaler all-reduces whether
-        # any overflowed, so that every rank skips the same fp16 steps.
+        # The scaler for sharded models: it all-reduces whether any rank's shard overflowed,
+        # so that every rank skips the same fp16 steps, and it accepts a step with no
+        # gradient on this rank (the compute-only steps), where torch.amp's raises.
         self.scaler = ShardedGradScaler(
             loss_device.type, enabled=self.workload.precision == "fp16")
 

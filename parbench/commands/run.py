@@ -203,18 +203,23 @@ def _run_under_torchrun(args: argparse.Namespace, rank: int) -> int:
     run is read on rank 0 (other nodes may not see its folder), which hands every rank its
     arguments and the configurations it keeps."""
     launch.join_torchrun(positive("--timeout", args.timeout))
+    given = args
     try:
         def resumed() -> tuple[argparse.Namespace, set[str]]:
-            folder = open_run_folder(args.resume)
-            return _resumed_arguments(args, folder), runner.kept_keys(folder.read_records())
+            folder = open_run_folder(given.resume)
+            return _resumed_arguments(given, folder), runner.kept_keys(folder.read_records())
         args, kept = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
                       if args.resume else (args, set()))
         configs = build_configs(args, _torchrun_devices(args))
+        launch.same_on_every_rank([(c.key(), runner.measured_in_sweep(c)) for c in configs],
+                                  "the configurations they measure")
         if rank != 0:  # rank 0 writes the records
             runner.follow_sweep(configs, kept)
             return 0
         return _run_and_record(args, configs, rank,
                                open_run_folder(args.resume) if args.resume else None)
+    except launch.LaunchError as error:  # said on every rank: no rank waits for the others
+        raise UsageError(str(error)) from None
     finally:
         launch.leave_torchrun()
 

@@ -25,13 +25,14 @@ from parbench.launch.failures import (
     failure_reason,
     is_out_of_memory,
 )
-from parbench.launch.ranks import Task, in_process_threads
-from parbench.launch.spawn import measure_alone, spawn
+from parbench.launch.ranks import Task, in_process_threads, measure_here
+from parbench.launch.spawn import spawn
 from parbench.launch.torchrun import (
     from_rank_zero,
     join_torchrun,
     leave_torchrun,
     measure_under_torchrun,
+    same_on_every_rank,
     torchrun_devices,
     torchrun_rank,
 )
@@ -41,8 +42,8 @@ from parbench.worker import trained_parameters
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
     "failure_reason", "from_rank_zero", "is_out_of_memory", "join_torchrun", "leave_torchrun",
-    "measure", "measure_collectives", "process_group_backend", "torchrun_devices",
-    "torchrun_rank", "verify_parameters", "world_size",
+    "measure", "measure_collectives", "process_group_backend", "same_on_every_rank",
+    "torchrun_devices", "torchrun_rank", "verify_parameters", "world_size",
 ]
 
 
@@ -54,7 +55,11 @@ def measure(config: Config, pace: Pace | None = None) -> dict | None:
         return measure_under_torchrun(config)
     if config.process_per_device:
         return spawn(config, Task.MEASURE, pace=pace)
-    return measure_alone(config, pace)
+    if config.memory_cap_mib and pace is None:
+        # Under a cap an allocation can fail where torch cannot recover (even crash):
+        # never in the process that holds the sweep.
+        return spawn(config, Task.ALONE)
+    return measure_here(config, pace)
 
 
 def measure_collectives(config: Config, names, sizes, iterations: int,

@@ -20,10 +20,13 @@ class LaunchError(RuntimeError):
 OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError", "can't allocate memory")
 # oneDNN reports a failed scratch allocation this way; under a memory cap it means memory.
 _OUT_OF_MEMORY_UNDER_CAP = ("could not create a primitive",)
-# How a rank reads when it failed only because a peer went away first (gloo's own words), or
-# was stopped because another rank had failed (launch.spawn).
-_PEER_GONE = ("Connection closed by peer", "connection reset by peer", "Connection reset by peer")
+# How a rank reads when it failed only because a peer went away first (gloo's words, then
+# NCCL's), or was stopped because another rank had failed (launch.spawn); and how a rank reads
+# that died on its own (a signal, an exit: launch.spawn).
+_PEER_GONE = ("Connection closed by peer", "onnection reset by peer",
+              "remote process exited", "communicator was aborted")
 _STOPPED = " stopped: "
+_DIED = " died: "
 
 
 def is_out_of_memory(error: BaseException, capped: bool) -> bool:
@@ -58,10 +61,10 @@ def last_line(message: str) -> str:
 
 def root_cause(failures: dict[int, str]) -> int:
     """Of several ranks' failures (rank -> message), the rank whose failure caused the others:
-    one that ran out of memory, else one that failed on its own rather than because a peer
-    went away or was stopped for another's failure; the lowest such rank."""
-    def consequence(rank: int) -> tuple[bool, bool, bool, int]:
+    one that ran out of memory, else one that died, else one that failed on its own rather
+    than because a peer went away or was stopped for another's failure; the lowest such."""
+    def consequence(rank: int) -> tuple[bool, bool, bool, bool, int]:
         text = failures[rank]
         return (not any(marker in text for marker in OUT_OF_MEMORY), _STOPPED in text,
-                any(marker in text for marker in _PEER_GONE), rank)
+                any(marker in text for marker in _PEER_GONE), _DIED not in text, rank)
     return min(failures, key=consequence)

@@ -30,7 +30,7 @@ from parbench.launch.backends import process_group_backend, world_size
 from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 
-__all__ = ["Rendezvous", "measure_alone", "spawn", "spawn_rank"]
+__all__ = ["Rendezvous", "spawn", "spawn_rank"]
 
 LOOPBACK = "127.0.0.1"
 _LAUNCHER_PID = "PARBENCH_LAUNCHER_PID"
@@ -171,15 +171,6 @@ def spawn_rank(config: Config, task: Task, rendezvous: Rendezvous,
     return _start(config, task, rendezvous, 1, abandon=abandon)
 
 
-def measure_alone(config: Config, pace=None) -> dict:
-    """A one-process strategy: measured in this process, or, under a memory cap, in a process
-    of its own (an allocation that fails there can leave torch unable to recover, even crash
-    it: never in the process that holds the sweep)."""
-    if config.memory_cap_mib and pace is None:
-        return spawn(config, Task.ALONE)
-    return measure_here(config, pace)
-
-
 def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, batch=None,
            lead: Callable[[], dict] | None = None,
            abandon: Callable[[], str | None] = lambda: None):
@@ -214,7 +205,12 @@ def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, b
                 if process.is_alive():
                     process.kill()
                 process.join()
-        return result if lead else _read_result(Path(out_dir))
+        if lead:
+            return result
+        result = _read_result(Path(out_dir))
+        if result is None and first == 0:
+            raise LaunchError("rank 0 finished without leaving its result")
+        return result
 
 
 def _read_result(out_dir: Path):

@@ -20,12 +20,13 @@ from parbench.devices import DeviceSet
 from parbench.launch.backends import world_size
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
-from parbench.launch.spawn import Rendezvous, measure_alone, spawn_rank
+from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
 
 __all__ = ["from_rank_zero", "join_torchrun", "leave_torchrun", "measure_under_torchrun",
-           "torchrun_devices", "torchrun_rank"]
+           "same_on_every_rank", "torchrun_devices", "torchrun_rank"]
 
 T = TypeVar("T")
+_DAY_S = 24 * 3600
 
 
 def torchrun_rank() -> int | None:
@@ -39,9 +40,11 @@ def join_torchrun(timeout_s: float) -> None:
     """Join the process group torchrun rendezvoused (once per process). It carries only the
     ranks' agreement, on gloo: the measuring happens in each configuration's own group."""
     if not dist.is_initialized():
-        # Ranks wait here for the slowest one's configuration, which its own launcher stops
-        # at the timeout; the margin is for starting and reaping its processes.
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2 * timeout_s + 60))
+        # Ranks wait in it for the slowest one's configuration, which its own launcher stops
+        # at --timeout (a resumed run's may be longer than this command's); a rank that dies
+        # ends the job through torchrun. So its own timeout is only a backstop.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(
+            seconds=max(2 * timeout_s + 60, _DAY_S)))
 
 
 def torchrun_devices(kind: str) -> DeviceSet:
@@ -64,13 +67,15 @@ def torchrun_devices(kind: str) -> DeviceSet:
 
 def from_rank_zero(compute: Callable[[], T], expected: tuple[type[Exception], ...]) -> T:
     """`compute()` on rank 0 (a run folder only its node may see), its value on every rank;
-    an `expected` error it raises is raised on every rank."""
+    an `expected` error it raises is raised on every rank, any other as LaunchError."""
     box: list = [None]
     if dist.get_rank() == 0:
         try:
             box = [(True, compute())]
         except expected as error:
             box = [(False, error)]
+        except Exception as error:  # noqa: BLE001 (the other ranks must not wait for it)
+            box = [(False, LaunchError(f"rank 0: {failure_reason(error)}"))]
     dist.broadcast_object_list(box, src=0)
     succeeded, value = box[0]
     if not succeeded:
@@ -98,43 +103,54 @@ _configurations = itertools.count()
 
 
 def measure_under_torchrun(config: Config) -> dict | None:
-    """Measure `config` on every rank (process-per-device strategies) or on rank 0 alone, then
-    agree: every rank returns (rank 0 the merged fields, others None) or every rank raises
-    LaunchError with the one failure that caused the others."""
+    """Measure `config` in a worker process on every rank (process-per-device strategies) or
+    on rank 0 alone, then agree: every rank returns (rank 0 the merged fields, others None) or
+    every rank raises the one failure that caused the others (its own exception on the rank
+    where it happened, LaunchError elsewhere)."""
     rank, size = dist.get_rank(), dist.get_world_size()
     prefix = (f"parbench/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
               f"{next(_configurations)}/")
     failed_key = prefix + "failed"
-    if not config.process_per_device:
-        def measure() -> dict | None:
-            return measure_alone(config) if rank == 0 else None
-    else:
-        if world_size(config) != size:
-            raise LaunchError(f"{config.strategy} uses {world_size(config)} devices but torchrun "
-                              f"started {size} processes")
-        rendezvous = Rendezvous(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                prefix, rank, size)
 
-        def abandon() -> str | None:
-            store = _job_store()
-            return store.get(failed_key).decode() if store.check([failed_key]) else None
+    def peer_failure() -> str | None:
+        store = _job_store()
+        return store.get(failed_key).decode() if store.check([failed_key]) else None
 
-        def measure() -> dict | None:
-            return spawn_rank(config, Task.MEASURE, rendezvous, abandon)
+    failure = reason = result = None
     try:
-        result, failure = measure(), None
+        if not config.process_per_device:  # its own process: a deadline, and memory apart
+            result = spawn(config, Task.ALONE) if rank == 0 else None
+        elif world_size(config) != size:
+            raise LaunchError(f"{config.strategy} uses {world_size(config)} devices but "
+                              f"torchrun started {size} processes")
+        else:
+            rendezvous = Rendezvous(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                    prefix, rank, size)
+            result = spawn_rank(config, Task.MEASURE, rendezvous, peer_failure)
     except Exception as error:
-        result, failure = None, error
-    reason = (None if failure is None else str(failure) if isinstance(failure, LaunchError)
-              else failure_reason(failure))
-    if reason and config.process_per_device:  # the other ranks' workers stop waiting for this one
-        _job_store().compare_set(failed_key, "", reason)
+        failure = error
+        reason = str(error) if isinstance(error, LaunchError) else failure_reason(error)
+        try:  # the other ranks' workers stop waiting for this one's
+            _job_store().compare_set(failed_key, "", reason)
+        except Exception:  # noqa: BLE001 (they are stopped at their deadline instead)
+            pass
     reasons: list = [None] * size
     dist.all_gather_object(reasons, reason)
-    failures = {r: reason for r, reason in enumerate(reasons) if reason}
+    failures = {r: text for r, text in enumerate(reasons) if text}
     if not failures:
         return result
     cause = root_cause(failures)
     if cause == rank:
         raise failure  # with its own type, which tells out-of-memory apart
     raise LaunchError(failures[cause])
+
+
+def same_on_every_rank(value, what: str) -> None:
+    """Raise LaunchError on every rank unless `value` (what this rank will do) is the same on
+    all: ranks that disagree would meet in the wrong configuration's collectives."""
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    differing = [rank for rank, other in enumerate(values) if other != values[0]]
+    if differing:
+        raise LaunchError(f"ranks {differing} differ from rank 0 in {what}; give every node "
+                          "the same arguments, data and software")

@@ -100,6 +100,33 @@ def test_emulated_strategies_run_on_one_gpu(strategy):
         assert record.memory_source.startswith("tensors per logical device")
 
 
+@pytest.mark.parametrize("precision, options", [
+    ("fp16", {}), ("bf16", {"mixed_precision": True}), ("fp16", {"mixed_precision": True})])
+def test_fsdp_trains_in_half_precision_on_one_gpu(precision, options):
+    """fp16 through the sharded gradient scaler; FSDP2's mixed-precision policy."""
+    record = _ok(_run("fsdp", SHARED, workload=replace(WORKLOAD, precision=precision),
+                      options=options))
+    # Blocks gathered twice a step: in fp32, more bytes than the gradient; in 2 bytes, fewer.
+    gathered_in_half = record.allgather_bytes < record.allreduce_bytes
+    assert gathered_in_half == bool(options)
+
+
+@pytest.mark.timeout(300)
+def test_torchrun_measures_each_configuration_in_a_worker_on_the_gpu(tmp_path):
+    """One rank under torchrun on cuda:0: each configuration in a worker of its own."""
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         "-m", "parbench", "run", "--strategy", "single,ddp", "--devices", "cuda", "--model",
+         "resnet18", "--batch-size", "16", "--steps", "2", "--warmup", "1",
+         "--results-dir", str(tmp_path), "--progress", "off"],
+        cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=280)
+    assert job.returncode == 0, job.stdout + job.stderr
+    [folder] = list(tmp_path.iterdir())
+    records = json.loads((folder / "records.json").read_text())
+    assert [(r["strategy"], r["status"], r["devices"]) for r in records] == [
+        ("single", "ok", "cuda:0"), ("ddp", "ok", "cuda:0")]
+
+
 @pytest.mark.parametrize("strategy, because", [
     ("pipeline-gpipe", "NCCL refuses two ranks on one GPU"),
     ("pipeline-1f1b", "NCCL refuses two ranks on one GPU"),

@@ -1,6 +1,6 @@
 """parbench under torchrun on CPU (gloo on loopback): a failed configuration (a rank killed, or
 every rank out of memory) is recorded and the sweep goes on, `--resume` works, and one node's
-job or two nodes' write one merged record per configuration."""
+job or two nodes' write one merged record per configuration; how the ranks agree on a failure."""
 
 import json
 import os
@@ -12,7 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.launch import LaunchError
+from parbench.launch.failures import root_cause
+from parbench.launch.ranks import Task
+from parbench.launch.spawn import Rendezvous, spawn_rank
 from parbench.results import load_records
 
 TINY = ["--devices", "cpu", "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
@@ -88,7 +95,7 @@ def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_agai
     assert first[0]["reason"].startswith("LaunchError: rank 1 died"), first[0]["reason"]
     assert "SIGKILL" in first[0]["reason"]
     assert first[1]["world_size"] == 2 and len(first[1]["peak_memory_mib"]) == 2
-    # Both ranks moved on at once: well under the 600 s timeout a hung peer would wait.
+    # Both ranks moved on at once: well under the 1800 s timeout a hung peer would wait.
     assert time.monotonic() - killed_at < 120
 
     agent = _torchrun(standalone, ["run", "--resume", str(folder)])
@@ -121,3 +128,35 @@ def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory
     assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
     assert ddp["emulated"]  # both nodes are this host
     assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
+
+
+def test_the_root_cause_is_the_failure_the_others_followed():
+    killed = "rank 1 died: process 0 terminated with signal SIGKILL"
+    peer_gone = "rank 0 failed: RuntimeError: [pair.cc:534] Connection closed by peer [::1]"
+    assert root_cause({0: peer_gone, 1: killed}) == 1
+    assert root_cause({0: "rank 0 stopped: rank 1 failed: ValueError: x",
+                       1: "rank 1 failed: ValueError: x"}) == 1
+    out_of_memory = "rank 1 failed: torch.OutOfMemoryError: CUDA out of memory"
+    assert root_cause({0: killed, 1: out_of_memory}) == 1
+    assert root_cause({2: "rank 2 failed: ValueError: y", 1: "rank 1 failed: ValueError: y"}) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_waiting_for_a_failed_peer_is_stopped_when_the_store_says_so(
+        tiny_workload, child_pids):
+    """With gloo a peer that died closes its sockets, but with NCCL, or before the group is
+    formed, the others would wait until the timeout: here rank 1's worker waits for a rank 0
+    that never comes, until its launcher reads that rank 0 failed."""
+    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=2,
+                    timeout_s=100)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    started = time.monotonic()
+
+    def peer_failure() -> str | None:
+        return "rank 0 failed: RuntimeError: boom" if time.monotonic() - started > 3 else None
+
+    with pytest.raises(LaunchError, match="^rank 1 stopped: rank 0 failed: RuntimeError: boom$"):
+        spawn_rank(config, Task.MEASURE, Rendezvous("127.0.0.1", store.port, "test/", 1, 2),
+                   peer_failure)
+    assert time.monotonic() - started < 20  # not the 100 s timeout
+    assert child_pids() == []
