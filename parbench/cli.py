@@ -124,8 +124,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--num-classes", type=int, default=10)
     check.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}, "
                        "for the baseline and every strategy (autocast; fp16 adds gradient "
-                       "scaling, whose first step, at scale 2^16, may overflow and be skipped: "
-                       "then nothing is compared, and verify says so)")
+                       "scaling, from 2^12 here so that the one step does not overflow)")
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
     check.add_argument("--threads-per-device", type=int, default=1)

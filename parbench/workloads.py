@@ -34,6 +34,8 @@ class Workload:
     momentum: float = 0.9
     # An image folder (one subfolder per class) to train on instead of synthetic data.
     data_dir: str | None = None
+    # Where fp16's gradient scaler starts (torch's default; verify starts lower).
+    initial_loss_scale: float = 2.0**16
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -52,8 +54,12 @@ class Workload:
 
     def describe(self) -> dict:
         described = asdict(self)
-        if not self.compile:  # as before --compile existed: run folders resume as they were
+        # Settings at their default are left out, as before they existed: run folders
+        # resume as they were.
+        if not self.compile:
             del described["compile"]
+        if self.initial_loss_scale == Workload.initial_loss_scale:
+            del described["initial_loss_scale"]
         return described
 
     def build_model(self) -> nn.Module:
@@ -111,4 +117,5 @@ class Workload:
 
     def make_grad_scaler(self, device: torch.device | str) -> torch.amp.GradScaler:
         """Loss scaling is needed for fp16 only; a disabled scaler passes calls straight through."""
-        return torch.amp.GradScaler(torch.device(device).type, enabled=self.precision == "fp16")
+        return torch.amp.GradScaler(torch.device(device).type, init_scale=self.initial_loss_scale,
+                                    enabled=self.precision == "fp16")

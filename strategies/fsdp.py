@@ -89,8 +89,9 @@ class FSDP(RankDataParallel):
         # The scaler for sharded models: it all-reduces whether any rank's shard overflowed,
         # so that every rank skips the same fp16 steps, and it accepts a step with no
         # gradient on this rank (the compute-only steps), where torch.amp's raises.
-        self.scaler = ShardedGradScaler(
-            loss_device.type, enabled=self.workload.precision == "fp16")
+        self.scaler = ShardedGradScaler(loss_device.type,
+                                        init_scale=self.workload.initial_loss_scale,
+                                        enabled=self.workload.precision == "fp16")
 
     @contextlib.contextmanager
     def without_communication(self):

@@ -211,7 +211,8 @@ def test_weak_scaling_draws_one_line_per_batch_per_device():
     plt.close(fig)
     # Their global batches differ (8, 16), but they share one panel: the batch per device.
     split = [dataclasses.replace(r, compute_time_s=0.5, exposed_comm_time_s=0.1,
-                                 exposed_comm_fraction=0.1 / 0.6) for r in records]
+                                 exposed_comm_fraction=0.1 / 0.6, allreduce_bytes=44_726_568)
+             for r in records]
     fig = plots.plot_communication(pd.DataFrame([r.to_dict() for r in split]))
     [ax] = fig.axes
     assert len(ax.patches) == 4  # compute and exposed, for N = 1 and N = 2
