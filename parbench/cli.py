@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--num-classes", type=int, default=10)
     check.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}, "
                        "for the baseline and every strategy (autocast; fp16 adds gradient "
-                       "scaling, from 2^12 here so that the one step does not overflow)")
+                       "scaling, started for each strategy at the largest scale from 2^16 "
+                       "down at which neither its step nor the baseline's overflows)")
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
     check.add_argument("--threads-per-device", type=int, default=1)

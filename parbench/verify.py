@@ -13,14 +13,7 @@ from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 from strategies.single import accumulating
 
-__all__ = ["VERIFY_LOSS_SCALE", "Verdict", "verify"]
-
-# fp16's initial loss scale in verify: where torch's scaler settled after skipping the first 4
-# steps of fsdp resnet18 at 32 px (from 2^16). Lower, small gradients fall into fp16's
-# subnormals, where the baseline (each shard's loss halved before backward) and the ranks (the
-# gradient halved after) round apart: 1.2e-5 at 2^8 on resnet18 at 64 px, 7e-12 at 2^12.
-VERIFY_LOSS_SCALE = 2.0**12
-
+__all__ = ["Verdict", "verify"]
 
 @dataclass(frozen=True)
 class Verdict:
@@ -30,6 +23,7 @@ class Verdict:
     baseline_update: float  # largest |parameter change| of the baseline's own step
     tolerance: float
     error: str | None = None  # why the strategy's step failed (then it is not ok)
+    loss_scale: float | None = None  # fp16: where the gradient scaler started
 
     @property
     def ok(self) -> bool:
@@ -51,49 +45,60 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
     the same parts, so BatchNorm sees the same samples in both and the comparison is exact up
     to floating-point summation order.
     """
-    if workload.precision == "fp16":
-        # At torch's initial scale, 2^16, a first step's scaled gradients overflow and the
-        # scaler skips it (on resnet18 here): one step would then compare nothing.
-        workload = replace(workload, initial_loss_scale=VERIFY_LOSS_SCALE)
     images, labels = workload.make_batch(global_batch, "cpu")
     initial = [p.detach().float() for p in workload.build_model().parameters()]
     baselines: dict[tuple, list[torch.Tensor]] = {}
 
-    def baseline(split: int | None, precision: str = workload.precision) -> list[torch.Tensor]:
-        if (split, precision) not in baselines:
-            config = Config(strategies.BASELINE, replace(workload, precision=precision),
-                            global_batch, devices, threads_per_device=threads_per_device,
-                            options=accumulating(split))
-            baselines[split, precision] = launch.verify_parameters(config, images, labels)
-        return baselines[split, precision]
+    def baseline(split: int | None, of: Workload) -> list[torch.Tensor]:
+        key = (split, of)
+        if key not in baselines:
+            config = Config(strategies.BASELINE, of, global_batch, devices,
+                            threads_per_device=threads_per_device, options=accumulating(split))
+            baselines[key] = launch.verify_parameters(config, images, labels)
+        return baselines[key]
+
+    def steps(name: str, kept: dict) -> tuple[Config, list, list]:
+        """The strategy's step and its reference. In fp16 the gradient scaler skips a step
+        whose scaled gradients overflow, and a skipped step compares nothing: both are taken
+        at the largest scale, halving from torch's 2^16, at which neither was skipped (not
+        lower: small gradients fall into fp16's subnormals, where they round apart)."""
+        at = workload
+        while True:
+            config = Config(name, at, global_batch, devices, options=kept,
+                            threads_per_device=threads_per_device)
+            reference = baseline(config.plan.reference_split, at)
+            parameters = launch.verify_parameters(config, images, labels)
+            skipped = [_max_abs_difference(step, initial) == 0
+                       for step in (reference, parameters)]
+            if at.precision != "fp16" or not any(skipped) or at.initial_loss_scale <= 1:
+                return config, reference, parameters
+            at = replace(at, initial_loss_scale=at.initial_loss_scale / 2)
 
     verdicts = []
     for name in names:
         kept = options_for(name, options)
-        config = Config(name, workload, global_batch, devices, options=kept,
-                        threads_per_device=threads_per_device)
         strategy = strategies.lookup(name).cls
         try:
-            reference = baseline(config.plan.reference_split)
-            parameters = launch.verify_parameters(config, images, labels)
+            config, reference, parameters = steps(name, kept)
             # Both steps stand within about the same rounding of the fp32 step, so within
             # twice it of each other (the triangle inequality).
-            rounding = (_max_abs_difference(
-                reference, baseline(config.plan.reference_split, "fp32"))
+            rounding = (_max_abs_difference(reference, baseline(
+                config.plan.reference_split, replace(workload, precision="fp32")))
                 if strategy.verify_rounds_elsewhere(config.plan) else 0.0)
         except Exception as error:  # one failing strategy is one row; the rest are checked
             verdicts.append(Verdict(name, kept, float("nan"), float("nan"), tolerance,
                                     error=f"{error.__class__.__name__}: {error}"[:300]))
             continue
+        scale = config.workload.initial_loss_scale if workload.precision == "fp16" else None
         update = _max_abs_difference(reference, initial)
         difference = _max_abs_difference(parameters, reference)
         if update == 0:
             verdicts.append(Verdict(name, kept, difference, update, tolerance, error=(
-                "the baseline's step changed no parameter, so nothing was compared (in fp16 "
-                "the gradient scaler skips a step whose scaled gradients overflow)")))
+                "the baseline's step changed no parameter, so nothing was compared"),
+                loss_scale=scale))
             continue
         # A strategy that compresses gradients states the error it allows (relative).
         lossy = strategy.verify_relative_tolerance(config.plan)
         allowed = max(tolerance, (lossy or 0.0) * update, 2 * rounding)
-        verdicts.append(Verdict(name, kept, difference, update, allowed))
+        verdicts.append(Verdict(name, kept, difference, update, allowed, loss_scale=scale))
     return verdicts

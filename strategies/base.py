@@ -137,9 +137,9 @@ class Strategy(ABC):
 
     @classmethod
     def verify_rounds_elsewhere(cls, plan: Plan) -> bool:
-        """True for a plan that computes in the workload's lower precision where autocast
-        would not (it then differs from the baseline by rounding): `parbench verify` accepts
-        a difference up to twice the one that precision makes to the baseline's own step,
+        """True for a plan that, in the workload's lower precision, rounds elsewhere than the
+        baseline does (it then differs from it by rounding): `parbench verify` accepts a
+        difference up to twice the one that precision makes to the baseline's own step,
         measured against the baseline in fp32."""
         return False
 

@@ -48,7 +48,8 @@ class FSDP(RankDataParallel):
 
     @classmethod
     def verify_rounds_elsewhere(cls, plan) -> bool:
-        return plan.options.mixed_precision  # BatchNorm's neighbours computed in fp32
+        # Under the policy, the layers after each BatchNorm compute in fp32.
+        return plan.options.mixed_precision or super().verify_rounds_elsewhere(plan)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         reshard = self.options.reshard_after_forward != "no"

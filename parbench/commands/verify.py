@@ -60,5 +60,6 @@ def command_verify(args: argparse.Namespace) -> int:
         options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
         print(f"{v.strategy:<26} {options_text:<34} {v.max_abs_difference:>16.3e} "
               f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
-              f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else ""))
+              f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
+              + (f" (fp16 loss scale {v.loss_scale:g})" if v.loss_scale else ""))
     return 0 if all(v.ok for v in verdicts) else 1

@@ -52,6 +52,8 @@ def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
                        {"world_size": 2}, tolerance=1e-5)
     assert verdict.baseline_update > 1e-3
     assert verdict.ok, verdict
+    # Halved from 2^16 until neither step was skipped.
+    assert verdict.loss_scale < 2**16
     assert child_pids() == []
 
 
