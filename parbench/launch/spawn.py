@@ -163,20 +163,20 @@ def spawn(config: Config, task: Task, batch=None, pace=None):
 
 
 def spawn_rank(config: Config, task: Task, rendezvous: Rendezvous,
-               abandon: Callable[[], str | None]):
+               peer_failure: Callable[[], str | None]):
     """Under torchrun: this rank's part of `task` in a process of its own, which meets the
-    other ranks' at `rendezvous`; rank 0's result (None on other ranks). `abandon` is asked
-    while it runs: a reason (another rank failed) stops it, since with NCCL it could wait in a
-    collective until the timeout."""
-    return _start(config, task, rendezvous, 1, abandon=abandon)
+    other ranks' at `rendezvous`; rank 0's result (None on other ranks). `peer_failure` is
+    asked while it runs: a reason (another rank failed) stops it, since with NCCL it could
+    wait in a collective until the timeout."""
+    return _start(config, task, rendezvous, 1, peer_failure=peer_failure)
 
 
 def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, batch=None,
            lead: Callable[[], dict] | None = None,
-           abandon: Callable[[], str | None] = lambda: None):
+           peer_failure: Callable[[], str | None] = lambda: None):
     """Start `processes` ranks from `rendezvous.first_rank` on, wait for them (playing rank 0
-    here with `lead`), kill them all on the first failure, the deadline or `abandon`, and read
-    back rank 0's result."""
+    here with `lead`), kill them all on the first failure, at the deadline or when
+    `peer_failure` gives a reason, and read back rank 0's result."""
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir:
         os.environ[_LAUNCHER_PID] = str(os.getpid())  # inherited: see _die_with_parent
         context = mp.start_processes(
@@ -191,7 +191,7 @@ def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, b
                     alive = [first + i for i, p in enumerate(context.processes) if p.is_alive()]
                     raise LaunchError(f"timed out after {config.timeout_s:.0f} s; ranks still "
                                       f"running: {alive}")
-                reason = abandon()
+                reason = peer_failure()
                 if reason:
                     raise LaunchError(f"rank {first} stopped: {reason}")
         except mp.ProcessRaisedException as error:
