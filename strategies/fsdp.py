@@ -19,6 +19,7 @@ from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
 __all__ = ["FSDP", "FSDPOptions"]
 
+
 @dataclass(frozen=True)
 class FSDPOptions(ReplicaOptions):
     """fully_shard's own settings."""
