@@ -116,6 +116,18 @@ class _AutocastStage(nn.Module):
             return self.module(inputs).contiguous()
 
 
+class _Stage(PipelineStage):
+    """A PipelineStage whose warm-up exchanges nothing with its own rank. In torch 2.11 a
+    schedule's first step sends a dummy tensor to each neighbouring stage, also to one on the
+    same rank (the V layouts: rank K-1 holds stages K-1 and K), and gloo has no pair to itself
+    ("Pair is not connected"); torch 2.14 leaves such neighbours out itself, and every release
+    passes their activations and gradients locally."""
+
+    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
+        return [op for op in super()._get_init_p2p_neighbors_ops()
+                if getattr(op, "group_peer", op.peer) != self.group_rank]
+
+
 class ScheduledPipeline(ProcessPerDevice):
     """Rank k drives devices[k] and holds its stages of the cut model; the schedule of
     torch.distributed.pipelining its registered name presets sends activations and gradients
@@ -245,7 +257,7 @@ class ScheduledPipeline(ProcessPerDevice):
         self._local = [self.workload.prepare_model(modules[i].to(device)).train()
                        for i in self._indices]
         self._forwards = [self.workload.compiled(module) for module in self._local]
-        self._stages = [PipelineStage(_AutocastStage(forward, device, self.workload), index,
+        self._stages = [_Stage(_AutocastStage(forward, device, self.workload), index,
                                       self._pieces, device)
                         for forward, index in zip(self._forwards, self._indices, strict=True)]
         self.optimizer = self.workload.make_optimizer(
