@@ -143,6 +143,8 @@ def parser() -> argparse.ArgumentParser:
     largest.add_argument("--model", default="resnet50")
     largest.add_argument("--image-size", default="128")
     largest.add_argument("--num-classes", type=int, default=1000)
+    largest.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)}")
+    largest.add_argument("--channels-last", action="store_true", help="NHWC memory format")
     largest.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     largest.add_argument("--memory-cap-mib", type=int, help="each process may allocate this "
                          "many MiB beyond what it holds at the start (needed on CPU)")

@@ -42,7 +42,12 @@ class DeviceSet:
     @property
     def emulated(self) -> bool:
         """Some physical device (on some host) is named more than once."""
-        return len(set(self._places())) < len(self.logical)
+        return self.physical_count < len(self.logical)
+
+    @property
+    def physical_count(self) -> int:
+        """Distinct physical devices, over every host."""
+        return len(set(self._places()))
 
     @property
     def spans_hosts(self) -> bool:

@@ -114,8 +114,15 @@ class Record:
     memory_growth_mib_per_step: float | None = None
     memory_leak_suspected: bool | None = None
     # Work and energy.
-    flops_per_image: int | None = None  # torch.utils.flop_counter, forward + backward
-    achieved_tflops: float | None = None
+    # FLOPs as measure.flops states them: 2 per multiply-accumulate, forward + backward as
+    # torch.utils.flop_counter counts them.
+    flops_per_image: int | None = None
+    achieved_tflops: float | None = None  # flops_per_image x throughput
+    # The dense peak of the physical devices used, together, at this precision (a table of
+    # GPU names, measure.flops.PEAK_TFLOPS; None on CPU or an unknown GPU), and
+    # MFU = achieved_tflops / peak_tflops.
+    peak_tflops: float | None = None
+    mfu: float | None = None
     gpu_utilisation_pct: list | None = None
     gpu_memory_used_mib: list | None = None
     gpu_sampling: str | None = None

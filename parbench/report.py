@@ -27,7 +27,7 @@ ENVIRONMENT = (("host", "host"), ("timestamp_utc", "measured (UTC)"),
 
 COLUMNS = (("status", "status"), ("devices", "devices"), ("precision", "precision"),
            ("channels_last", "channels last"), ("compile", "compiled"), ("micro_batches", "M"),
-           ("throughput_ips", "img/s"), ("step_time_median_s", "median step s"),
+           ("throughput_ips", "img/s"), ("mfu", "MFU"), ("step_time_median_s", "median step s"),
            ("step_time_p90_s", "p90 step s"), ("speedup_vs_baseline", "speedup"),
            ("micro_batch_effect", "= micro-batch"), ("parallel_effect", "x parallel"),
            ("device_efficiency", "efficiency"), ("scaling_efficiency", "scaling"),
@@ -110,11 +110,18 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
               "Throughput is images over the wall time of the measured steps, every device "
               "synchronised around each step; memory is the peak per logical device "
               f"({source}). "
+              f"{_MFU_NOTE if frame['mfu'].notna().any() else ''}"
               "Every field is described in parbench's README; the records are in "
               "`records.json` and `records.csv` beside this file.", ""]
     path = folder / "README.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+_MFU_NOTE = ("MFU is the achieved FLOP/s over the dense peak of the GPUs used at the "
+             "precision trained in (TF32 for fp32), counting 2 FLOPs per multiply-accumulate "
+             "and a step's forward and backward as torch.utils.flop_counter does "
+             "(parbench/measure/flops.py). ")
 
 
 def _run_summary(folder: Path) -> list | None:
@@ -245,9 +252,13 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     """What is printed after a run: the columns a reader compares, why each configuration
     that is not ok is not, every steady memory rise, the answers, and where the rest is."""
     table = frame.assign(options=frame["strategy_options"].map(options_text))
-    table = table[list(_TABLE)].rename(columns=_TABLE)
-    for field in _NUMERIC:  # None -> NaN -> "-"
-        table[_TABLE[field]] = pd.to_numeric(table[_TABLE[field]], errors="coerce")
+    columns = dict(_TABLE)
+    if frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
+        items, at = list(_TABLE.items()), list(_TABLE).index("throughput_ips") + 1
+        columns = dict(items[:at] + [("mfu", "MFU")] + items[at:])
+    table = table[list(columns)].rename(columns=columns)
+    for field in (f for f in (*_NUMERIC, "mfu") if f in columns):  # None -> NaN -> "-"
+        table[columns[field]] = pd.to_numeric(table[columns[field]], errors="coerce")
     table["memory trend"] = frame["memory_leak_suspected"].map(
         lambda leak: "RISING" if leak is True else "-")
     for column in ("strategy", "options", "devices"):  # text reads left-aligned

@@ -14,7 +14,7 @@ import torch
 import strategies
 from parbench import launch
 from parbench.config import Config
-from parbench.measure import imbalance, memory_growth, training_flops_per_image
+from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.record import Record
 from parbench.results import RunFolder
@@ -27,6 +27,17 @@ __all__ = ["add_comparisons", "follow_sweep", "kept_keys", "measured_in_sweep", 
 @functools.cache
 def _flops_per_image(workload: Workload) -> int:
     return training_flops_per_image(workload.build_model, workload.image_size)
+
+
+def _peak_tflops(config: Config) -> float | None:
+    """The dense peak of the physical GPUs the configuration uses, together, at its precision
+    (None on CPU, or on a GPU measure.flops does not know)."""
+    used = config.used_devices
+    if used.kind != "cuda":
+        return None
+    per_device = peak_tflops(torch.cuda.get_device_name(used.logical[0]),
+                             config.workload.precision)
+    return per_device * used.physical_count if per_device else None
 
 
 def _measured_bubble(merged: dict) -> dict:
@@ -60,6 +71,7 @@ def _measured_fields(config: Config, merged: dict) -> dict:
     times = merged["step_times_s"]
     throughput = config.global_batch * len(times) / merged["total_s"]
     flops = _flops_per_image(config.workload)
+    peak_flops = _peak_tflops(config)
     peaks = merged["peak_memory_mib"]
     losses = merged["losses"]
     growth, leaking = memory_growth(merged["memory_after_step_mib"])
@@ -94,6 +106,8 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         memory_leak_suspected=leaking,
         flops_per_image=flops,
         achieved_tflops=flops * throughput / 1e12,
+        peak_tflops=peak_flops,
+        mfu=flops * throughput / 1e12 / peak_flops if peak_flops else None,
         gpu_utilisation_pct=merged["gpu_utilisation_pct"],
         gpu_memory_used_mib=merged["gpu_memory_used_mib"],
         gpu_sampling=merged["gpu_sampling"],

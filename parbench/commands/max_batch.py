@@ -23,7 +23,7 @@ from parbench.config import Config, options_for
 from parbench.environment import collect_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.record import Record
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, Workload
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 
 __all__ = ["command_max_batch"]
 
@@ -39,7 +39,9 @@ def command_max_batch(args: argparse.Namespace) -> int:
     limit = at_least("--limit", args.limit, start)
     workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
                         image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
-                        num_classes=at_least("--num-classes", args.num_classes, 1))
+                        num_classes=at_least("--num-classes", args.num_classes, 1),
+                        precision=choice_list("--precision", args.precision, PRECISIONS)[0],
+                        channels_last=args.channels_last)
     [options] = strategy_option_sweep(args, sweep=False)
     configs = []
     for name in names:

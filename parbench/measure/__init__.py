@@ -1,7 +1,7 @@
 """Measurement, installed around a strategy by the worker: synchronised step timing, memory
 per device, GPU sampling (utilisation, memory, energy) and FLOPs. Strategies never measure."""
 
-from parbench.measure.flops import training_flops_per_image
+from parbench.measure.flops import peak_tflops, training_flops_per_image
 from parbench.measure.memory import (
     MIB,
     PeakMemory,
@@ -14,5 +14,5 @@ from parbench.measure.timing import Pace, StepTiming, time_steps
 
 __all__ = [
     "MIB", "Pace", "PeakMemory", "StepTiming", "allocated_mib", "imbalance", "memory_cap",
-    "memory_growth", "time_steps", "training_flops_per_image",
+    "memory_growth", "peak_tflops", "time_steps", "training_flops_per_image",
 ]

@@ -20,7 +20,7 @@ import torch
 from parbench import cli, worker
 from parbench.config import Config
 from parbench.devices import DeviceSet, parse_devices, synchronize
-from parbench.measure import time_steps
+from parbench.measure import peak_tflops, time_steps
 from parbench.runner import run_config
 from parbench.workloads import Workload
 
@@ -56,6 +56,9 @@ def test_single_trains_at_every_precision(precision, channels_last):
     assert record.memory_source.startswith("cuda max_memory_allocated")
     # The allocator's peak holds at least the parameters, gradients and momentum.
     assert record.peak_memory_max_mib > RESNET50_STATE_MIB
+    if peak_tflops(torch.cuda.get_device_name(0), precision):  # an H100, H200, A100
+        assert record.mfu == pytest.approx(record.achieved_tflops / record.peak_tflops)
+        assert 0 < record.mfu < 1
 
 
 def test_step_timing_waits_for_the_gpu():

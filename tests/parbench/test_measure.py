@@ -8,6 +8,7 @@ import pytest
 from parbench.measure import (
     StepTiming,
     imbalance,
+    peak_tflops,
     time_steps,
     training_flops_per_image,
 )
@@ -68,3 +69,14 @@ def test_flops_match_the_known_resnet50_count():
     # torchvision documents 4.09 GMACs forward at 224 px; training ~ 3x forward, 2 FLOPs per MAC.
     flops = training_flops_per_image(Workload(model="resnet50").build_model, 224)
     assert flops / 1e9 == pytest.approx(3 * 2 * 4.09, rel=0.02)
+
+
+def test_peak_tflops_by_device_name_and_precision():
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp16") == 989.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 495.0  # TF32, cuDNN's default
+    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0  # not the SXM part's figure
+    assert peak_tflops("NVIDIA H200", "bf16") == 989.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 156.0
+    assert peak_tflops("NVIDIA GeForce RTX 4090", "bf16") is None  # not in the table: empty
+    assert peak_tflops(None, "fp32") is None

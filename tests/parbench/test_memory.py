@@ -54,10 +54,12 @@ def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap(tiny_worklo
 def test_max_batch_prints_the_answer_and_writes_every_trial(tmp_path, capsys):
     status = main(["max-batch", "--strategy", "single", "--devices", "cpu", "--model",
                    "resnet18", "--image-size", "32", "--num-classes", "10", "--memory-cap-mib",
-                   "400", "--start", "64", "--limit", "128", "--results-dir", str(tmp_path)])
+                   "400", "--start", "64", "--limit", "128", "--precision", "bf16",
+                   "--channels-last", "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 0
     assert "largest global batch that trains (resnet18, 32px, cpu, 400 MiB per process)" in out
     [folder] = list(tmp_path.iterdir())
     trials = json.loads((folder / "records.json").read_text())
     assert trials[0]["global_batch"] == 64 and {r["status"] for r in trials} <= {"ok", "oom"}
+    assert {(r["precision"], r["channels_last"]) for r in trials} == {("bf16", True)}

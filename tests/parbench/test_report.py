@@ -80,3 +80,22 @@ def test_a_missing_path_or_empty_folder_is_refused(tmp_path, capsys, command):
     assert "no such file or folder" in capsys.readouterr().err
     assert main([command, str(tmp_path)]) == 2
     assert "has no records.json" in capsys.readouterr().err
+
+
+def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
+    # What a GPU record of a known device carries (measure.flops): its peak and MFU.
+    from dataclasses import replace
+
+    from parbench.report import results_table
+    from parbench.results import RunFolder, load_records
+
+    folder = RunFolder.open(run_folder)
+    records = [replace(r, peak_tflops=989.0, mfu=0.123) if r.ok else r
+               for r in folder.read_records()]
+    folder.write_records(records)
+    assert main(["report", str(run_folder)]) == 0
+    readme = (run_folder / "README.md").read_text()
+    assert "| MFU |" in readme and "| 0.123 |" in readme
+    assert "2 FLOPs per multiply-accumulate" in readme
+    header = results_table(load_records(run_folder)).splitlines()[0].split()
+    assert header[header.index("img/s") + 1] == "MFU"
