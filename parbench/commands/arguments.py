@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -129,6 +130,9 @@ def checked(config: Config, check_workload: bool = True) -> Config:
 
 
 def new_run_folder(results_dir: str, tag: str) -> RunFolder:
+    if tag and not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", tag):
+        raise UsageError(f"--tag {tag!r} must be a plain name, the run folder's suffix "
+                         "(letters, digits, '.', '_', '-'; no '/'), e.g. --tag tutorial-cpu")
     try:
         return RunFolder.create(results_dir, tag)
     except OSError as error:

@@ -168,6 +168,7 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--threads-per-device", "0"], "--threads-per-device must be at least 1"),
     (["run", "--num-classes", "0"], "--num-classes must be at least 1"),
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
+    (["run", "--tag", "../../x"], "--tag '../../x' must be a plain name"),
     (["launch"], "invalid choice: 'launch'"),
     (["run", "--batch-size", "32", "--split-size", "60"],
      "--split-size 60 is larger than --batch-size 32"),
