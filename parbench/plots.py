@@ -20,16 +20,19 @@ from parbench.measure.timeline import PHASES, span_label  # noqa: E402
 from parbench.projection import measured_allreduce_s  # noqa: E402
 from strategies.stages import bubble_fraction  # noqa: E402
 
-__all__ = ["FIGURES", "config_label", "options_text", "strategy_colour",
+__all__ = ["FIGURES", "config_label", "options_text", "strategy_colour", "strategy_marker",
            "write_collectives_figure", "write_figures", "write_projection_figure"]
 
-_PALETTE = plt.get_cmap("tab10").colors
-
-
 def strategy_colour(name: str):
-    """The same colour for a strategy in every figure (registry order; unknown names grey)."""
-    names = strategies.names()
-    return _PALETTE[names.index(name) % len(_PALETTE)] if name in names else "0.5"
+    """The colour its registry entry gives a strategy, in every figure (unknown names grey)."""
+    entry = strategies.REGISTRY.get(name)
+    return entry.colour if entry else "0.5"
+
+
+def strategy_marker(name: str) -> str:
+    """The marker its registry entry gives a strategy (unknown names a dot)."""
+    entry = strategies.REGISTRY.get(name)
+    return entry.marker if entry else "."
 
 
 def options_text(options: dict | None) -> str:
@@ -177,10 +180,9 @@ def plot_scaling(frame: pd.DataFrame):
         colour = strategy_colour(strategy)
         batch_text = f"b{batch}/device (weak)" if is_weak else f"b{batch}"
         label = f"{strategy}" + (f" {model} {batch_text}" if models else "")
-        marker = "o" if model == group["model"].iloc[0] and not models else "os^Dv"[
-            sorted(scaled["model"].unique()).index(model) % 5]
-        ax.plot(group["device_count"], group["throughput_ips"], marker=marker, color=colour,
-                label=label)
+        style = ("-", "-.", ":")[sorted(scaled["model"].unique()).index(model) % 3]
+        ax.plot(group["device_count"], group["throughput_ips"], marker=strategy_marker(strategy),
+                linestyle=style, color=colour, label=label)
         one = group[group["device_count"] == 1]["throughput_ips"]
         if len(one):
             counts = np.array(sorted(group["device_count"].unique()))
@@ -242,7 +244,7 @@ def plot_split_sizes(frame: pd.DataFrame):
     ax = axes[0]
     for strategy, group in split.groupby("strategy", sort=False):
         group = group.sort_values("split_size")
-        ax.plot(group["split_size"], group["throughput_ips"], marker="o",
+        ax.plot(group["split_size"], group["throughput_ips"], marker=strategy_marker(strategy),
                 color=strategy_colour(strategy), label=strategy)
     # The same-micro-batch baseline: one device accumulating the same micro-batches. A
     # pipeline above it gains from parallelism; the baseline above its flat line gains from
@@ -250,7 +252,8 @@ def plot_split_sizes(frame: pd.DataFrame):
     accumulating = frame[(frame["strategy"] == strategies.BASELINE)
                          & (frame["micro_batches"].fillna(1) > 1)].sort_values("split_size")
     if len(accumulating):
-        ax.plot(accumulating["split_size"], accumulating["throughput_ips"], marker="s",
+        ax.plot(accumulating["split_size"], accumulating["throughput_ips"],
+                marker=strategy_marker(strategies.BASELINE),
                 linestyle="--", color=strategy_colour(strategies.BASELINE),
                 label=f"{strategies.BASELINE} accumulating the same micro-batches")
     # The baseline, and every strategy that cuts the model but passes the whole batch.
@@ -337,7 +340,7 @@ def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
         tallest = max(np.nanmax(compute), group["step_time_median_s"].max())
         for xi, (_, record) in zip(x, group.iterrows(), strict=True):
             allreduce = (measured_allreduce_s(list(collectives), record)
-                         if record["strategy"] == "ddp" else None)
+                         if strategies.allreduces_gradients(record["strategy"]) else None)
             if allreduce is not None:
                 ideal = record["compute_time_s"] + allreduce
                 tallest = max(tallest, ideal)

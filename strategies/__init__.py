@@ -21,6 +21,7 @@ from strategies.single import SingleDevice
 
 __all__ = [
     "BASELINE", "REGISTRY", "OptionSpec", "Options", "Plan", "Strategy", "StrategyError",
+    "allreduces_gradients",
     "Unavailable", "WorkloadRefused", "available", "create", "lookup", "names", "option_specs",
     "plan", "takers",
 ]
@@ -28,27 +29,33 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered name: the class that implements it and the options the name presets
-    (fields made with `option(preset=True)`: a user cannot change them)."""
+    """A registered name: the class that implements it, the options the name presets (fields
+    made with `option(preset=True)`: a user cannot change them), and how every figure draws
+    it (a matplotlib colour and marker, each used by one strategy only)."""
 
     cls: type[Strategy]
+    colour: str
+    marker: str
     preset: dict = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Entry] = {
-    "single": Entry(SingleDevice),
-    "model-parallel": Entry(ModelParallel),
-    "pipeline": Entry(Pipeline),
-    "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
-    "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
-    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, {"schedule": "interleaved-1f1b"}),
-    "pipeline-looped-bfs": Entry(InterleavedPipeline, {"schedule": "looped-bfs"}),
-    "pipeline-zero-bubble": Entry(InterleavedPipeline, {"schedule": "zero-bubble"}),
-    "pipeline-zbv": Entry(InterleavedPipeline, {"schedule": "zbv"}),
-    "pipeline-dualpipev": Entry(InterleavedPipeline, {"schedule": "dualpipev"}),
-    "data-parallel": Entry(DataParallel),
-    "ddp": Entry(DDP),
-    "fsdp": Entry(FSDP),
+    "single": Entry(SingleDevice, "#333333", "o"),
+    "model-parallel": Entry(ModelParallel, "#999999", "s"),
+    "pipeline": Entry(Pipeline, "#1f77b4", "^"),
+    "pipeline-gpipe": Entry(ScheduledPipeline, "#aec7e8", "v", {"schedule": "gpipe"}),
+    "pipeline-1f1b": Entry(ScheduledPipeline, "#17becf", "<", {"schedule": "1f1b"}),
+    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, "#9edae5", ">",
+                                       {"schedule": "interleaved-1f1b"}),
+    "pipeline-looped-bfs": Entry(InterleavedPipeline, "#2ca02c", "D",
+                                 {"schedule": "looped-bfs"}),
+    "pipeline-zero-bubble": Entry(InterleavedPipeline, "#98df8a", "d",
+                                  {"schedule": "zero-bubble"}),
+    "pipeline-zbv": Entry(InterleavedPipeline, "#9467bd", "P", {"schedule": "zbv"}),
+    "pipeline-dualpipev": Entry(InterleavedPipeline, "#c5b0d5", "X", {"schedule": "dualpipev"}),
+    "data-parallel": Entry(DataParallel, "#ff7f0e", "h"),
+    "ddp": Entry(DDP, "#d62728", "*"),
+    "fsdp": Entry(FSDP, "#e377c2", "p"),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"
@@ -76,6 +83,13 @@ def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device]
     if not isinstance(options, Options):
         options = entry.cls.Options.from_values({**(options or {}), **entry.preset})
     return entry.cls.make_plan(name, workload, global_batch, devices, options)
+
+
+def allreduces_gradients(name: str) -> bool:
+    """Whether registered strategy `name` all-reduces its gradients (False for a name no
+    longer registered, as in older records)."""
+    entry = REGISTRY.get(name)
+    return bool(entry and entry.cls.allreduces_gradients)
 
 
 def create(plan: Plan) -> Strategy:

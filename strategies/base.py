@@ -65,6 +65,10 @@ class Strategy(ABC):
     # Why the strategy cannot train in fp16 or under --compile (torch.compile), or None.
     fp16_refusal: ClassVar[str | None] = None
     compile_refusal: ClassVar[str | None] = None
+    # What the strategy does, for callers that pick records by it, never by name: it
+    # all-reduces its gradients every step (`allreduce_bytes` of them), as `parbench project`
+    # and the communication figure's ideal step model.
+    allreduces_gradients: ClassVar[bool] = False
 
     # Set by the harness for a step it times action by action (parbench.measure.timeline).
     timeline = None

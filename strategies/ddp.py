@@ -71,6 +71,7 @@ class DDP(RankDataParallel):
 
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
     Options = DDPOptions
+    allreduces_gradients = True
 
     @classmethod
     def reference_split(cls, plan) -> int | None:

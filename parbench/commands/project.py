@@ -8,6 +8,7 @@ import argparse
 
 import pandas as pd
 
+import strategies
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
 from parbench.plots import write_projection_figure
 from parbench.projection import LINKS, measured_busbw_gbps, project
@@ -38,7 +39,8 @@ def command_project(args: argparse.Namespace) -> int:
     folder = open_run_folder(args.run)
     ranks = int_list("--ranks", args.ranks, 1)
     links = _links(args.link)
-    measured = [r.to_dict() for r in folder.read_records() if r.ok and r.strategy == "ddp"
+    measured = [r.to_dict() for r in folder.read_records()
+                if r.ok and strategies.allreduces_gradients(r.strategy)
                 and r.compute_time_s is not None and r.allreduce_bytes]
     ddp = pd.DataFrame(measured)
     if ddp.empty:

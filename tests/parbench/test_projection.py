@@ -9,8 +9,8 @@ from parbench.record import Record
 from parbench.results import RunFolder
 
 
-def _ddp(**fields) -> Record:
-    return Record(status="ok", strategy="ddp", strategy_options={"world_size": 2},
+def _ddp(strategy: str = "ddp", **fields) -> Record:
+    return Record(status="ok", strategy=strategy, strategy_options={"world_size": 2},
                   model="resnet18", image_size=32, global_batch=16, precision="fp32",
                   devices="cpu,cpu", physical_devices="cpu", device_kind="cpu", emulated=True,
                   world_size=2, backend="gloo", throughput_ips=16.0, step_time_median_s=1.0,
@@ -72,3 +72,22 @@ def test_bad_projection_input_is_one_line_and_exit_2(tmp_path, capsys, link, rec
     assert main(["project", str(folder.path), "--link", link]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_project_picks_records_by_what_the_strategy_does_not_its_name(tmp_path, capsys,
+                                                                     monkeypatch):
+    import strategies
+    from strategies.ddp import DDP
+
+    # A ddp variant under another name is projected; a strategy that does not all-reduce its
+    # gradients, though its record carries the same fields, is not.
+    monkeypatch.setitem(strategies.REGISTRY, "ddp-variant",
+                        strategies.Entry(DDP, "#000000", "x", {}))
+    folder = RunFolder.create(tmp_path)
+    folder.write_records([_ddp(), _ddp(strategy="ddp-variant"), _ddp(strategy="fsdp")])
+    assert main(["project", str(folder.path), "--ranks", "4", "--link", "25"]) == 0
+    projection = (folder.path / "projection.csv").read_text()
+    assert "ddp-variant" in projection and "fsdp" not in projection
+    assert strategies.allreduces_gradients("ddp-variant")
+    assert not strategies.allreduces_gradients("fsdp")
+    assert not strategies.allreduces_gradients("retired-name")

@@ -111,3 +111,8 @@ def test_a_schedule_that_splits_backward_refuses_compile(tiny_workload):
     plan = strategies.plan("pipeline-interleaved-1f1b", tiny_workload, 8, (cpu, cpu))
     assert plan.options.given() == {"stages": 2, "balance": "time", "split_size": 1,
                                     "stages_per_rank": 2}  # K x V = 4 stages, cut by time
+
+
+def test_every_strategy_has_a_colour_and_a_marker_of_its_own():
+    entries = strategies.REGISTRY.values()
+    assert len({e.colour for e in entries}) == len({e.marker for e in entries}) == len(entries)
