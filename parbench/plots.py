@@ -129,107 +129,123 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_strategies(frame: pd.DataFrame):
-    """Throughput of each strategy at its best setting, with the spread of its steps."""
+    """Throughput of each strategy at its best setting, with the spread of its steps: one
+    horizontal bar each, labelled on the left, so that a dozen strategies stay readable."""
     settings = frame.groupby(["strategy", frame["devices"].astype(str).str.count(",")])
     tried = settings["throughput_ips"].transform("size")
     frame = best_settings(frame.assign(settings_tried=tried))
     panels = _groups(frame)
-    fig, axes = _panels(len(panels), width_per=max(7.0, 0.6 * max(len(g) for _, g in panels)))
+    rows = max(len(group) for _, group in panels)
+    fig, axes = _panels(len(panels), width_per=8.0, height=2.2 + 0.55 * rows)
     for ax, (name, group) in zip(axes, panels, strict=True):
-        x = np.arange(len(group))
+        y = np.arange(len(group))[::-1]  # the first measured on top
         values = group["throughput_ips"].to_numpy()
         spreads = np.array([_throughput_spread(r) for _, r in group.iterrows()])
         errors = np.vstack([np.clip(values - spreads[:, 0], 0, None),
                             np.clip(spreads[:, 1] - values, 0, None)])
-        ax.bar(x, values, color=[strategy_colour(s) for s in group["strategy"]],
-               yerr=errors, capsize=4, edgecolor="black", linewidth=0.5)
-        for xi, (value, (_, record)) in enumerate(zip(values, group.iterrows(), strict=True)):
+        ax.barh(y, values, color=[strategy_colour(s) for s in group["strategy"]],
+                xerr=errors, capsize=3, edgecolor="black", linewidth=0.5, height=0.7)
+        for yi, value, top, (_, record) in zip(y, values, spreads[:, 1], group.iterrows(),
+                                                strict=True):
             speedup = record.get("speedup_vs_baseline")
-            note = f"{value:.3g}" + (f"\n{speedup:.2f}x" if speedup == speedup and speedup
+            note = f"{value:.3g}" + (f"  {speedup:.2f}x" if speedup == speedup and speedup
                                      else "")
-            ax.annotate(note, (xi, max(value, spreads[xi, 1])), textcoords="offset points",
-                        xytext=(0, 3), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(x, [config_label(r) + (f"\nbest of {r['settings_tried']}"
-                                             if r["settings_tried"] > 1 else "")
-                          for _, r in group.iterrows()], rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel("throughput (images/s)")
+            ax.annotate(note, (max(value, top), yi), textcoords="offset points",
+                        xytext=(4, 0), ha="left", va="center", fontsize=8)
+        labels = [config_label(r).replace("\n", " ") + (f", best of {r['settings_tried']}"
+                                                        if r["settings_tried"] > 1 else "")
+                  for _, r in group.iterrows()]
+        ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
+        ax.set_xlabel("throughput (images/s)")
         ax.set_title(name, fontsize=9)
-        ax.margins(y=0.2)
+        ax.margins(x=0.25)
     fig.suptitle(_title(frame, "Throughput per strategy at its best setting (bars: all "
                                "measured steps; whiskers: p90 step to fastest step; label: "
-                               "speedup over single)"),
+                               "img/s and speedup over single)"),
                  fontsize=10)
     return fig
 
 
 def plot_scaling(frame: pd.DataFrame):
-    """Throughput against devices, the ideal N x T(1) line, and efficiency labels."""
-    # A line per strategy and batch: the global batch, or under weak scaling the per device.
-    scaled = _compared_batch(frame[frame["scaling_efficiency"].notna()])
-    lines = [(key, group) for key, group in scaled.groupby(
-        ["strategy", "model", "weak", "batch", "image_size"], sort=False)
-        if group["device_count"].nunique() > 1]
-    if not lines:
+    """Throughput against devices, the ideal N x T(1) line, and efficiency labels: a panel per
+    workload and batch (under weak scaling, the batch per device), a line per strategy."""
+    scaled = frame[frame["scaling_efficiency"].notna()]
+    panels = []
+    for name, group in _groups(scaled) if len(scaled) else []:
+        group = _compared_batch(group)
+        line = [strategy + (f" ({text})" if text else "") for strategy, text in zip(
+            group["strategy"], group["strategy_options"].map(
+                lambda o: options_text({k: v for k, v in (o or {}).items()
+                                        if k != "world_size"})), strict=True)]
+        lines = [(key, g) for key, g in group.assign(line=line).groupby("line", sort=False)
+                 if g["device_count"].nunique() > 1]
+        if lines:
+            panels.append((name, lines))
+    if not panels:
         return None
-    fig, axes = _panels(1)
-    ax = axes[0]
-    models = scaled["model"].nunique() > 1 or scaled["batch"].nunique() > 1 \
-        or scaled["weak"].nunique() > 1
-    for (strategy, model, is_weak, batch, _), group in lines:
-        group = group.sort_values("device_count")
-        colour = strategy_colour(strategy)
-        batch_text = f"b{batch}/device (weak)" if is_weak else f"b{batch}"
-        label = f"{strategy}" + (f" {model} {batch_text}" if models else "")
-        style = ("-", "-.", ":")[sorted(scaled["model"].unique()).index(model) % 3]
-        ax.plot(group["device_count"], group["throughput_ips"], marker=strategy_marker(strategy),
-                linestyle=style, color=colour, label=label)
-        one = group[group["device_count"] == 1]["throughput_ips"]
-        if len(one):
-            counts = np.array(sorted(group["device_count"].unique()))
-            ax.plot(counts, counts * one.iloc[0], linestyle="--", color=colour, alpha=0.5,
-                    label=f"{label}: ideal N x T(1)")
-        for _, record in group.iterrows():
-            ax.annotate(f"{record['scaling_efficiency']:.2f}",
-                        (record["device_count"], record["throughput_ips"]),
-                        textcoords="offset points", xytext=(6, -10), fontsize=8, color=colour)
-    ax.set_xlabel("devices (data-parallel ranks)")
-    ax.set_ylabel("throughput (images/s)")
-    ax.set_xticks(sorted(scaled["device_count"].unique()))
-    ax.legend(fontsize=8)
+    fig, axes = _panels(len(panels), width_per=6.0)
+    for ax, (name, lines) in zip(axes, panels, strict=True):
+        for label, group in lines:
+            group = group.sort_values("device_count")
+            strategy = group["strategy"].iloc[0]
+            colour = strategy_colour(strategy)
+            ax.plot(group["device_count"], group["throughput_ips"],
+                    marker=strategy_marker(strategy), color=colour, label=label)
+            one = group[group["device_count"] == 1]["throughput_ips"]
+            if len(one):
+                counts = np.array(sorted(group["device_count"].unique()))
+                ax.plot(counts, counts * one.iloc[0], linestyle="--", color=colour, alpha=0.5,
+                        label=f"{label}: ideal N x T(1)")
+            for _, record in group[group["device_count"] > 1].iterrows():
+                ax.annotate(f"{record['scaling_efficiency']:.2f}",
+                            (record["device_count"], record["throughput_ips"]),
+                            textcoords="offset points", xytext=(6, -4), fontsize=8,
+                            color=colour)
+        counts = sorted({n for _, group in lines for n in group["device_count"]})
+        ax.set_xticks(counts)
+        ax.set_xlabel("devices (data-parallel ranks)")
+        ax.set_ylabel("throughput (images/s)")
+        ax.set_title(name, fontsize=9)
+        ax.margins(x=0.15)
+        ax.legend(fontsize=7)
+    weak = scaled["scaling"].eq("weak") if "scaling" in scaled else pd.Series(False)
     kinds = {True: "weak scaling: the batch per device fixed",
              False: "strong scaling: the global batch fixed"}
-    what = "; ".join(kinds[k] for k in sorted(scaled["weak"].unique(), reverse=True))
+    what = "; ".join(kinds[k] for k in sorted(weak.unique(), reverse=True))
     fig.suptitle(_title(scaled, f"Scaling, {what} (labels: efficiency T(N) / (N x T(1)))"),
                  fontsize=10)
     return fig
 
 
 def plot_memory(frame: pd.DataFrame):
-    """Peak memory of each logical device per configuration, with the imbalance max / mean."""
-    panels = _groups(frame)
-    fig, axes = _panels(len(panels), width_per=max(7.0, 0.6 * max(len(g) for _, g in panels)))
+    """Peak memory of each logical device for each strategy at its fastest setting (the
+    pipeline-memory figure has every split), with the imbalance max / mean: a row each."""
+    panels = _groups(best_settings(frame))
+    rows = max(len(group) for _, group in panels)
+    fig, axes = _panels(len(panels), width_per=8.0, height=2.2 + 0.55 * rows)
     for ax, (name, group) in zip(axes, panels, strict=True):
-        for xi, (_, record) in enumerate(group.iterrows()):
+        y = np.arange(len(group))[::-1]  # the first measured on top
+        for yi, (_, record) in zip(y, group.iterrows(), strict=True):
             peaks = record["peak_memory_mib"] or []
-            width = 0.8 / max(len(peaks), 1)
-            for d, peak in enumerate(peaks):
-                ax.bar(xi - 0.4 + width * (d + 0.5), peak, width=width * 0.95,
-                       color=strategy_colour(record["strategy"]), edgecolor="black",
-                       linewidth=0.5, alpha=1.0 - 0.5 * d / max(len(peaks), 1))
+            height = 0.8 / max(len(peaks), 1)
+            for d, peak in enumerate(peaks):  # device 0 on top
+                ax.barh(yi + 0.4 - height * (d + 0.5), peak, height=height * 0.95,
+                        color=strategy_colour(record["strategy"]), edgecolor="black",
+                        linewidth=0.5, alpha=1.0 - 0.5 * d / max(len(peaks), 1))
             if peaks:
-                ax.annotate(f"{record['memory_imbalance']:.2f}", (xi, max(peaks)),
-                            textcoords="offset points", xytext=(0, 3), ha="center",
-                            fontsize=8, rotation=90 if len(group) > 8 else 0)
-        ax.set_xticks(range(len(group)), [config_label(r) for _, r in group.iterrows()],
-                      rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel("peak memory per device (MiB)")
+                ax.annotate(f"{record['memory_imbalance']:.2f}", (max(peaks), yi),
+                            textcoords="offset points", xytext=(4, 0), va="center", fontsize=8)
+        ax.set_yticks(y, [textwrap.fill(config_label(r).replace("\n", " "), 40)
+                          for _, r in group.iterrows()], fontsize=8)
+        ax.set_xlabel("peak memory per device (MiB)")
         ax.set_title(name, fontsize=9)
-        ax.margins(y=0.15)
+        ax.margins(x=0.15)
     sources = frame["memory_source"].dropna().astype(str)
     how = ("tensors counted per logical device" if sources.str.startswith("tensors").any()
            else "allocator peaks per device")
-    fig.suptitle(_title(frame, f"Peak memory per device, one bar each, left to right ({how}; "
-                               "label: imbalance max / mean)"), fontsize=10)
+    fig.suptitle(_title(frame, "Peak memory per device at each strategy's fastest setting, a "
+                               f"bar per device, top to bottom ({how}; label: imbalance "
+                               "max / mean)"), fontsize=10)
     return fig
 
 
@@ -289,31 +305,31 @@ def plot_split_sizes(frame: pd.DataFrame):
 
 
 def plot_pipeline_memory(frame: pd.DataFrame):
-    """Per pipeline configuration, each stage's peak memory beside the most micro-batches it
-    held at once (from its timeline): how a schedule trades memory for bubble."""
+    """How each schedule trades memory for bubble: against its micro-batch count, the peak
+    memory of its fullest stage (rank) and the most micro-batches a stage held at once (from
+    its timeline), a line per strategy."""
     pipelines = frame[frame["in_flight_micro_batches"].map(
         lambda v: isinstance(v, list) and len(v) > 0)] if "in_flight_micro_batches" in frame \
         else frame.iloc[0:0]
     if pipelines.empty:
         return None
-    stages = max(len(v) for v in pipelines["in_flight_micro_batches"])
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(pipelines) * stages), 4.8))
-    width = 0.8 / stages
-    for xi, (_, record) in enumerate(pipelines.iterrows()):
-        peaks, held = record["peak_memory_mib"], record["in_flight_micro_batches"]
-        for k, (peak, count) in enumerate(zip(peaks, held, strict=False)):
-            x = xi - 0.4 + width * (k + 0.5)
-            ax.bar(x, peak, width, color=strategy_colour(record["strategy"]),
-                   alpha=1.0 - 0.35 * k / max(1, stages - 1), edgecolor="black", linewidth=0.5)
-            ax.annotate(f"s{k}\n{count} held", (x, peak), textcoords="offset points",
-                        xytext=(0, 2), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(pipelines)), [config_label(r) for _, r in pipelines.iterrows()],
-                  rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("peak memory per stage (MiB)")
-    ax.margins(y=0.25)
-    fig.suptitle(_title(pipelines, "Memory per stage (per rank, where it holds several), per "
-                                   "schedule; label: the most micro-batches it held at once, "
-                                   "from its timeline"),
+    pipelines = pipelines.assign(
+        fullest=pipelines["peak_memory_mib"].map(max),
+        held=pipelines["in_flight_micro_batches"].map(max),
+        micro_batches=pipelines["micro_batches"].fillna(1))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    for ax, column, label in ((axes[0], "fullest", "peak memory of the fullest stage (MiB)"),
+                              (axes[1], "held", "most micro-batches a stage held at once")):
+        for strategy, group in pipelines.groupby("strategy", sort=False):
+            group = group.sort_values("micro_batches")
+            ax.plot(group["micro_batches"], group[column], marker=strategy_marker(strategy),
+                    color=strategy_colour(strategy), label=strategy)
+        ax.set_xscale("log")
+        ax.set_xlabel("micro-batches per step M (log scale)")
+        ax.set_ylabel(label)
+    axes[1].legend(loc="upper left", fontsize=8)  # few stages hold many: room there
+    fig.suptitle(_title(pipelines, "Memory per schedule: the fullest stage (per rank, where it "
+                                   "holds several) and the micro-batches held at once"),
                  fontsize=10)
     return fig
 
@@ -328,43 +344,49 @@ def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
     if measured.empty:
         return None
     panels = _groups(measured)
-    fig, axes = _panels(len(panels), width_per=max(6.0, 0.9 * max(len(g) for _, g in panels)))
-    for ax, (name, group) in zip(axes, panels, strict=True):
-        x = np.arange(len(group))
+    heights = [len(group) for _, group in panels]
+    # Panels stacked, a horizontal bar per record, so that labels never collide.
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, height_ratios=heights,
+                             figsize=(11, 1.8 + 0.6 * sum(heights) + 0.6 * len(panels)))
+    for ax, (name, group) in zip(axes[:, 0], panels, strict=True):
+        y = np.arange(len(group))[::-1]  # the first measured on top
         compute = group["compute_time_s"].to_numpy(dtype=float)
         exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
-        ax.bar(x, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
-               label="compute (communication off)")
-        ax.bar(x, np.clip(exposed, 0, None), 0.6, bottom=compute, color="white",
-               edgecolor="black", hatch="//", label="exposed communication")
-        tallest = max(np.nanmax(compute), group["step_time_median_s"].max())
-        for xi, (_, record) in zip(x, group.iterrows(), strict=True):
+        ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
+                label="compute (communication off)")
+        ax.barh(y, np.clip(exposed, 0, None), 0.6, left=compute, color="white",
+                edgecolor="black", hatch="//", label="exposed communication")
+        longest = max(np.nanmax(compute), group["step_time_median_s"].max())
+        for yi, (_, record) in zip(y, group.iterrows(), strict=True):
             allreduce = (measured_allreduce_s(list(collectives), record)
                          if strategies.allreduces_gradients(record["strategy"]) else None)
             if allreduce is not None:
                 ideal = record["compute_time_s"] + allreduce
-                tallest = max(tallest, ideal)
-                ax.hlines(ideal, xi - 0.4, xi + 0.4, colors="black",
+                longest = max(longest, ideal)
+                ax.vlines(ideal, yi - 0.4, yi + 0.4, colors="black",
                           linestyles="--", label="ideal: compute + all-reduce, no overlap")
-                ax.hlines(max(record["compute_time_s"], allreduce), xi - 0.4, xi + 0.4,
+                ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
                           colors="black", linestyles=":", label="ideal: full overlap")
             gathered = record.get("allgather_bytes")
-            text = (f"{record['exposed_comm_fraction']:.0%} exposed\n"
+            text = (f"{record['exposed_comm_fraction']:.0%} exposed, "
                     f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
-                    + (f"\n{gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
-            # Above the bar: compute can read longer than the step within the noise.
-            top = max(record["step_time_median_s"], record["compute_time_s"])
-            ax.annotate(text, (xi, top), textcoords="offset points", xytext=(0, 3),
-                        ha="center", va="bottom", fontsize=7)
-        labels = [f"{config_label(r)}\n{r['devices']}" for _, r in group.iterrows()]
-        ax.set_xticks(x, labels, fontsize=8)
-        ax.set_ylabel("median step (s)")
+                    + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
+            # Past the bar's end: compute can read longer than the step within the noise.
+            end = max(record["step_time_median_s"], record["compute_time_s"])
+            ax.annotate(text, (end, yi), textcoords="offset points", xytext=(4, 0),
+                        va="center", fontsize=7)
+        labels = [f"{config_label(r)} on {r['devices']}".replace("\n", " ")
+                  for _, r in group.iterrows()]
+        ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
+        ax.set_xlabel("median step (s)")
         ax.set_title(name, fontsize=9)
-        ax.set_ylim(0, 1.25 * tallest)
+        ax.set_xlim(0, 1.6 * longest)  # room for the labels past the bars
+        ax.set_ylim(-0.6, len(group) - 0.4)
+    legend = {}  # label -> handle, each entry once over every panel
+    for ax in axes[:, 0]:
         handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles, strict=True))  # each ideal line once
-        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.16), ncol=2)
+        legend.update(zip(labels, handles, strict=True))
+    axes[0, 0].legend(legend.values(), legend.keys(), fontsize=8, loc="lower right")
     fig.suptitle(_title(measured, "Where a data-parallel step goes: compute, measured with "
                                   "communication off in the same run, and the communication "
                                   "it leaves exposed"), fontsize=10)

@@ -69,13 +69,15 @@ def test_the_comparison_draws_each_strategy_once_at_its_best_in_its_colour(resul
     best = {("single", 10.0): 12.0, ("pipeline", 14.0): 16.0, ("pipeline-1f1b", 15.0): 17.0}
     drawn = ok[[best.get((s, t), t) == t for s, t in zip(ok["strategy"], ok["throughput_ips"],
                                                           strict=True)]]
-    assert [round(b.get_height(), 6) for b in bars] == list(drawn["throughput_ips"])
+    assert [round(b.get_width(), 6) for b in bars] == list(drawn["throughput_ips"])
     assert [to_rgb(b.get_facecolor()) for b in bars] == [
         to_rgb(plots.strategy_colour(s)) for s in drawn["strategy"]]
-    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert "pipeline\n(split=4)\nbest of 2" in labels
+    # A horizontal bar each, the first measured on top, labelled on its left.
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "pipeline (split=4), best of 2" in labels
+    assert [b.get_y() for b in bars] == sorted((b.get_y() for b in bars), reverse=True)
     assert "EMULATED" in fig._suptitle.get_text()
-    assert fig.axes[0].get_ylabel() == "throughput (images/s)"
+    assert fig.axes[0].get_xlabel() == "throughput (images/s)"
     plt.close(fig)
 
 
@@ -86,7 +88,7 @@ def test_the_scaling_curve_has_the_ideal_line_and_efficiency_labels(results):
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert list(lines["ddp"].get_ydata()) == [9.5, 17.1]
     assert list(lines["ddp: ideal N x T(1)"].get_ydata()) == [9.5, 19.0]
-    assert {t.get_text() for t in ax.texts} == {"1.00", f"{17.1 / 19.0:.2f}"}
+    assert {t.get_text() for t in ax.texts} == {f"{17.1 / 19.0:.2f}"}  # N = 1 is 1 anyway
     plt.close(fig)
 
 
@@ -95,9 +97,13 @@ def test_memory_bars_show_each_device_and_the_imbalance(results):
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     fig = plots.plot_memory(ok)
     ax = fig.axes[0]
-    assert len(ax.patches) == sum(len(p) for p in ok["peak_memory_mib"])
+    # Each strategy once per device count, at its fastest setting: a bar per device.
+    best = plots.best_settings(ok)
+    assert len(best) < len(ok)
+    assert [round(b.get_width(), 6) for b in ax.patches] == [
+        peak for peaks in best["peak_memory_mib"] for peak in peaks]
     assert "1.50" in {t.get_text() for t in ax.texts}  # 150 vs 50 MiB: max / mean
-    assert ax.get_ylabel() == "peak memory per device (MiB)"
+    assert ax.get_xlabel() == "peak memory per device (MiB)"
     plt.close(fig)
 
 
@@ -169,10 +175,12 @@ def test_pipeline_memory_shows_each_stage_with_the_micro_batches_it_held():
                        peaks=[150.0, 100.0]).to_dict()]
     records[0]["in_flight_micro_batches"], records[1]["in_flight_micro_batches"] = [4, 4], [2, 1]
     fig = plots.plot_pipeline_memory(pd.DataFrame(records))
-    ax = fig.axes[0]
-    assert [b.get_height() for b in ax.patches] == [300.0, 200.0, 150.0, 100.0]
-    assert [t.get_text() for t in ax.texts] == ["s0\n4 held", "s1\n4 held", "s0\n2 held",
-                                                "s1\n1 held"]
+    fullest, held = fig.axes
+    # Against M (4 micro-batches of 2): the fullest stage's peak, and the most it held.
+    assert {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+            for line in fullest.get_lines()} == {"pipeline-gpipe": ([4], [300.0]),
+                                                 "pipeline-1f1b": ([4], [150.0])}
+    assert [list(line.get_ydata()) for line in held.get_lines()] == [[4], [2]]
     plt.close(fig)
 
 
@@ -187,8 +195,8 @@ def test_the_communication_figure_stacks_compute_and_exposed_communication():
     fig = plots.plot_communication(pd.DataFrame([ddp.to_dict(), _record("single", "cpu", 9.0)
                                                  .to_dict()]))
     ax = fig.axes[0]
-    assert [(b.get_y(), b.get_height()) for b in ax.patches] == [(0, 0.75), (0.75, 0.25)]
-    assert [t.get_text() for t in ax.texts] == ["25% exposed\n45 MB reduced"]
+    assert [(b.get_x(), b.get_width()) for b in ax.patches] == [(0, 0.75), (0.75, 0.25)]
+    assert [t.get_text() for t in ax.texts] == ["25% exposed, 45 MB reduced"]
     plt.close(fig)
     assert plots.plot_communication(pd.DataFrame([_record("single", "cpu", 9.0).to_dict()])) \
         is None
