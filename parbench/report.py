@@ -111,7 +111,7 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
               "synchronised around each step; memory is the peak per logical device "
               f"({source}). "
               f"{_MFU_NOTE if frame['mfu'].notna().any() else ''}"
-              "Every field is described in parbench's README; the records are in "
+              "Every field is described in parbench's docs/results.md; the records are in "
               "`records.json` and `records.csv` beside this file.", ""]
     path = folder / "README.md"
     atomic_write_text(path, "\n".join(lines))
