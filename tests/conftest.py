@@ -24,10 +24,8 @@ def _restore_torch_threads():
     torch.set_num_threads(threads)
 
 
-def _child_pids() -> list[int]:
-    """This process's children, less multiprocessing's resource tracker (started with the
-    first spawned process, it lives exactly as long as this process)."""
-    me = str(os.getpid())
+def _children(parent: int) -> list[tuple[int, bytes]]:
+    """(pid, command line) of each child of `parent`."""
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -35,9 +33,22 @@ def _child_pids() -> list[int]:
             command = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if fields[1] == me and b"resource_tracker" not in command:
-            children.append(int(stat.parent.name))
+        if int(fields[1]) == parent:
+            children.append((int(stat.parent.name), command))
     return children
+
+
+def _child_pids() -> list[int]:
+    """The processes this one started, less multiprocessing's resource tracker and fork server
+    (each started with the first worker, they live exactly as long as this process), but with
+    the fork server's children: the workers it forked for this process."""
+    pids = []
+    for pid, command in _children(os.getpid()):
+        if b"forkserver" in command:
+            pids += [child for child, _ in _children(pid)]
+        elif b"resource_tracker" not in command:
+            pids.append(pid)
+    return pids
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
-"""Ranks in processes of their own, started with spawn: one per device on this machine (the
-rendezvous served by the launcher on a loopback socket), or, under torchrun, this rank's part of
-one configuration (the rendezvous in the job's store); failures named by rank, every process
-reaped."""
+"""Ranks in processes of their own: one per device on this machine (the rendezvous served by
+the launcher on a loopback socket), or, under torchrun, this rank's part of one configuration
+(the rendezvous in the job's store); failures named by rank, every process reaped."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import ctypes
 import dataclasses
 import datetime
 import json
+import multiprocessing
 import os
 import pickle
 import signal
@@ -33,7 +33,12 @@ from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 __all__ = ["Rendezvous", "spawn", "spawn_rank"]
 
 LOOPBACK = "127.0.0.1"
-_LAUNCHER_PID = "PARBENCH_LAUNCHER_PID"
+# Workers are forked from a server process that imported torch, torchvision and parbench once,
+# before any thread or CUDA context existed: a spawned interpreter imports them again, about 5 s
+# of CPU per process on a 2-core machine, paid by every rank of every configuration.
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                else "spawn")
+multiprocessing.set_forkserver_preload([__name__])
 
 
 def _loopback_environment() -> None:
@@ -44,15 +49,17 @@ def _loopback_environment() -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
 
 
-def _die_with_parent() -> None:
-    """Linux: this worker is killed if the launching process dies, even by SIGKILL, so no
-    rank outlives an interrupted sweep."""
+def _die_with_parent(launcher: int) -> None:
+    """Linux: this worker is killed if its parent dies, even by SIGKILL, so no rank outlives
+    an interrupted sweep (the fork server, its parent, exits when the launcher does)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return  # not Linux: the launcher's own clean-up still applies
-    if os.getppid() != int(os.environ.get(_LAUNCHER_PID, os.getppid())):
+    try:
+        os.kill(launcher, 0)
+    except ProcessLookupError:
         os._exit(1)  # the launcher died while this worker was starting
 
 
@@ -85,8 +92,8 @@ def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.devi
 
 
 def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Task,
-                    out_dir: str, batch) -> None:
-    _die_with_parent()
+                    out_dir: str, batch, launcher: int) -> None:
+    _die_with_parent(launcher)
     if task is Task.ALONE:  # a one-process strategy, isolated in this worker
         (Path(out_dir) / "result.json").write_text(json.dumps(measure_here(config)))
         return
@@ -178,10 +185,9 @@ def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, b
     here with `lead`), kill them all on the first failure, at the deadline or when
     `peer_failure` gives a reason, and read back rank 0's result."""
     with tempfile.TemporaryDirectory(prefix="parbench-") as out_dir:
-        os.environ[_LAUNCHER_PID] = str(os.getpid())  # inherited: see _die_with_parent
         context = mp.start_processes(
-            _spawned_worker, args=(rendezvous, config, task, out_dir, batch),
-            nprocs=processes, join=False, start_method="spawn")
+            _spawned_worker, args=(rendezvous, config, task, out_dir, batch, os.getpid()),
+            nprocs=processes, join=False, start_method=START_METHOD)
         deadline = time.monotonic() + config.timeout_s
         first = rendezvous.first_rank
         try:

@@ -89,6 +89,6 @@ def test_the_communication_figure_draws_the_ideal_ddp_step_from_measured_bandwid
                  backend="gloo", devices="cpu,cpu")]
     fig = plots.plot_communication(pd.DataFrame([dataclasses.asdict(record)]), rows)
     lines = [c for c in fig.axes[0].collections if c.get_label().startswith("ideal")]
-    heights = sorted(c.get_segments()[0][0][1] for c in lines)
+    heights = sorted(c.get_segments()[0][0][0] for c in lines)  # vertical, at the step time
     assert heights == pytest.approx([0.6, 1.1])  # full overlap: max(0.6, 0.5); none: 0.6 + 0.5
     plt.close(fig)

@@ -26,6 +26,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _ranks(sweep: int) -> list[int]:
+    """The sweep's workers: forked by its fork server, a child of the sweep."""
+    servers = []
+    for pid in _children(sweep):
+        try:
+            if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                servers.append(pid)
+        except OSError:
+            continue
+    return [rank for server in servers for rank in _children(server)]
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -51,8 +63,7 @@ def _interrupt_during_ddp(sweep: subprocess.Popen, results: Path, signum: int) -
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         folders = list(results.glob("*/records.json"))
-        ranks = [p for p in _children(sweep.pid)
-                 if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        ranks = _ranks(sweep.pid)
         if folders and len(ranks) == 2:
             time.sleep(0.5)
             sweep.send_signal(signum)

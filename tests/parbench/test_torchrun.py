@@ -70,8 +70,9 @@ def _worker_of_rank(agent: subprocess.Popen, rank: int) -> int | None:
     processes = _processes()
     ranks = [pid for pid, (parent, command, environment) in processes.items()
              if parent == agent.pid and f"\0RANK={rank}\0".encode() in b"\0" + environment]
-    workers = [pid for pid, (parent, command, _) in processes.items()
-               if parent in ranks and b"spawn_main" in command]
+    servers = [pid for pid, (parent, command, _) in processes.items()
+               if parent in ranks and b"forkserver" in command]  # the rank's fork server
+    workers = [pid for pid, (parent, _, _) in processes.items() if parent in servers]
     return workers[0] if workers else None
 
 
