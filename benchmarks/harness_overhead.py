@@ -18,6 +18,7 @@ import torch
 from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.launch import measure
+from parbench.worker import Measurement
 from parbench.workloads import Workload
 
 
@@ -42,8 +43,8 @@ def bare_loop_throughput(workload: Workload, batch_size: int, warmup: int, steps
     return batch_size * steps / (time.perf_counter() - start)
 
 
-def _throughput(merged: dict, batch_size: int) -> float:
-    return batch_size * len(merged["step_times_s"]) / merged["total_s"]
+def _throughput(measured: Measurement, batch_size: int) -> float:
+    return batch_size * len(measured.step_times_s) / measured.total_s
 
 
 def main() -> None:

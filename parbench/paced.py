@@ -8,6 +8,7 @@ import threading
 
 from parbench import launch
 from parbench.config import Config
+from parbench.worker import Measurement
 
 __all__ = ["PacedRun"]
 
@@ -25,7 +26,7 @@ class PacedRun:
         self.calls_needed = config.warmup + config.steps
         self._go = threading.Semaphore(0)
         self._done = threading.Semaphore(0)
-        self._result: dict | None = None
+        self._result: Measurement | None = None
         self._error: BaseException | None = None
         self._finished = False
         self._thread = threading.Thread(target=self._run, name="parbench-paced", daemon=True)
@@ -58,8 +59,8 @@ class PacedRun:
         if self._error is not None:
             raise self._error
 
-    def finish(self) -> dict:
-        """parbench's merged measurement, once all `calls_needed` steps were called."""
+    def finish(self) -> Measurement:
+        """parbench's measurement, once all `calls_needed` steps were called."""
         self._thread.join(timeout=self.config.timeout_s)
         if self._error is not None:
             raise self._error

@@ -18,6 +18,7 @@ from parbench.measure import imbalance, memory_growth, peak_tflops, training_flo
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.record import Record
 from parbench.results import RunFolder
+from parbench.worker import Measurement
 from parbench.workloads import Workload
 
 __all__ = ["add_comparisons", "follow_sweep", "kept_keys", "measured_in_sweep", "run_config",
@@ -40,51 +41,51 @@ def _peak_tflops(config: Config) -> float | None:
     return per_device * used.physical_count if per_device else None
 
 
-def _measured_bubble(merged: dict) -> dict:
+def _measured_bubble(measured: Measurement) -> dict:
     """The timeline of the last measured step, and each stage's idle share of that step."""
-    spans = merged["timeline"]
+    spans = measured.timeline
     if not spans:
         return {}
-    idle = bubble_fractions(spans, merged["pipeline_stages"], merged["step_times_s"][-1])
+    idle = bubble_fractions(spans, measured.pipeline_stages, measured.step_times_s[-1])
     return dict(timeline=spans, measured_bubble_fraction=sum(idle) / len(idle),
                 measured_bubble_fraction_worst=max(idle),
-                in_flight_micro_batches=in_flight(spans, merged["pipeline_stages"]))
+                in_flight_micro_batches=in_flight(spans, measured.pipeline_stages))
 
 
-def _communication_split(merged: dict, step_s: float) -> dict:
+def _communication_split(measured: Measurement, step_s: float) -> dict:
     """A data-parallel step split into compute (the same steps with communication off,
     measured in the same run) and the communication it leaves exposed (the rest), with the
     bytes communicated per step and the library's own timings."""
-    compute_times = merged.get("compute_step_times_s") or []
+    compute_times = measured.compute_step_times_s
     split = {}
     if compute_times:
         compute = float(np.percentile(compute_times, 50))
         split = dict(compute_step_times_s=compute_times, compute_time_s=compute,
                      exposed_comm_time_s=step_s - compute,
                      exposed_comm_fraction=(step_s - compute) / step_s)
-    return {**split, **(merged.get("communication") or {})}
+    return {**split, **measured.communication}
 
 
-def _measured_fields(config: Config, merged: dict) -> dict:
-    """Record fields from the launcher's merged measurement: the derived statistics are
+def _measured_fields(config: Config, measured: Measurement) -> dict:
+    """Record fields from the configuration's measurement: the derived statistics are
     computed here, once."""
-    times = merged["step_times_s"]
-    throughput = config.global_batch * len(times) / merged["total_s"]
+    times = measured.step_times_s
+    throughput = config.global_batch * len(times) / measured.total_s
     flops = _flops_per_image(config.workload)
     peak_flops = _peak_tflops(config)
-    peaks = merged["peak_memory_mib"]
-    losses = merged["losses"]
-    growth, leaking = memory_growth(merged["memory_after_step_mib"])
-    first_step = (merged["warmup_step_times_s"] or [None])[0]
+    peaks = measured.peak_memory_mib
+    losses = measured.losses
+    growth, leaking = memory_growth(measured.memory_after_step_mib)
+    first_step = (measured.warmup_step_times_s or [None])[0]
     median = float(np.percentile(times, 50))
     return dict(
         status="ok",
-        stages=merged["pipeline_stages"],
-        partition=merged["partition"],
-        micro_batches=merged["micro_batches"],
-        bubble_fraction=merged["bubble_fraction"],
-        **_measured_bubble(merged),
-        torch_threads=merged["torch_threads"],
+        stages=measured.pipeline_stages,
+        partition=measured.partition,
+        micro_batches=measured.micro_batches,
+        bubble_fraction=measured.bubble_fraction,
+        **_measured_bubble(measured),
+        torch_threads=measured.torch_threads,
         throughput_ips=throughput,
         step_time_median_s=median,
         step_time_p90_s=float(np.percentile(times, 90)),
@@ -95,38 +96,38 @@ def _measured_fields(config: Config, merged: dict) -> dict:
         # The first warm-up step compiles: its time beyond a measured step's.
         compile_time_s=(first_step - median if config.workload.compile and first_step
                         else None),
-        rank_step_times_s=merged["rank_step_times_s"],
+        rank_step_times_s=measured.rank_step_times_s,
         peak_memory_mib=peaks,
         peak_memory_max_mib=max(peaks),
         memory_imbalance=imbalance(peaks),
-        memory_source=merged["memory_source"],
-        physical_peak_memory_mib=merged["physical_peak_memory_mib"],
-        memory_after_step_mib=merged["memory_after_step_mib"],
+        memory_source=measured.memory_source,
+        physical_peak_memory_mib=measured.physical_peak_memory_mib,
+        memory_after_step_mib=measured.memory_after_step_mib,
         memory_growth_mib_per_step=growth,
         memory_leak_suspected=leaking,
         flops_per_image=flops,
         achieved_tflops=flops * throughput / 1e12,
         peak_tflops=peak_flops,
         mfu=flops * throughput / 1e12 / peak_flops if peak_flops else None,
-        gpu_utilisation_pct=merged["gpu_utilisation_pct"],
-        gpu_memory_used_mib=merged["gpu_memory_used_mib"],
-        gpu_sampling=merged["gpu_sampling"],
-        gpu_energy_j=merged["gpu_energy_j"],
-        images_per_joule=(config.global_batch * len(times) / merged["gpu_energy_j"]
-                          if merged["gpu_energy_j"] else None),
+        gpu_utilisation_pct=measured.gpu_utilisation_pct,
+        gpu_memory_used_mib=measured.gpu_memory_used_mib,
+        gpu_sampling=measured.gpu_sampling,
+        gpu_energy_j=measured.gpu_energy_j,
+        images_per_joule=(config.global_batch * len(times) / measured.gpu_energy_j
+                          if measured.gpu_energy_j else None),
         loss_first=losses[0],
         loss_last=losses[-1],
-        **_communication_split(merged, median),
+        **_communication_split(measured, median),
     )
 
 
 def run_config(config: Config, run_id: str = "", index: int = 0,
                environment: dict | None = None,
-               measure: Callable[[Config], dict] = launch.measure) -> Record:
+               measure: Callable[[Config], Measurement] = launch.measure) -> Record:
     """Measure one configuration and return its record; failures become a record, not a raise.
 
-    `measure` returns the launcher's merged fields (another driver, such as pytest-benchmark,
-    passes its own, see `parbench.paced`)."""
+    `measure` returns the configuration's measurement (another driver, such as
+    pytest-benchmark, passes its own, see `parbench.paced`)."""
     workload = config.workload
     used = config.used_devices
     base = dict(

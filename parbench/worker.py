@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from parbench.measure.tensors import SOURCE as TENSORS_SOURCE
 from parbench.measure.tensors import TensorMemory
 from parbench.measure.timeline import Timeline
 
-__all__ = ["WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
+__all__ = ["Measurement", "WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
 
 
 @dataclass
@@ -51,6 +52,41 @@ class WorkerMeasurement:
     # after the measured ones; [] where the strategy has no such mode.
     compute_step_times_s: list[float]
     communication: dict  # Strategy.communication(): bytes per step, the library's timings
+
+
+@dataclass
+class Measurement:
+    """One configuration's measurement, merged over its workers (`merge`): what the runner
+    derives its record from. A worker process hands it over as JSON (`to_json`)."""
+
+    step_times_s: list[float]  # per measured step, the slowest worker's
+    rank_step_times_s: list[list[float]] | None  # per worker, per step, where several
+    total_s: float  # wall time of the measured steps, the slowest worker's
+    warmup_step_times_s: list[float]
+    losses: list[float]  # per measured step, the mean over the workers that compute one
+    peak_memory_mib: list[float]  # per logical device
+    physical_peak_memory_mib: list[float]
+    memory_after_step_mib: list[float]  # the fullest worker's, after each measured step
+    memory_source: str
+    torch_threads: int
+    partition: str | None
+    timeline: list[list]  # every worker's spans of the last measured step
+    bubble_fraction: float | None
+    micro_batches: int
+    pipeline_stages: int
+    gpu_sampling: str
+    compute_step_times_s: list[float]  # [] where the strategy has no compute-only mode
+    communication: dict  # Strategy.communication(): record fields about communication
+    gpu_utilisation_pct: list[float]
+    gpu_memory_used_mib: list[float]
+    gpu_energy_j: float | None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, values: dict) -> Measurement:
+        return cls(**values)
 
 
 def _build(config: Config) -> strategies.Strategy:
@@ -197,8 +233,8 @@ def _time_without_communication(strategy: strategies.Strategy, step, sync,
     return list(timing.step_times_s)
 
 
-def merge(measurements: list[WorkerMeasurement]) -> dict:
-    """One record's measured fields from every worker's measurement (in rank order).
+def merge(measurements: list[WorkerMeasurement]) -> Measurement:
+    """One configuration's measurement from every worker's (in rank order).
 
     A step lasts as long as its slowest worker; memory is listed per logical device; the loss
     is the mean over the workers that compute one (data-parallel ranks' equal shards, or a
@@ -211,7 +247,7 @@ def merge(measurements: list[WorkerMeasurement]) -> dict:
     for i in range(steps):
         values = [m.losses[i] for m in measurements if not math.isnan(m.losses[i])]
         losses.append(sum(values) / len(values) if values else float("nan"))
-    return dict(
+    return Measurement(
         step_times_s=step_times,
         rank_step_times_s=([m.step_times_s for m in measurements]
                            if len(measurements) > 1 else None),

@@ -37,7 +37,7 @@ from parbench.launch.torchrun import (
     torchrun_rank,
 )
 from parbench.measure import Pace
-from parbench.worker import trained_parameters
+from parbench.worker import Measurement, trained_parameters
 
 __all__ = [
     "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 
-def measure(config: Config, pace: Pace | None = None) -> dict | None:
-    """Measure `config` with the launcher its strategy needs; return the merged fields (under
+def measure(config: Config, pace: Pace | None = None) -> Measurement | None:
+    """Measure `config` with the launcher its strategy needs; return its measurement (under
     torchrun on rank 0; other ranks get None). With `pace`, an external timer drives every
     step of this process, which then plays rank 0 itself (see `parbench.paced`)."""
     if torchrun_rank() is not None:

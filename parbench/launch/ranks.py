@@ -14,7 +14,13 @@ from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.measure import Pace
 from parbench.measure.collectives import time_collectives
-from parbench.worker import WorkerMeasurement, measure_worker, merge, trained_parameters
+from parbench.worker import (
+    Measurement,
+    WorkerMeasurement,
+    measure_worker,
+    merge,
+    trained_parameters,
+)
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
 
@@ -43,7 +49,7 @@ def in_process_threads(config: Config):
         torch.set_num_threads(threads_before)
 
 
-def measure_here(config: Config, pace: Pace | None = None) -> dict:
+def measure_here(config: Config, pace: Pace | None = None) -> Measurement:
     """A one-process strategy, measured in this process on its devices' share of cores."""
     with in_process_threads(config):
         return merge([measure_worker(config, lambda s: DeviceSet(s.devices), pace=pace)])

@@ -29,6 +29,7 @@ from parbench.config import Config
 from parbench.launch.backends import process_group_backend, world_size
 from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
+from parbench.worker import Measurement
 
 __all__ = ["Rendezvous", "spawn", "spawn_rank"]
 
@@ -95,7 +96,7 @@ def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Ta
                     out_dir: str, batch, launcher: int) -> None:
     _die_with_parent(launcher)
     if task is Task.ALONE:  # a one-process strategy, isolated in this worker
-        (Path(out_dir) / "result.json").write_text(json.dumps(measure_here(config)))
+        (Path(out_dir) / "result.json").write_text(json.dumps(measure_here(config).to_json()))
         return
     if rendezvous.host == LOOPBACK:
         _loopback_environment()
@@ -104,7 +105,8 @@ def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Ta
     try:
         result = run_rank(config, task, device, batch)
         if rank == 0 and task in (Task.MEASURE, Task.COLLECTIVES):
-            (Path(out_dir) / "result.json").write_text(json.dumps(result))
+            (Path(out_dir) / "result.json").write_text(json.dumps(
+                result.to_json() if task is Task.MEASURE else result))
         elif rank == 0:  # plain arrays, read back without unpickling anything
             np.savez(Path(out_dir) / "parameters.npz", *[p.numpy() for p in result])
     finally:
@@ -117,7 +119,7 @@ def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Ta
     os._exit(0)
 
 
-def _lead(config: Config, rendezvous: Rendezvous, pace) -> dict:
+def _lead(config: Config, rendezvous: Rendezvous, pace) -> Measurement:
     """Play rank 0 of a measurement in this process (its steps driven by `pace`)."""
     device = _join_group(config, rendezvous, 0)
     try:
@@ -179,7 +181,7 @@ def spawn_rank(config: Config, task: Task, rendezvous: Rendezvous,
 
 
 def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, batch=None,
-           lead: Callable[[], dict] | None = None,
+           lead: Callable[[], Measurement] | None = None,
            peer_failure: Callable[[], str | None] = lambda: None):
     """Start `processes` ranks from `rendezvous.first_rank` on, wait for them (playing rank 0
     here with `lead`), kill them all on the first failure, at the deadline or when
@@ -214,6 +216,8 @@ def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, b
         if lead:
             return result
         result = _read_result(Path(out_dir))
+        if result is not None and task in (Task.MEASURE, Task.ALONE):
+            result = Measurement.from_json(result)
         if result is None and first == 0:
             raise LaunchError("rank 0 finished without leaving its result")
         return result

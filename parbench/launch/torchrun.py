@@ -21,6 +21,7 @@ from parbench.launch.backends import world_size
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
+from parbench.worker import Measurement
 
 __all__ = ["from_rank_zero", "join_torchrun", "leave_torchrun", "measure_under_torchrun",
            "same_on_every_rank", "torchrun_devices", "torchrun_rank"]
@@ -102,9 +103,9 @@ def _job_store() -> dist.Store:
 _configurations = itertools.count()
 
 
-def measure_under_torchrun(config: Config) -> dict | None:
+def measure_under_torchrun(config: Config) -> Measurement | None:
     """Measure `config` in a worker process on every rank (process-per-device strategies) or
-    on rank 0 alone, then agree: every rank returns (rank 0 the merged fields, others None) or
+    on rank 0 alone, then agree: every rank returns (rank 0 the measurement, others None) or
     every rank raises the one failure that caused the others (its own exception on the rank
     where it happened, LaunchError elsewhere)."""
     rank, size = dist.get_rank(), dist.get_world_size()

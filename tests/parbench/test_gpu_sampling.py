@@ -96,13 +96,13 @@ def test_ranks_sharing_a_gpu_count_it_once():
     gpu = lambda pct, joules: dict(utilisation_pct=pct, memory_used_mib=10.0 * pct,  # noqa: E731
                                    energy_j=joules)
     shared = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-0": gpu(80.0, 100.0)})])
-    assert shared["gpu_utilisation_pct"] == [80.0] and shared["gpu_energy_j"] == 100.0
+    assert shared.gpu_utilisation_pct == [80.0] and shared.gpu_energy_j == 100.0
     apart = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, 50.0)})])
-    assert apart["gpu_utilisation_pct"] == [80.0, 60.0]
-    assert apart["gpu_memory_used_mib"] == [800.0, 600.0]
-    assert apart["gpu_energy_j"] == 150.0
+    assert apart.gpu_utilisation_pct == [80.0, 60.0]
+    assert apart.gpu_memory_used_mib == [800.0, 600.0]
+    assert apart.gpu_energy_j == 150.0
     unreported = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, None)})])
-    assert unreported["gpu_energy_j"] is None  # a total of some GPUs would mislead
+    assert unreported.gpu_energy_j is None  # a total of some GPUs would mislead
 
 
 def test_a_gpu_nvml_cannot_read_falls_back_to_gputil(monkeypatch):

@@ -1,3 +1,4 @@
+import types
 from dataclasses import replace
 
 import pytest
@@ -106,12 +107,14 @@ def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput
 def test_a_data_parallel_step_splits_into_compute_and_exposed_communication():
     from parbench.runner import _communication_split
 
-    split = _communication_split(
-        {"compute_step_times_s": [0.3, 0.2, 0.4], "communication": {"allreduce_bytes": 8}}, 0.5)
+    measured = types.SimpleNamespace(compute_step_times_s=[0.3, 0.2, 0.4],
+                                     communication={"allreduce_bytes": 8})
+    split = _communication_split(measured, 0.5)
     assert split == dict(compute_step_times_s=[0.3, 0.2, 0.4], compute_time_s=0.3,
                          exposed_comm_time_s=pytest.approx(0.2),
                          exposed_comm_fraction=pytest.approx(0.4), allreduce_bytes=8)
-    assert _communication_split({"compute_step_times_s": [], "communication": {}}, 0.5) == {}
+    none = types.SimpleNamespace(compute_step_times_s=[], communication={})
+    assert _communication_split(none, 0.5) == {}
 
 
 def test_weak_scaling_compares_at_the_same_batch_per_device():
