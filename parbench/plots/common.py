@@ -1,0 +1,136 @@
+"""What every figure shares: a strategy's colour and marker, labels, titles that say EMULATED,
+one panel per workload, the fastest setting of each strategy, and saving as PNG and SVG."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable SVGs
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import strategies  # noqa: E402
+
+__all__ = ["best_settings", "compared_batch", "config_label", "title", "make_axes",
+           "options_text", "panel_groups", "save_figure", "strategy_colour", "strategy_marker",
+           "throughput_spread", "workload_text"]
+
+
+def strategy_colour(name: str):
+    """The colour its registry entry gives a strategy, in every figure (unknown names grey)."""
+    entry = strategies.REGISTRY.get(name)
+    return entry.colour if entry else "0.5"
+
+
+def strategy_marker(name: str) -> str:
+    """The marker its registry entry gives a strategy (unknown names a dot)."""
+    entry = strategies.REGISTRY.get(name)
+    return entry.marker if entry else "."
+
+
+def options_text(options: dict | None) -> str:
+    """A record's strategy options as each strategy's Options name them: `K=2, split=4`
+    (switches by name; keys no strategy takes, from older records, left out)."""
+    specs = strategies.option_specs()
+    return ", ".join(specs[k].text(v) for k, v in (options or {}).items()
+                     if k in specs and v not in (None, False))
+
+
+def config_label(record: pd.Series) -> str:
+    """`strategy (options)` for axis ticks, the options wrapped at 24 characters."""
+    options = options_text(record.get("strategy_options"))
+    if not options:
+        return record["strategy"]
+    return record["strategy"] + "\n" + textwrap.fill(f"({options})", 24)
+
+
+def workload_text(frame: pd.DataFrame) -> str:
+    parts = []
+    for column, unit in (("model", ""), ("global_batch", "batch "), ("image_size", "")):
+        values = sorted(frame[column].dropna().unique())
+        if len(values) == 1:
+            value = values[0]
+            parts.append(f"{value}px" if column == "image_size" else f"{unit}{value}")
+    precision = frame["precision"].dropna().unique()
+    if len(precision) == 1:
+        parts.append(str(precision[0]))
+    return ", ".join(parts)
+
+
+def title(frame: pd.DataFrame, what: str) -> str:
+    """What the figure shows, the workload, and whether the devices were emulated."""
+    text = textwrap.fill(f"{what}: {workload_text(frame)}", 90)
+    emulated = frame[frame["emulated"].astype(bool)]
+    if len(emulated):
+        physical = ", ".join(sorted(emulated["physical_devices"].astype(str).unique()))
+        text += f"\nEMULATED: several logical devices on one physical device ({physical})"
+    else:
+        kinds = ", ".join(sorted(frame["device_kind"].dropna().astype(str).unique()))
+        text += f"\nreal devices ({kinds})"
+    return text
+
+
+def compared_batch(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with `device_count`, `weak` and `batch`: the batch its records are compared at,
+    the global batch, or under weak scaling the batch per device (runs stored before
+    --scaling are strong)."""
+    device_count = frame["devices"].astype(str).str.count(",") + 1
+    weak = (frame["scaling"] == "weak") if "scaling" in frame else False
+    return frame.assign(device_count=device_count, weak=weak,
+                        batch=np.where(weak, frame["global_batch"] // device_count,
+                                       frame["global_batch"]))
+
+
+def panel_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One panel per workload (model, batch, image size, precision) present; under weak
+    scaling the batch per device, so that its records on N devices share a panel."""
+    compared = compared_batch(frame)
+    frame = frame.assign(batch=[f"{b} per device" if weak else b
+                                for b, weak in zip(compared["batch"], compared["weak"],
+                                                   strict=True)])
+    keys = ["model", "batch", "image_size", "precision"]
+    varying = [k for k in keys if frame[k].nunique() > 1]
+    if not varying:
+        return [("", frame)]
+    panels = []
+    for values, group in frame.groupby(varying, sort=False):
+        values = values if isinstance(values, tuple) else (values,)
+        panels.append((", ".join(f"{k} {v}" for k, v in zip(varying, values, strict=True)),
+                       group))
+    return panels
+
+
+def make_axes(count: int, width_per: float = 7.0, height: float = 5.5):
+    width = min(max(width_per * count, 7.0), 18.0)
+    fig, axes = plt.subplots(1, count, figsize=(width, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def throughput_spread(record: pd.Series) -> tuple[float, float]:
+    """Per-step throughput at the p90 (slow) and fastest step, for error bars."""
+    batch = record["global_batch"]
+    return batch / record["step_time_p90_s"], batch / record["step_time_min_s"]
+
+
+def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each strategy once per number of devices: its fastest setting (sweeps have figures of
+    their own), in the order first measured."""
+    counts = frame["devices"].astype(str).str.count(",")
+    best = frame.loc[frame.groupby([frame["strategy"], counts], sort=False)["throughput_ips"]
+                     .idxmax()]
+    return best.sort_index()
+
+
+def save_figure(fig, out_dir: str | Path, name: str) -> Path:
+    """out_dir/<name>.png and .svg, the figure closed; the PNG's path."""
+    fig.tight_layout()
+    for suffix in ("png", "svg"):
+        fig.savefig(Path(out_dir) / f"{name}.{suffix}", dpi=110)
+    plt.close(fig)
+    return Path(out_dir) / f"{name}.png"

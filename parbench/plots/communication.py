@@ -1,0 +1,141 @@
+"""Communication figures: a data-parallel step's compute and exposed communication, collective
+bandwidth, and projections (labelled PROJECTED)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+import strategies
+from parbench.plots.common import (
+    config_label,
+    panel_groups,
+    save_figure,
+    strategy_colour,
+    title,
+)
+from parbench.projection import measured_allreduce_s
+
+__all__ = ["plot_collectives", "plot_communication", "write_collectives_figure",
+           "write_projection_figure"]
+
+
+def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
+    """Each data-parallel record's median step as compute (the same steps with communication
+    off) plus the communication left exposed, per strategy and world size; for ddp, where
+    `parbench collectives` measured the same ranks, the ideal step beside it: compute plus an
+    all-reduce of its gradient at the measured bandwidth, with no overlap and with full."""
+    measured = (frame[frame["compute_time_s"].notna()] if "compute_time_s" in frame
+                else frame.iloc[0:0])
+    if measured.empty:
+        return None
+    panels = panel_groups(measured)
+    heights = [len(group) for _, group in panels]
+    # Panels stacked, a horizontal bar per record, so that labels never collide.
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, height_ratios=heights,
+                             figsize=(11, 1.8 + 0.6 * sum(heights) + 0.6 * len(panels)))
+    for ax, (name, group) in zip(axes[:, 0], panels, strict=True):
+        y = np.arange(len(group))[::-1]  # the first measured on top
+        compute = group["compute_time_s"].to_numpy(dtype=float)
+        exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
+        ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
+                label="compute (communication off)")
+        ax.barh(y, np.clip(exposed, 0, None), 0.6, left=compute, color="white",
+                edgecolor="black", hatch="//", label="exposed communication")
+        longest = max(np.nanmax(compute), group["step_time_median_s"].max())
+        for yi, (_, record) in zip(y, group.iterrows(), strict=True):
+            allreduce = (measured_allreduce_s(list(collectives), record)
+                         if strategies.allreduces_gradients(record["strategy"]) else None)
+            if allreduce is not None:
+                ideal = record["compute_time_s"] + allreduce
+                longest = max(longest, ideal)
+                ax.vlines(ideal, yi - 0.4, yi + 0.4, colors="black",
+                          linestyles="--", label="ideal: compute + all-reduce, no overlap")
+                ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
+                          colors="black", linestyles=":", label="ideal: full overlap")
+            gathered = record.get("allgather_bytes")
+            text = (f"{record['exposed_comm_fraction']:.0%} exposed, "
+                    f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
+                    + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
+            # Past the bar's end: compute can read longer than the step within the noise.
+            end = max(record["step_time_median_s"], record["compute_time_s"])
+            ax.annotate(text, (end, yi), textcoords="offset points", xytext=(4, 0),
+                        va="center", fontsize=7)
+        labels = [f"{config_label(r)} on {r['devices']}".replace("\n", " ")
+                  for _, r in group.iterrows()]
+        ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
+        ax.set_xlabel("median step (s)")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlim(0, 1.6 * longest)  # room for the labels past the bars
+        ax.set_ylim(-0.6, len(group) - 0.4)
+    legend = {}  # label -> handle, each entry once over every panel
+    for ax in axes[:, 0]:
+        handles, labels = ax.get_legend_handles_labels()
+        legend.update(zip(labels, handles, strict=True))
+    axes[0, 0].legend(legend.values(), legend.keys(), fontsize=8, loc="lower right")
+    fig.suptitle(title(measured, "Where a data-parallel step goes: compute, measured with "
+                                  "communication off in the same run, and the communication "
+                                  "it leaves exposed"), fontsize=10)
+    return fig
+
+
+def plot_collectives(rows: list[dict]):
+    """Bus bandwidth of each collective against message size (nccl-tests' busbw)."""
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (name, devices, backend), group in frame.groupby(["collective", "devices", "backend"],
+                                                         sort=False):
+        group = group.sort_values("size_bytes")
+        ax.plot(group["size_bytes"], group["busbw_gbps"], marker="o",
+                label=f"{name} ({devices}, {backend})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes; all-gather's output, reduce-scatter's input)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    world = int(frame["world_size"].iloc[0])
+    emulated = ("\nEMULATED: the ranks share one physical device"
+                if frame["emulated"].astype(bool).any() else "")
+    ax.set_title(f"Collective bandwidth on {world} ranks: busbw = size / time x 2(n-1)/n for "
+                 f"all-reduce, x (n-1)/n for the others (nccl-tests){emulated}", fontsize=9)
+    return fig
+
+
+def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | None:
+    """collectives.png and .svg in `out_dir`; its path (None without rows)."""
+    fig = plot_collectives(rows)
+    return None if fig is None else save_figure(fig, out_dir, "collectives")
+
+
+def write_projection_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
+    """projection.png and .svg: projected DDP efficiency against ranks, a line per link, with
+    no overlap (solid) and full overlap (dashed); labelled PROJECTED throughout."""
+    if table.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (link, model, batch), group in table.groupby(["link", "model", "batch_per_rank"],
+                                                     sort=False):
+        group = group.sort_values("ranks")
+        label = f"{link}, {model} b{batch:g}/rank"
+        [line] = ax.plot(group["ranks"], group["efficiency_no_overlap"], marker="o",
+                         label=f"{label}: no overlap")
+        ax.plot(group["ranks"], group["efficiency_full_overlap"], marker="o", linestyle="--",
+                color=line.get_color(), label=f"{label}: full overlap")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(table["ranks"].unique()), [str(n) for n in sorted(table["ranks"]
+                                                                           .unique())])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("data-parallel ranks")
+    ax.set_ylabel("PROJECTED efficiency: compute / step")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title("PROJECTED, not measured: a DDP step at N ranks = measured compute + ring "
+                 "all-reduce\nof the measured gradient bytes, 2(N-1)/N x bytes / bus "
+                 "bandwidth (batch per rank fixed)", fontsize=9)
+    return save_figure(fig, out_dir, "projection")
