@@ -76,3 +76,12 @@ def test_a_chunk_keeps_each_step_and_stops_a_step_at_its_time_limit(reference, t
     assert not (folder / "never.log").exists()
     assert json.loads((folder / "summary.json").read_text()) == {"batch": 64}
     assert child_pids() == []
+
+
+def test_a_step_is_not_started_once_the_chunk_has_no_time_left(reference, tmp_path):
+    steps = (reference.Step("late", (sys.executable, "-c", "print('late')"), 1),)
+    folder = tmp_path / "1-late"
+    reference.run_chunk(reference.Chunk(1, "late", "", steps), folder, {}, limit_s=0)
+    [entry] = json.loads((folder / "steps.json").read_text())
+    assert entry["status"] == "not started: the chunk's time ran out"
+    assert not (folder / "late.log").exists()

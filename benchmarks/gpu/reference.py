@@ -219,7 +219,7 @@ def run_step(step: Step, argv: list[str], folder: Path, timeout_s: float) -> dic
         except OSError as error:
             return {**entry, "status": f"cannot start: {error}"}
         try:
-            code = process.wait(timeout=max(timeout_s, 1))
+            code = process.wait(timeout=timeout_s)
             status = "ok" if code == 0 else f"exit {code}"
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
@@ -237,6 +237,12 @@ def run_chunk(chunk: Chunk, folder: Path, values: dict[str, str],
     deadline, done = time.monotonic() + limit_s, []
     for step in chunk.steps:
         remaining = deadline - time.monotonic()
+        if remaining < 1:
+            entry = {"step": step.name, "status": "not started: the chunk's time ran out"}
+            done.append(entry)
+            (folder / "steps.json").write_text(json.dumps(done, indent=2) + "\n")
+            print(f"  {step.name}: {entry['status']}", flush=True)
+            break
         entry = run_step(step, _fill(step.argv, values), folder, remaining)
         if entry["status"] == "ok" and step.finds:
             name, read = step.finds
