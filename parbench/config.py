@@ -7,10 +7,14 @@ import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import strategies
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
+
+if TYPE_CHECKING:
+    from parbench.planning import RunPlan
 
 __all__ = ["SCALINGS", "Config", "expand_sweep", "options_for", "weakly_scaled"]
 
@@ -48,32 +52,21 @@ class Config:
     scaling: str = "strong"
 
     @functools.cached_property
-    def plan(self) -> strategies.Plan:
-        """How the strategy will run this configuration (raises StrategyError, Unavailable or
-        WorkloadRefused saying why it cannot; see `strategies.plan`)."""
-        return strategies.plan(self.strategy, self.workload, self.global_batch,
-                               self.devices.logical, self.options)
+    def plan(self) -> RunPlan:
+        """How this configuration runs here, or why it cannot: decided once, here
+        (`parbench.planning`)."""
+        from parbench.planning import plan_config  # it reads this module's Config
 
-    def unavailable_reason(self) -> str | None:
-        """Why this machine cannot run the configuration (it is then recorded as skipped), or
-        None if it can; a configuration the strategy refuses raises StrategyError (see
-        `refusal`)."""
-        try:
-            self.plan  # noqa: B018 (planning is the check)
-        except strategies.Unavailable as error:
-            return str(error)
-        return None
+        return plan_config(self)
 
     def refusal(self) -> str | None:
-        """What the strategy refuses in this configuration (recorded as skipped in a sweep
-        that gives the strategy other configurations), or None."""
-        try:
-            self.plan  # noqa: B018 (planning is the check)
-        except strategies.Unavailable:
-            return None
-        except strategies.StrategyError as error:
-            return f"{self.strategy}: {error}"
-        return None
+        """What the strategy refuses in this configuration (an error, or recorded as skipped
+        in a sweep that gives the strategy other configurations), or None."""
+        return self.plan.reason("devices", "options")
+
+    def unavailable_reason(self) -> str | None:
+        """Why this machine cannot run the configuration (recorded as skipped), or None."""
+        return self.plan.reason("machine")
 
     @property
     def process_per_device(self) -> bool:
@@ -83,9 +76,7 @@ class Config:
     @property
     def used_devices(self) -> DeviceSet:
         """The devices the strategy takes out of those given (single takes the first)."""
-        cls = strategies.lookup(self.strategy).cls
-        options = cls.Options.from_values(self.options)
-        return self.devices.take(len(cls.select_devices(self.devices.logical, options)))
+        return self.plan.devices
 
     def key(self) -> str:
         """What identifies this configuration's measurement (to find it again on --resume)."""
@@ -135,8 +126,5 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
 def weakly_scaled(config: Config) -> Config:
     """`config` under weak scaling: its global batch, given per device, times the devices its
     strategy uses (a sweep's `ddp` on 1, 2, 4 ranks then trains 1, 2, 4 times the batch)."""
-    try:
-        devices = len(config.used_devices)
-    except strategies.StrategyError:  # too few devices: left for the checks to refuse or skip
-        return replace(config, scaling="weak")
-    return replace(config, global_batch=config.global_batch * devices, scaling="weak")
+    return replace(config, global_batch=config.global_batch * len(config.used_devices),
+                   scaling="weak")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import strategies
 from parbench.config import Config
 from parbench.record import Record
 from parbench.runner import run_config
@@ -67,8 +66,5 @@ def find_max_batch(config: Config, limit: int,
 
 def _accepts(config: Config, batch: int) -> bool:
     """Whether the strategy can train this batch (e.g. one it can split equally)."""
-    try:
-        replace(config, global_batch=batch).unavailable_reason()
-    except strategies.StrategyError:
-        return False
-    return True  # where the machine cannot run it, the trial records that
+    # Where the machine cannot run it, the trial records that.
+    return replace(config, global_batch=batch).plan.reason("devices", "options") is None

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import gc
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -21,8 +21,7 @@ from parbench.results import RunFolder
 from parbench.worker import Measurement
 from parbench.workloads import Workload
 
-__all__ = ["add_comparisons", "follow_sweep", "kept_keys", "measured_in_sweep", "run_config",
-           "run_sweep"]
+__all__ = ["add_comparisons", "kept_keys", "run_config", "run_sweep"]
 
 
 @functools.cache
@@ -140,19 +139,16 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         global_batch=config.global_batch, scaling=config.scaling, devices=used.describe(),
         physical_devices=used.describe_physical(), device_kind=used.kind,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
-        world_size=launch.world_size(config), backend=launch.backend_for(config),
+        world_size=config.plan.world_size, backend=config.plan.backend,
         data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps,
     )
-    try:
-        options = config.plan.options
-        base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
-    except strategies.Unavailable as error:
-        outcome = dict(status="skipped", reason=str(error))
-    except strategies.StrategyError as error:  # one combination of a sweep it refuses
-        outcome = dict(status="skipped", reason=f"{config.strategy}: {error}")
+    if config.plan.refusal:  # one combination of a sweep it refuses, or the machine cannot
+        outcome = dict(status="skipped", reason=config.plan.refusal.reason)
     else:
+        options = config.plan.strategy_plan.options
+        base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
         try:
             outcome = _measured_fields(config, measure(config))
         except Exception as error:
@@ -258,21 +254,3 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
     add_comparisons(records)
     folder.write_records(records)  # kept records after the last measured one too
     return records
-
-
-def follow_sweep(configs: list[Config], kept: Collection[str] = ()) -> None:
-    """The part of `run_sweep` that torchrun ranks other than 0 play: the same configurations
-    in the same order (less those a resumed run keeps), measured together; rank 0 records
-    them, failures included, as every rank agreed."""
-    for config in configs:
-        if config.key() in kept or not measured_in_sweep(config):
-            continue
-        try:
-            launch.measure(config)
-        except Exception:  # noqa: BLE001 (every rank agreed on it; rank 0 records it)
-            pass
-
-
-def measured_in_sweep(config: Config) -> bool:
-    """Whether a sweep measures `config`, rather than record it as skipped."""
-    return config.refusal() is None and config.unavailable_reason() is None

@@ -30,11 +30,8 @@ def config(strategy: str, devices: DeviceSet, model: str = MODELS[0], **options)
 def cannot_run(strategy: str, devices: DeviceSet, **options) -> str | None:
     """Why the suite's `strategy` cannot run on `devices` here (too few devices, a batch it
     cannot split, a machine that lacks what it needs), or None if it can."""
-    try:
-        strategies.plan(strategy, workload(), GLOBAL_BATCH, devices.logical, options)
-    except strategies.StrategyError as error:
-        return str(error)
-    return None
+    plan = config(strategy, devices, **options).plan
+    return None if plan.runs else plan.refusal.reason
 
 
 def runnable(devices: DeviceSet) -> list[str]:

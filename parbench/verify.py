@@ -45,64 +45,75 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
     the same parts, so BatchNorm sees the same samples in both and the comparison is exact up
     to floating-point summation order.
     """
-    images, labels = workload.make_batch(global_batch, "cpu")
-    initial = [p.detach().float() for p in workload.build_model().parameters()]
-    baselines: dict[tuple, list[torch.Tensor]] = {}
+    check = _Verifier(workload, devices, global_batch, threads_per_device)
+    return [check.verdict(name, options_for(name, options), tolerance) for name in names]
 
-    def baseline(split: int | None, of: Workload) -> list[torch.Tensor]:
-        key = (split, of)
-        if key not in baselines:
-            config = Config(strategies.BASELINE, of, global_batch, devices,
-                            threads_per_device=threads_per_device, options=accumulating(split))
-            baselines[key] = launch.verify_parameters(config, images, labels)
-        return baselines[key]
 
-    def steps(name: str, kept: dict) -> tuple[Config, list, list]:
+class _Verifier:
+    """One batch and the initial parameters, and the baseline's steps (each computed once)."""
+
+    def __init__(self, workload: Workload, devices: DeviceSet, global_batch: int,
+                 threads_per_device: int) -> None:
+        self.workload, self.devices, self.global_batch = workload, devices, global_batch
+        self.threads_per_device = threads_per_device
+        self.images, self.labels = workload.make_batch(global_batch, "cpu")
+        self.initial = [p.detach().float() for p in workload.build_model().parameters()]
+        self.baselines: dict[tuple, list[torch.Tensor]] = {}
+
+    def config(self, name: str, workload: Workload, options: dict) -> Config:
+        return Config(name, workload, self.global_batch, self.devices, options=options,
+                      threads_per_device=self.threads_per_device)
+
+    def baseline(self, split: int | None, workload: Workload) -> list[torch.Tensor]:
+        """The baseline's parameters after one step, accumulating over micro-batches of
+        `split` (None: the whole batch at once)."""
+        key = (split, workload)
+        if key not in self.baselines:
+            config = self.config(strategies.BASELINE, workload, accumulating(split))
+            self.baselines[key] = launch.verify_parameters(config, self.images, self.labels)
+        return self.baselines[key]
+
+    def skipped(self, step: list[torch.Tensor], workload: Workload) -> bool:
+        """Whether fp16's gradient scaler skipped this step (and a lower scale is left)."""
+        return (workload.precision == "fp16" and workload.initial_loss_scale > 1
+                and _max_abs_difference(step, self.initial) == 0)
+
+    def steps(self, name: str, kept: dict) -> tuple[Config, list, list]:
         """The strategy's step and its reference. In fp16 the gradient scaler skips a step
         whose scaled gradients overflow, and a skipped step compares nothing: both are taken
         at the largest scale, halving from torch's 2^16, at which neither was skipped (not
         lower: small gradients fall into fp16's subnormals, where they round apart)."""
-        at = workload
-
-        def skipped(step: list[torch.Tensor]) -> bool:  # and a lower scale is left to try
-            return (at.precision == "fp16" and at.initial_loss_scale > 1
-                    and _max_abs_difference(step, initial) == 0)
-
+        at = self.workload
         while True:
-            config = Config(name, at, global_batch, devices, options=kept,
-                            threads_per_device=threads_per_device)
-            reference = baseline(config.plan.reference_split, at)
-            if not skipped(reference):  # the strategy's step, only once its reference stepped
-                parameters = launch.verify_parameters(config, images, labels)
-                if not skipped(parameters):
+            config = self.config(name, at, kept)
+            reference = self.baseline(config.plan.strategy_plan.reference_split, at)
+            if not self.skipped(reference, at):  # the strategy's step, once its reference stepped
+                parameters = launch.verify_parameters(config, self.images, self.labels)
+                if not self.skipped(parameters, at):
                     return config, reference, parameters
             at = replace(at, initial_loss_scale=at.initial_loss_scale / 2)
 
-    verdicts = []
-    for name in names:
-        kept = options_for(name, options)
+    def verdict(self, name: str, kept: dict, tolerance: float) -> Verdict:
         strategy = strategies.lookup(name).cls
         try:
-            config, reference, parameters = steps(name, kept)
+            config, reference, parameters = self.steps(name, kept)
+            plan = config.plan.strategy_plan
             # Both steps stand within about the same rounding of the fp32 step, so within
             # twice it of each other (the triangle inequality).
-            rounding = (_max_abs_difference(reference, baseline(
-                config.plan.reference_split, replace(workload, precision="fp32")))
-                if strategy.verify_rounds_elsewhere(config.plan) else 0.0)
+            rounding = (_max_abs_difference(reference, self.baseline(
+                plan.reference_split, replace(self.workload, precision="fp32")))
+                if strategy.verify_rounds_elsewhere(plan) else 0.0)
         except Exception as error:  # one failing strategy is one row; the rest are checked
-            verdicts.append(Verdict(name, kept, float("nan"), float("nan"), tolerance,
-                                    error=f"{error.__class__.__name__}: {error}"[:300]))
-            continue
-        scale = config.workload.initial_loss_scale if workload.precision == "fp16" else None
-        update = _max_abs_difference(reference, initial)
+            return Verdict(name, kept, float("nan"), float("nan"), tolerance,
+                           error=f"{error.__class__.__name__}: {error}"[:300])
+        scale = (config.workload.initial_loss_scale if self.workload.precision == "fp16"
+                 else None)
+        update = _max_abs_difference(reference, self.initial)
         difference = _max_abs_difference(parameters, reference)
         if update == 0:
-            verdicts.append(Verdict(name, kept, difference, update, tolerance, error=(
-                "the baseline's step changed no parameter, so nothing was compared"),
-                loss_scale=scale))
-            continue
+            return Verdict(name, kept, difference, update, tolerance, loss_scale=scale, error=(
+                "the baseline's step changed no parameter, so nothing was compared"))
         # A strategy that compresses gradients states the error it allows (relative).
-        lossy = strategy.verify_relative_tolerance(config.plan)
+        lossy = strategy.verify_relative_tolerance(plan)
         allowed = max(tolerance, (lossy or 0.0) * update, 2 * rounding)
-        verdicts.append(Verdict(name, kept, difference, update, allowed, loss_scale=scale))
-    return verdicts
+        return Verdict(name, kept, difference, update, allowed, loss_scale=scale)

@@ -90,7 +90,7 @@ class Measurement:
 
 
 def _build(config: Config) -> strategies.Strategy:
-    return strategies.create(config.plan)
+    return strategies.create(config.plan.strategy_plan)
 
 
 def _loss_value(loss: torch.Tensor) -> float:

@@ -22,7 +22,7 @@ from strategies.single import SingleDevice
 __all__ = [
     "BASELINE", "REGISTRY", "OptionSpec", "Options", "Plan", "Strategy", "StrategyError",
     "allreduces_gradients",
-    "Unavailable", "WorkloadRefused", "available", "create", "lookup", "names", "option_specs",
+    "Unavailable", "WorkloadRefused", "create", "lookup", "names", "option_specs",
     "plan", "takers",
 ]
 
@@ -75,14 +75,15 @@ def lookup(name: str) -> Entry:
 
 
 def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],
-         options: dict | Options | None = None) -> Plan:
+         options: dict | Options | None = None, backend: str | None = None) -> Plan:
     """How strategy `name` trains `workload` at `global_batch` on `devices` with `options`
-    (those it does not take are ignored): raises StrategyError (a usage error),
+    (those it does not take are ignored) and its ranks on `backend` (None: NCCL where each
+    rank has a GPU of its own, else gloo): raises StrategyError (a usage error),
     WorkloadRefused or Unavailable (this machine cannot), each with one line saying why."""
     entry = lookup(name)
     if not isinstance(options, Options):
         options = entry.cls.Options.from_values({**(options or {}), **entry.preset})
-    return entry.cls.make_plan(name, workload, global_batch, devices, options)
+    return entry.cls.make_plan(name, workload, global_batch, devices, options, backend)
 
 
 def allreduces_gradients(name: str) -> bool:
@@ -95,20 +96,6 @@ def allreduces_gradients(name: str) -> bool:
 def create(plan: Plan) -> Strategy:
     """The strategy a plan describes (not yet set up)."""
     return lookup(plan.strategy).cls(plan)
-
-
-def available(devices: Sequence[torch.device]) -> dict[str, str | None]:
-    """Every strategy name -> None if this machine can run it on `devices` (with its default
-    options), else the reason it cannot."""
-    reasons = {}
-    for name, entry in REGISTRY.items():
-        try:
-            entry.cls.select_devices(devices)
-        except StrategyError as error:
-            reasons[name] = str(error)
-        else:
-            reasons[name] = entry.cls.unavailable_reason(devices)
-    return reasons
 
 
 def option_specs() -> dict[str, OptionSpec]:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from parbench.workloads import Workload
 
 __all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
-           "WorkloadRefused"]
+           "WorkloadRefused", "default_backend"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class Plan:
     global_batch: int
     devices: tuple[torch.device, ...]  # the devices the strategy uses out of those given
     options: Options  # with the defaults that depend on the batch and devices resolved
+    # The process group connecting the ranks (gloo or nccl); None for one-process strategies.
+    backend: str | None = None
 
     @property
     def reference_split(self) -> int | None:
@@ -81,18 +83,24 @@ class Strategy(ABC):
 
     @classmethod
     def make_plan(cls, name: str, workload: Workload, global_batch: int,
-                  devices: Sequence[torch.device], options: Options) -> Plan:
+                  devices: Sequence[torch.device], options: Options,
+                  backend: str | None = None) -> Plan:
         """Whether this strategy can train `workload` at `global_batch` on `devices` with
         `options`, and how: raises StrategyError (a usage error), WorkloadRefused or
-        Unavailable (this machine cannot) with one line saying why."""
+        Unavailable (this machine cannot) with one line saying why. `backend` is the process
+        group its ranks will use, as the caller decided it (see `default_backend`)."""
         used = cls.select_devices(devices, options)
+        backend = (backend or default_backend(used)) if cls.process_per_device else None
         options.check(workload, global_batch, used)
         cls.check_plan(workload, global_batch, used, options)
+        if backend:
+            cls.check_backend(backend, used, options)
         cls.check_workload(workload)
         reason = cls.unavailable_reason(used)
         if reason:
             raise Unavailable(reason)
-        return Plan(name, workload, global_batch, used, options.resolved(global_batch, used))
+        return Plan(name, workload, global_batch, used, options.resolved(global_batch, used),
+                    backend)
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],
@@ -126,6 +134,12 @@ class Strategy(ABC):
                    devices: tuple[torch.device, ...], options: Options) -> None:
         """Refuse what this strategy itself cannot do with this batch on the devices it uses
         (raise StrategyError saying how to fix it); the options check their own values."""
+
+    @classmethod
+    def check_backend(cls, backend: str, devices: tuple[torch.device, ...],
+                      options: Options) -> None:
+        """Refuse what these options cannot do over `backend` (process-per-device strategies;
+        raise StrategyError, or Unavailable where the machine is what lacks it)."""
 
     @classmethod
     def reference_split(cls, plan: Plan) -> int | None:
@@ -244,6 +258,14 @@ class Strategy(ABC):
     @abstractmethod
     def model(self) -> nn.Module:
         """The trained model (its parameters are what `parbench verify` compares)."""
+
+
+def default_backend(devices: Sequence[torch.device]) -> str:
+    """NCCL when every rank has a GPU of its own, else gloo (NCCL refuses two ranks on one GPU),
+    judged from logical devices alone: a caller that knows the hosts decides it instead (two
+    nodes' cuda:0 are two GPUs)."""
+    distinct = len(set(devices)) == len(devices)
+    return "nccl" if devices[0].type == "cuda" and distinct else "gloo"
 
 
 class ProcessPerDevice(Strategy):

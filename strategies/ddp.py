@@ -47,16 +47,6 @@ class DDPOptions(ReplicaOptions):
         if self.sync_batchnorm and devices[0].type != "cuda":
             raise StrategyError("SyncBatchNorm runs on CUDA devices only (torch's "
                                 "SyncBatchNorm); drop --sync-batchnorm on CPU")
-        shared = devices[0].type == "cpu" or len(set(devices)) < len(devices)
-        if self.comm_hook == "bf16" and shared:
-            raise StrategyError("the bf16 hook needs NCCL, and these ranks use gloo, which has "
-                                "no bf16 all-reduce (gloo#454); use --comm-hook fp16, or a GPU "
-                                "per rank")
-        if self.comm_hook == "powersgd" and shared:
-            raise StrategyError("the powersgd hook needs NCCL: on gloo a collective mismatch "
-                                "in its chained all-reduces aborted the ranks (resnet50, torch "
-                                "2.14; torch tests PowerSGD on NCCL only); use --comm-hook "
-                                "fp16, or a GPU per rank")
         if self.powersgd_rank is not None and self.comm_hook != "powersgd":
             raise StrategyError("--powersgd-rank is PowerSGD's; add --comm-hook powersgd")
 
@@ -72,6 +62,18 @@ class DDP(RankDataParallel):
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
     Options = DDPOptions
     allreduces_gradients = True
+
+    @classmethod
+    def check_backend(cls, backend, devices, options) -> None:
+        if options.comm_hook == "bf16" and backend == "gloo":
+            raise StrategyError("the bf16 hook needs NCCL, and these ranks use gloo, which has "
+                                "no bf16 all-reduce (gloo#454); use --comm-hook fp16, or a GPU "
+                                "per rank with --backend auto or nccl")
+        if options.comm_hook == "powersgd" and backend == "gloo":
+            raise StrategyError("the powersgd hook needs NCCL: on gloo a collective mismatch "
+                                "in its chained all-reduces aborted the ranks (resnet50, torch "
+                                "2.14; torch tests PowerSGD on NCCL only); use --comm-hook "
+                                "fp16, or a GPU per rank with --backend auto or nccl")
 
     @classmethod
     def reference_split(cls, plan) -> int | None:

@@ -196,12 +196,13 @@ class ScheduledPipeline(ProcessPerDevice):
                                 "smaller --split-size")
 
     @classmethod
-    def unavailable_reason(cls, devices) -> str | None:
-        if devices[0].type == "cuda" and len(set(devices)) < len(devices):
-            return ("stages sharing a GPU need gloo (NCCL refuses two ranks on one GPU), and "
-                    "gloo cannot send CUDA tensors point to point; give distinct GPUs, or use "
-                    "the one-process `pipeline` to emulate stages on one GPU")
-        return None
+    def check_backend(cls, backend, devices, options) -> None:
+        if devices[0].type == "cuda" and backend == "gloo":
+            raise Unavailable("stages on GPUs over gloo (which stages sharing a GPU need: NCCL "
+                              "refuses two ranks on one GPU) cannot send CUDA tensors point to "
+                              "point; give each stage a GPU of its own with --backend auto or "
+                              "nccl, or use the one-process `pipeline` to emulate stages on "
+                              "one GPU")
 
     @property
     def schedule(self) -> Schedule:

@@ -12,13 +12,14 @@ from pathlib import Path
 import torch
 
 import strategies
-from parbench.checks import ConfigError, check
 from parbench.config import Config
 from parbench.devices import DeviceError, DeviceSet, parse_devices
+from parbench.planning import ConfigError
 from parbench.results import ResultsError, RunFolder
 
 __all__ = [
-    "UsageError", "add_strategy_options", "at_least", "checked", "choice_list", "comma_list",
+    "UsageError", "add_common_arguments", "add_strategy_options", "at_least", "checked",
+    "choice_list", "comma_list",
     "default_devices", "device_set", "int_list", "new_run_folder", "open_run_folder",
     "output_folder", "positive", "strategy_names", "strategy_option_sweep",
 ]
@@ -86,6 +87,22 @@ def strategy_names(text: str) -> list[str]:
     return choice_list("--strategy", text, strategies.names())
 
 
+def add_common_arguments(parser: argparse.ArgumentParser, *flags: str) -> None:
+    """The flags several commands share, each typed and explained once: --timeout,
+    --threads-per-device, --results-dir."""
+    common = {
+        "--timeout": dict(type=float, default=1800.0, help=(
+            "seconds a configuration may take before its processes are stopped and it is "
+            "recorded as an error (default 1800)")),
+        "--threads-per-device": dict(type=int, default=1, help=(
+            "CPU threads per logical CPU device (default 1: N devices = N cores)")),
+        "--results-dir": dict(default="results", help="where run folders are written "
+                              "(default results)"),
+    }
+    for flag in flags:
+        parser.add_argument(flag, **common[flag])
+
+
 def add_strategy_options(parser: argparse.ArgumentParser, sweep: bool = True) -> None:
     """A flag for every option a registered strategy takes, saying which strategies take it."""
     for spec in strategies.option_specs().values():
@@ -123,7 +140,7 @@ def strategy_option_sweep(args: argparse.Namespace, sweep: bool = True) -> list[
 
 def checked(config: Config, check_workload: bool = True) -> Config:
     try:
-        check(config, check_workload)
+        config.plan.check(check_workload)
     except ConfigError as error:
         raise UsageError(str(error)) from None
     return config

@@ -9,6 +9,7 @@ import re
 from parbench import launch
 from parbench.commands.arguments import (
     UsageError,
+    add_common_arguments,
     at_least,
     checked,
     choice_list,
@@ -22,6 +23,7 @@ from parbench.config import Config
 from parbench.devices import format_bytes
 from parbench.environment import collect_environment
 from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
+from parbench.planning import BACKENDS
 from parbench.plots import write_collectives_figure
 from parbench.workloads import Workload
 
@@ -76,7 +78,7 @@ def command_collectives(args: argparse.Namespace) -> int:
                             timeout_s=positive("--timeout", args.timeout)))
     folder = (open_run_folder(args.into) if args.into
               else new_run_folder(args.results_dir, args.tag or "collectives"))
-    backend, world = launch.backend_for(config), len(devices)
+    backend, world = config.plan.backend, len(devices)
     try:
         measured = launch.measure_collectives(config, names, sizes, iterations, warmup)
     except launch.LaunchError as error:
@@ -104,3 +106,38 @@ def command_collectives(args: argparse.Namespace) -> int:
           "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
     print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
     return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench collectives`: its parser and arguments."""
+    collectives = commands.add_parser(
+        "collectives", help="measure collective bandwidth (all-reduce, all-gather, "
+        "reduce-scatter) over message sizes",
+        description="One process per device, as ddp runs them (the same backend), times each "
+                    "collective over message sizes and reports time, algorithm bandwidth "
+                    "(size / time) and bus bandwidth with nccl-tests' definitions, as rows "
+                    "and a figure (collectives.csv, collectives.png).")
+    collectives.add_argument("--devices", help="as for run, at least 2 (default: all GPUs, "
+                             "else cpu,cpu)")
+    collectives.add_argument("--backend", default="auto", choices=BACKENDS,
+                             help="as for run (default auto: NCCL when every rank has its own "
+                                  "GPU, else gloo)")
+    collectives.add_argument("--collective", default=",".join(COLLECTIVES),
+                             help=f"comma list of {', '.join(COLLECTIVES)} (default: all)")
+    collectives.add_argument("--min-size", default="4KiB", help="smallest message (default "
+                             "4KiB)")
+    collectives.add_argument("--max-size", default="256MiB", help="largest message (default "
+                             "256MiB)")
+    collectives.add_argument("--factor", type=int, default=4,
+                             help="each size is the last times this (default 4)")
+    collectives.add_argument("--iterations", type=int, default=5,
+                             help="timed calls per size, averaged (default 5)")
+    collectives.add_argument("--warmup", type=int, default=1,
+                             help="untimed calls per size first (default 1)")
+    collectives.add_argument("--into", metavar="RUN", help="write into this run folder (its "
+                             "communication figure then draws the ideal DDP step) instead "
+                             "of a new one")
+    collectives.add_argument("--tag", default="", help="suffix for the new folder's name "
+                             "(default: collectives)")
+    add_common_arguments(collectives, "--threads-per-device", "--timeout", "--results-dir")
+    collectives.set_defaults(handler=command_collectives)

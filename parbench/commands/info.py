@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import strategies
+from parbench import suite
 from parbench.commands.arguments import default_devices, device_set
 from parbench.environment import collect_environment, format_environment
 
@@ -18,7 +19,22 @@ def command_env(args: argparse.Namespace) -> int:
 
 def command_strategies(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
-    for name, reason in strategies.available(devices.logical).items():
+    for name in strategies.names():
         summary = strategies.lookup(name).cls.summary
+        reason = suite.cannot_run(name, devices)
         print(f"{name:<26} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))
     return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench env` and `parbench strategies`: its parser and arguments."""
+    env = commands.add_parser("env", help="print what results are stamped with")
+    env.set_defaults(handler=command_env)
+
+    listing = commands.add_parser(
+        "strategies", help="list strategies and whether they can run",
+        description="Each strategy, and why it cannot run on --devices where it cannot: its "
+                    f"plan at the suite's configuration ({suite.MODELS[0]}, batch "
+                    f"{suite.GLOBAL_BATCH}, {suite.IMAGE_SIZE} px).")
+    listing.add_argument("--devices", help="device list to check against (default as for run)")
+    listing.set_defaults(handler=command_strategies)

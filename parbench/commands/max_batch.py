@@ -8,6 +8,8 @@ from dataclasses import replace
 
 from parbench.commands.arguments import (
     UsageError,
+    add_common_arguments,
+    add_strategy_options,
     at_least,
     checked,
     choice_list,
@@ -81,3 +83,26 @@ def command_max_batch(args: argparse.Namespace) -> int:
               + (f" (the --limit {limit} stopped the search)" if limited else ""))
     print(f"results: {folder.path}")
     return 0 if len(found) == len(configs) else 1
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench max-batch`: its parser and arguments."""
+    largest = commands.add_parser(
+        "max-batch", help="find the largest global batch each strategy trains in memory",
+        description="Doubling, then bisection: each trial trains one warm-up and one measured "
+                    "step; out of memory ends a trial. On CPU a per-process cap stands in for "
+                    "device memory (--memory-cap-mib).")
+    largest.add_argument("--strategy", required=True, help="strategies (comma list)")
+    largest.add_argument("--model", default="resnet50")
+    largest.add_argument("--image-size", default="128")
+    largest.add_argument("--num-classes", type=int, default=1000)
+    largest.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)}")
+    largest.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    largest.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
+    largest.add_argument("--memory-cap-mib", type=int, help="each process may allocate this "
+                         "many MiB beyond what it holds at the start (needed on CPU)")
+    largest.add_argument("--start", type=int, default=1, help="first batch tried (default 1)")
+    largest.add_argument("--limit", type=int, default=4096, help="largest batch tried")
+    add_strategy_options(largest, sweep=False)
+    add_common_arguments(largest, "--threads-per-device", "--timeout", "--results-dir")
+    largest.set_defaults(handler=command_max_batch)

@@ -92,3 +92,23 @@ def command_project(args: argparse.Namespace) -> int:
               f"{folder.path} to measure the link the ddp records ran on")
     print(f"projection: {folder.path / 'projection.csv'}; figure: {figure}")
     return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench project`: its parser and arguments."""
+    projection = commands.add_parser(
+        "project", help="project a run's ddp step to more ranks and other links (labelled "
+        "projected, kept apart from measurements)",
+        description="From each ddp record's measured compute time and gradient bytes, the "
+                    "step at N ranks on a link of a given bus bandwidth under the ring "
+                    "all-reduce model, with no overlap and with full overlap; checked against "
+                    "the measured step where `parbench collectives --into RUN` measured the "
+                    "link. Writes projection.csv and projection.png into the run folder.")
+    projection.add_argument("run", help="a run folder with ddp records")
+    projection.add_argument("--ranks", default="2,4,8,16,32",
+                            help="rank counts (default 2,4,8,16,32)")
+    projection.add_argument("--link", default="measured," + ",".join(LINKS),
+                            help="links: measured (parbench collectives in the run folder), "
+                                 + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
+                                 + ", or a bus bandwidth in GB/s (default: all of them)")
+    projection.set_defaults(handler=command_project)

@@ -41,3 +41,26 @@ def command_report(args: argparse.Namespace) -> int:
     index_dir = Path(args.index) if args.index else out.parent
     print(write_index(index_dir))
     return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench plot` and `parbench report`: its parser and arguments."""
+    plot = commands.add_parser(
+        "plot", help="draw figures from results",
+        description="Strategy comparison, scaling curve, memory per device and split-size "
+                    "trade-off, as PNG and SVG, from run folders, records files or "
+                    "pytest-benchmark JSON.")
+    plot.add_argument("results", nargs="+", help="run folders, records.json/.csv files, or "
+                      "pytest --benchmark-json output")
+    plot.add_argument("--out", help="where the figures go (default: the first run folder)")
+    plot.set_defaults(handler=command_plot)
+
+    report = commands.add_parser(
+        "report", help="write a run's README.md with its figures and the results index",
+        description="Write README.md into the run folder (environment, figures, every "
+                    "record) and refresh the table of runs in the results folder's README.md.")
+    report.add_argument("results", nargs="+", help="as for plot")
+    report.add_argument("--out", help="the run folder to write into (default: the first one)")
+    report.add_argument("--index", help="results folder whose README.md indexes every run "
+                        "(default: the run folder's parent)")
+    report.set_defaults(handler=command_report)

@@ -11,10 +11,11 @@ import torch
 from tqdm import tqdm
 
 import strategies
-from parbench import launch, runner
-from parbench.checks import ConfigError, PlanRefused, check
+from parbench import launch, runner, suite
 from parbench.commands.arguments import (
     UsageError,
+    add_common_arguments,
+    add_strategy_options,
     at_least,
     choice_list,
     default_devices,
@@ -26,32 +27,32 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.config import Config, expand_sweep, weakly_scaled
+from parbench.config import SCALINGS, Config, expand_sweep, weakly_scaled
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
+from parbench.planning import BACKENDS, ConfigError, PlanRefused
 from parbench.record import Record
 from parbench.report import results_table
 from parbench.results import ResultsError, RunFolder, load_records
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
 from strategies.single import accumulating
 
-__all__ = ["build_configs", "command_run"]
+__all__ = ["QUICK_RUN", "add_parsers", "build_configs", "command_run"]
+
+# `parbench run` with no arguments measures the suite's configuration (resnet18, batch 32,
+# 128 px, 2 + 5 steps), as asv and pytest-benchmark do: about 4 minutes on two CPU cores.
+QUICK_RUN = dict(model=suite.MODELS[0], batch_size=str(suite.GLOBAL_BATCH),
+                 image_size=str(suite.IMAGE_SIZE), steps=suite.STEPS, warmup=suite.WARMUP)
 
 
 def build_configs(args: argparse.Namespace,
                    device_sets: list[DeviceSet] | None = None) -> list[Config]:
     requested = args.strategy is not None
-    names = strategy_names(args.strategy) if requested else None
+    # Without --strategy, the quick comparison: every strategy its plans find available here.
+    names = strategy_names(args.strategy) if requested else strategies.names()
     device_sets = device_sets or [device_set(spec) for spec in (args.devices or
                                                                  default_devices())]
-    if names is None:  # the quick comparison: whatever can run on the first device set
-        reasons = strategies.available(device_sets[0].logical)
-        names = ([name for name, reason in reasons.items() if reason is None]
-                 or [strategies.BASELINE])
-        if launch.torchrun_rank() is not None:
-            names = [n for n in names if n == strategies.BASELINE
-                     or strategies.lookup(n).cls.process_per_device]
     batches = int_list("--batch-size", args.batch_size, 1)
     if args.compile and args.warmup < 1:
         raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
@@ -77,35 +78,52 @@ def build_configs(args: argparse.Namespace,
         memory_cap_mib=(at_least("--memory-cap-mib", args.memory_cap_mib, 1)
                         if args.memory_cap_mib is not None else None),
     )
+    if not requested:
+        configs = _available_strategies(configs)
     if getattr(args, "scaling", "strong") == "weak":  # runs stored before --scaling: strong
         configs = [weakly_scaled(c) for c in configs]
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
-    checked_data = set()
-    for config in configs:
-        # The quick comparison records a strategy that cannot train the workload as skipped.
-        try:
-            check(config, check_workload=requested)
-        except PlanRefused:
-            pass  # Config.refusal says why; see _refuse_or_skip
-        except ConfigError as error:
-            raise UsageError(str(error)) from None
-        if args.data and (config.workload, config.global_batch) not in checked_data:
-            checked_data.add((config.workload, config.global_batch))
-            try:
-                open_image_folder(config.workload, config.global_batch)
-            except DataError as error:
-                raise UsageError(str(error)) from None
+    _check(configs, args.data, requested)
     _refuse_or_skip(configs)
     if args.accumulation_split is None:
         configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
         for name in names:
-            reasons = [c.refusal() or c.unavailable_reason() for c in configs
-                       if c.strategy == name]
-            if reasons and all(reasons):
-                raise UsageError(f"{name} cannot run here: {reasons[0]}")
+            plans = [c.plan for c in configs if c.strategy == name]
+            if plans and not any(plan.runs for plan in plans):
+                raise UsageError(f"{name} cannot run here: {plans[0].refusal.reason}")
     return configs
+
+
+def _check(configs: list[Config], data: str | None, requested: bool) -> None:
+    """Refuse what must not run (its plan says why) and an image folder that cannot feed it;
+    the quick comparison (nothing `requested`) records a strategy that cannot train the
+    workload as skipped, and a refused combination of options is left to `_refuse_or_skip`."""
+    checked_data = set()
+    for config in configs:
+        try:
+            config.plan.check(check_workload=requested)
+        except PlanRefused:
+            pass
+        except ConfigError as error:
+            raise UsageError(str(error)) from None
+        if data and (config.workload, config.global_batch) not in checked_data:
+            checked_data.add((config.workload, config.global_batch))
+            try:
+                open_image_folder(config.workload, config.global_batch)
+            except DataError as error:
+                raise UsageError(str(error)) from None
+
+
+def _available_strategies(configs: list[Config]) -> list[Config]:
+    """The configurations of the strategies whose plan on the sweep's first configuration
+    finds the devices, the machine and the launcher they need."""
+    first = {}
+    for config in configs:
+        first.setdefault(config.strategy, config)
+    names = {name for name, config in first.items() if config.plan.available}
+    return [c for c in configs if c.strategy in names or c.strategy == strategies.BASELINE]
 
 
 def _refuse_or_skip(configs: list[Config]) -> None:
@@ -134,10 +152,9 @@ def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
         for other in configs:
             if (other.strategy == strategies.BASELINE or other.workload != config.workload
                     or other.global_batch != config.global_batch
-                    or other.devices != config.devices or other.refusal()
-                    or other.unavailable_reason()):
+                    or other.devices != config.devices or not other.plan.runs):
                 continue
-            split = other.plan.options.micro_batch_size()
+            split = other.plan.strategy_plan.options.micro_batch_size()
             if split and split < config.global_batch and split not in splits:
                 splits.append(split)
         result += [replace(config, options=accumulating(split)) for split in sorted(splits)]
@@ -153,9 +170,6 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
                          "processes with torchrun's --nnodes and --nproc-per-node")
     kind = (device_set(specs[0]).kind if specs else
             "cuda" if torch.cuda.is_available() else "cpu")
-    if kind != "cuda" and args.backend == "nccl":
-        raise UsageError("--backend nccl needs CUDA devices; use --backend gloo on CPU (or "
-                         "leave it at auto)")
     try:
         return [launch.torchrun_devices(kind)]
     except launch.LaunchError as error:
@@ -190,7 +204,7 @@ def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.
 def command_run(args: argparse.Namespace) -> int:
     rank = launch.torchrun_rank()
     if rank is not None:
-        return _run_under_torchrun(args, rank)
+        return _run_under_torchrun(args)
     if args.resume:
         folder = open_run_folder(args.resume)
         args = _resumed_arguments(args, folder)
@@ -198,30 +212,25 @@ def command_run(args: argparse.Namespace) -> int:
     return _run_and_record(args, build_configs(args), rank)
 
 
-def _run_under_torchrun(args: argparse.Namespace, rank: int) -> int:
+def _run_under_torchrun(args: argparse.Namespace) -> int:
     """Every rank builds the same sweep and measures it together; rank 0 records it. A resumed
     run is read on rank 0 (other nodes may not see its folder), which hands every rank its
     arguments and the configurations it keeps."""
-    launch.join_torchrun(positive("--timeout", args.timeout))
     given = args
+
+    def resumed() -> tuple[argparse.Namespace, set[str]]:
+        folder = open_run_folder(given.resume)
+        return _resumed_arguments(given, folder), runner.kept_keys(folder.read_records())
+
     try:
-        def resumed() -> tuple[argparse.Namespace, set[str]]:
-            folder = open_run_folder(given.resume)
-            return _resumed_arguments(given, folder), runner.kept_keys(folder.read_records())
-        args, kept = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
-                      if args.resume else (args, set()))
-        configs = build_configs(args, _torchrun_devices(args))
-        launch.same_on_every_rank([(c.key(), runner.measured_in_sweep(c)) for c in configs],
-                                  "the configurations they measure")
-        if rank != 0:  # rank 0 writes the records
-            runner.follow_sweep(configs, kept)
-            return 0
-        return _run_and_record(args, configs, rank,
-                               open_run_folder(args.resume) if args.resume else None)
+        with launch.torchrun_job(positive("--timeout", args.timeout)):
+            args, kept = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
+                          if args.resume else (args, set()))
+            configs = build_configs(args, _torchrun_devices(args))
+            return launch.measure_on_every_rank(configs, kept, lambda: _run_and_record(
+                args, configs, 0, open_run_folder(args.resume) if args.resume else None))
     except launch.LaunchError as error:  # said on every rank: no rank waits for the others
         raise UsageError(str(error)) from None
-    finally:
-        launch.leave_torchrun()
 
 
 def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None,
@@ -278,3 +287,78 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
     print(results_table(load_records(folder.path), folder.path))
     print(f"results: {folder.path}")
     return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench run`: its parser and arguments."""
+    run = commands.add_parser(
+        "run", help="measure strategies (every option taking a comma list sweeps over it)",
+        description="Train a ResNet with each strategy on synthetic data and record throughput, "
+                    "step times and peak memory. Comma lists sweep: each point is one record.")
+    run.add_argument("--strategy", help="strategies to compare (default: every one that can run "
+                     f"here; available: {', '.join(strategies.names())})")
+    _add_workload_arguments(run.add_argument_group("what is trained"))
+    _add_device_arguments(run.add_argument_group("where and how it runs"))
+    add_strategy_options(run.add_argument_group(
+        "strategy options (a strategy ignores those it does not take)"))
+    _add_measurement_arguments(run.add_argument_group("measuring and recording"))
+    run.set_defaults(handler=command_run)
+    # What each flag is when not given: a resumed run accepts only those, or the run's own.
+    run.set_defaults(sweep_defaults=vars(run.parse_args([])))
+
+
+def _add_workload_arguments(group) -> None:
+    group.add_argument("--model", default=QUICK_RUN["model"], help=f"{', '.join(MODELS)}")
+    group.add_argument("--batch-size", default=QUICK_RUN["batch_size"],
+                       help="global batch per optimiser step (comma list sweeps); under "
+                            "--scaling weak, the batch per device")
+    group.add_argument("--scaling", choices=SCALINGS, default="strong",
+                       help="strong (default): --batch-size is the global batch, the same on "
+                            "any number of devices; weak: it is the batch per device, so the "
+                            "global batch grows with the devices a strategy uses, as in "
+                            "published data-parallel figures")
+    group.add_argument("--image-size", default=QUICK_RUN["image_size"],
+                       help="square image side in pixels")
+    group.add_argument("--num-classes", type=int, default=1000)
+    group.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)} "
+                       "(autocast; fp16 adds gradient scaling)")
+    group.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    group.add_argument("--compile", action="store_true",
+                       help="torch.compile the model (each stage, each replica); the first "
+                            "warm-up step compiles, its time is recorded apart "
+                            "(compile_time_s), so --warmup must be at least 1")
+    group.add_argument("--data", help="train on an image folder (one subfolder per class) "
+                       "instead of synthetic data; each rank reads its part through "
+                       "DistributedSampler")
+    group.add_argument("--loader-workers", type=int, default=0,
+                       help="DataLoader worker processes per rank for --data (default 0)")
+    group.add_argument("--seed", type=int, default=0)
+
+
+def _add_device_arguments(group) -> None:
+    group.add_argument("--devices", action="append",
+                       help="logical devices, e.g. cpu, cuda:0, cpu,cpu (emulated) or "
+                            "cuda:0,cuda:1; repeat the flag to sweep device sets "
+                            "(default: all GPUs, else two logical devices on one)")
+    group.add_argument("--backend", default="auto", choices=BACKENDS,
+                       help="process group for one-process-per-device strategies (default "
+                            "auto: NCCL when every rank has its own GPU, else gloo)")
+    group.add_argument("--memory-cap-mib", type=int, help="each process may allocate this "
+                       "many MiB beyond what it holds at the start (CPU: a memory limit to run "
+                       "out of, as on a GPU; beyond it the configuration is recorded as oom)")
+    add_common_arguments(group, "--threads-per-device", "--timeout")
+
+
+def _add_measurement_arguments(group) -> None:
+    group.add_argument("--steps", type=int, default=QUICK_RUN["steps"], help="measured steps")
+    group.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
+                       help="steps run before measuring and discarded")
+    group.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                       help="a progress bar naming the configuration being measured, with an "
+                            "ETA (default auto: on when stderr is a terminal; else a line per "
+                            "configuration)")
+    group.add_argument("--resume", metavar="RUN", help="measure only what the run folder RUN "
+                       "lacks (its own arguments are used; failed configurations are measured "
+                       "again)")
+    add_common_arguments(group, "--results-dir")
+    group.add_argument("--tag", default="", help="suffix for the run folder's name")

@@ -8,6 +8,8 @@ import strategies
 from parbench import launch
 from parbench.commands.arguments import (
     UsageError,
+    add_common_arguments,
+    add_strategy_options,
     at_least,
     checked,
     choice_list,
@@ -36,13 +38,15 @@ def command_verify(args: argparse.Namespace) -> int:
     if args.strategy:
         names = strategy_names(args.strategy)
     else:
-        names = [name for name, reason in strategies.available(devices.logical).items()
-                 if reason is None and name != strategies.BASELINE]
+        names = None
     workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
                         image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
                         seed=args.seed)
+    if names is None:  # every strategy its plan finds available here
+        names = [name for name in strategies.names() if name != strategies.BASELINE and Config(
+            name, workload, batch, devices, options=options_for(name, options)).plan.available]
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     tolerance = positive("--tolerance", args.tolerance)
@@ -63,3 +67,31 @@ def command_verify(args: argparse.Namespace) -> int:
               f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
               + (f" (fp16 loss scale {v.loss_scale:g})" if v.loss_scale else ""))
     return 0 if all(v.ok for v in verdicts) else 1
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench verify`: its parser and arguments."""
+    check = commands.add_parser(
+        "verify", help="check every strategy's step equals the single-device step",
+        description="From one seed, one optimiser step of each strategy against the "
+                    "single-device baseline on the same global batch; prints the largest "
+                    "parameter difference and exits 1 above the tolerance. Micro-batched "
+                    "strategies cut the batch into 4 micro-batches unless --split-size says "
+                    "otherwise.")
+    check.add_argument("--strategy", help="strategies to check (default: every one that can "
+                       "run here)")
+    check.add_argument("--model", default="resnet18")
+    check.add_argument("--batch-size", default="8")
+    check.add_argument("--image-size", default="64")
+    check.add_argument("--num-classes", type=int, default=10)
+    check.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)}, "
+                       "for the baseline and every strategy (autocast; fp16 adds gradient "
+                       "scaling, started for each strategy at the largest scale from 2^16 "
+                       "down at which neither its step nor the baseline's overflows)")
+    check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
+    add_strategy_options(check, sweep=False)
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--tolerance", type=float, default=1e-5,
+                       help="largest accepted absolute parameter difference (default 1e-5)")
+    add_common_arguments(check, "--threads-per-device")
+    check.set_defaults(handler=command_verify)

@@ -2,9 +2,9 @@
 torchrun (one process per device across nodes, each configuration's ranks agreeing on its
 outcome, rank 0 merging the record).
 
-`measure` and `verify_parameters` are the one interface; which launcher runs a configuration
-follows from its strategy (`Config.process_per_device`), a memory cap, and whether torchrun started
-this process.
+`measure` and `verify_parameters` are the one interface, each a `Launcher`'s (launchers.py);
+which one runs a configuration is decided by its plan (`RunPlan.launcher`: its strategy, a
+memory cap, and whether torchrun started this process).
 """
 
 from __future__ import annotations
@@ -12,54 +12,40 @@ from __future__ import annotations
 import torch
 
 from parbench.config import Config
-from parbench.launch.backends import (
-    BACKENDS,
-    backend_for,
-    backend_problem,
-    process_group_backend,
-    world_size,
-)
 from parbench.launch.failures import (
     OUT_OF_MEMORY,
     LaunchError,
     failure_reason,
     is_out_of_memory,
 )
-from parbench.launch.ranks import Task, in_process_threads, measure_here
+from parbench.launch.launchers import LAUNCHERS, Launcher, launcher_for
+from parbench.launch.ranks import Task
 from parbench.launch.spawn import spawn
 from parbench.launch.torchrun import (
     from_rank_zero,
     join_torchrun,
     leave_torchrun,
-    measure_under_torchrun,
+    measure_on_every_rank,
     same_on_every_rank,
     torchrun_devices,
-    torchrun_rank,
+    torchrun_job,
 )
 from parbench.measure import Pace
-from parbench.worker import Measurement, trained_parameters
+from parbench.planning import torchrun_rank
+from parbench.worker import Measurement
 
 __all__ = [
-    "BACKENDS", "OUT_OF_MEMORY", "LaunchError", "backend_for", "backend_problem",
-    "failure_reason", "from_rank_zero", "is_out_of_memory", "join_torchrun", "leave_torchrun",
-    "measure", "measure_collectives", "process_group_backend", "same_on_every_rank",
-    "torchrun_devices", "torchrun_rank", "verify_parameters", "world_size",
+    "LAUNCHERS", "OUT_OF_MEMORY", "LaunchError", "Launcher", "failure_reason", "from_rank_zero",
+    "is_out_of_memory", "join_torchrun", "launcher_for", "leave_torchrun", "measure",
+    "measure_collectives", "measure_on_every_rank", "same_on_every_rank", "torchrun_devices",
+    "torchrun_job", "torchrun_rank", "verify_parameters",
 ]
 
 
 def measure(config: Config, pace: Pace | None = None) -> Measurement | None:
-    """Measure `config` with the launcher its strategy needs; return its measurement (under
-    torchrun on rank 0; other ranks get None). With `pace`, an external timer drives every
-    step of this process, which then plays rank 0 itself (see `parbench.paced`)."""
-    if torchrun_rank() is not None:
-        return measure_under_torchrun(config)
-    if config.process_per_device:
-        return spawn(config, Task.MEASURE, pace=pace)
-    if config.memory_cap_mib and pace is None:
-        # Under a cap an allocation can fail where torch cannot recover (even crash):
-        # never in the process that holds the sweep.
-        return spawn(config, Task.ALONE)
-    return measure_here(config, pace)
+    """Measure `config` with the launcher its plan names; its measurement (under torchrun on
+    rank 0; other ranks get None). See `Launcher.measure` for `pace`."""
+    return launcher_for(config).measure(config, pace)
 
 
 def measure_collectives(config: Config, names, sizes, iterations: int,
@@ -72,7 +58,4 @@ def measure_collectives(config: Config, names, sizes, iterations: int,
 def verify_parameters(config: Config, images: torch.Tensor,
                       labels: torch.Tensor) -> list[torch.Tensor]:
     """The parameters after one step of `config` on this batch, whatever its launcher."""
-    if config.process_per_device:
-        return spawn(config, Task.VERIFY, (images, labels))
-    with in_process_threads(config):
-        return trained_parameters(config, images, labels)
+    return launcher_for(config).verify_parameters(config, images, labels)

@@ -26,7 +26,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from parbench.config import Config
-from parbench.launch.backends import process_group_backend, world_size
 from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 from parbench.worker import Measurement
@@ -86,7 +85,7 @@ def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.devi
                           timeout=timeout)
     if rendezvous.prefix:
         store = dist.PrefixStore(rendezvous.prefix, store)
-    dist.init_process_group(process_group_backend(config.used_devices, config.backend),
+    dist.init_process_group(config.plan.backend,
                             store=store, rank=rank, world_size=rendezvous.size,
                             timeout=timeout)
     return device
@@ -163,7 +162,7 @@ def _loopback_store(config: Config):
 def spawn(config: Config, task: Task, batch=None, pace=None):
     """Run `task` on one process per device of `config` on this machine (with `pace`, this
     process plays rank 0); rank 0's result."""
-    processes = world_size(config)  # 1 for Task.ALONE
+    processes = config.plan.world_size  # 1 for Task.ALONE
     lead = pace is not None  # this process is rank 0; spawn the others
     with _loopback_store(config) as port:
         rendezvous = Rendezvous(LOOPBACK, port, "", int(lead), processes)

@@ -4,12 +4,13 @@ recorded and the sweep goes on (one-process strategies run on rank 0 alone)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import itertools
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
 import torch
@@ -17,24 +18,16 @@ import torch.distributed as dist
 
 from parbench.config import Config
 from parbench.devices import DeviceSet
-from parbench.launch.backends import world_size
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
 from parbench.worker import Measurement
 
-__all__ = ["from_rank_zero", "join_torchrun", "leave_torchrun", "measure_under_torchrun",
-           "same_on_every_rank", "torchrun_devices", "torchrun_rank"]
+__all__ = ["from_rank_zero", "join_torchrun", "leave_torchrun", "measure_on_every_rank",
+           "measure_under_torchrun", "same_on_every_rank", "torchrun_devices", "torchrun_job"]
 
 T = TypeVar("T")
 _DAY_S = 24 * 3600
-
-
-def torchrun_rank() -> int | None:
-    """This process's global rank when torchrun started it, else None."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
-        return None
-    return int(os.environ["RANK"])
 
 
 def join_torchrun(timeout_s: float) -> None:
@@ -90,6 +83,36 @@ def leave_torchrun() -> None:
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def torchrun_job(timeout_s: float):
+    """The job's process group, joined for a sweep and left after it, on every rank."""
+    join_torchrun(timeout_s)
+    try:
+        yield
+    finally:
+        leave_torchrun()
+
+
+def measure_on_every_rank(configs: list[Config], kept: Collection[str],
+                          record: Callable[[], int]) -> int:
+    """A sweep under torchrun: every rank checks that it builds the same one, then rank 0
+    measures and records it (`record()`, its exit status) while every other rank plays its
+    part in the same configurations in the same order (less those a resumed run keeps),
+    failures included, as the ranks agreed on each."""
+    same_on_every_rank([(c.key(), c.plan.runs) for c in configs],
+                       "the configurations they measure")
+    if dist.get_rank() == 0:
+        return record()
+    for config in configs:
+        if config.key() in kept or not config.plan.runs:
+            continue
+        try:
+            measure_under_torchrun(config)
+        except Exception:  # noqa: BLE001 (every rank agreed on it; rank 0 records it)
+            pass
+    return 0
+
+
 @functools.cache
 def _job_store() -> dist.Store:
     """The job's store, where torchrun's rendezvous left it: each configuration's ranks meet
@@ -121,8 +144,8 @@ def measure_under_torchrun(config: Config) -> Measurement | None:
     try:
         if not config.process_per_device:  # its own process: a deadline, and memory apart
             result = spawn(config, Task.ALONE) if rank == 0 else None
-        elif world_size(config) != size:
-            raise LaunchError(f"{config.strategy} uses {world_size(config)} devices but "
+        elif config.plan.world_size != size:
+            raise LaunchError(f"{config.strategy} uses {config.plan.world_size} devices but "
                               f"torchrun started {size} processes")
         else:
             rendezvous = Rendezvous(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),

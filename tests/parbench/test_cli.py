@@ -7,7 +7,10 @@ import torch
 
 import strategies
 from parbench.cli import main
+from parbench.config import Config
+from parbench.devices import parse_devices
 from parbench.results import load_records
+from parbench.workloads import Workload
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "2",
         "--warmup", "1"]
@@ -48,8 +51,10 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     status, out, _ = _run(capsys, "run", "--batch-size", "4", "--results-dir", str(tmp_path),
                           *TINY)
     assert status == 0
-    can_run = [n for n, reason in strategies.available(
-        (torch.device("cpu"), torch.device("cpu"))).items() if reason is None]
+    workload = Workload(model="resnet18", image_size=32, num_classes=10)
+    can_run = [n for n in strategies.names()
+               if Config(n, workload, 4, parse_devices("cpu,cpu")).plan.available]
+    assert "single" in can_run and "ddp" in can_run and "data-parallel" not in can_run
     frame = load_records(_run_folder(out))
     assert list(dict.fromkeys(frame["strategy"])) == can_run
     # Beside single with the whole batch, single accumulating the pipelines' micro-batches.

@@ -109,7 +109,7 @@ def test_its_record_has_the_schema(name, tiny_workload):
     assert len(record.peak_memory_mib) == len(config.used_devices)
     assert record.micro_batches >= 1 and record.stages >= 1
     # The options as planned (defaults resolved), never a value the strategy does not take.
-    assert record.strategy_options == config.plan.options.given()
+    assert record.strategy_options == config.plan.strategy_plan.options.given()
 
 
 def test_every_harness_lists_every_strategy(capsys):

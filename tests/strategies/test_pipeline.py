@@ -84,7 +84,9 @@ def test_split_larger_than_the_batch_is_refused(tiny_workload):
 
 def test_more_stages_than_devices_is_refused(tiny_workload):
     with pytest.raises(StrategyError, match="3 stages need at least 3 devices, got 2"):
-        _ = Config("pipeline", tiny_workload, 8, CPU2, options={"stages": 3}).used_devices
+        strategies.plan("pipeline", tiny_workload, 8, CPU2.logical, {"stages": 3})
+    refusal = Config("pipeline", tiny_workload, 8, CPU2, options={"stages": 3}).plan.refusal
+    assert refusal.kind == "devices" and "3 stages need at least 3 devices" in refusal.reason
 
 
 def _cpu_time_ratio_of_a_convolution() -> float:

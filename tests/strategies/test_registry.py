@@ -20,12 +20,6 @@ def test_unknown_name_is_refused_with_the_available_names():
         assert name in str(error.value)
 
 
-def test_every_strategy_reports_availability_on_cpu():
-    reasons = strategies.available((torch.device("cpu"),))
-    assert set(reasons) == set(strategies.names())
-    assert reasons["single"] is None
-
-
 def test_create_builds_what_the_plan_says(tiny_workload):
     cpu = torch.device("cpu")
     plan = strategies.plan("single", tiny_workload, 8, (cpu, cpu))
@@ -76,12 +70,15 @@ def test_a_workload_a_strategy_cannot_train_is_refused_by_its_plan(tiny_workload
         strategies.plan("data-parallel", tiny_workload, 8, (cpu, cpu))
 
 
-def test_process_per_stage_pipelines_are_unavailable_on_one_shared_gpu():
-    gpu = torch.device("cuda:0")
-    reasons = strategies.available((gpu, gpu))
+def test_process_per_stage_pipelines_are_unavailable_on_gpus_over_gloo(tiny_workload):
+    gpu0, gpu1 = torch.device("cuda:0"), torch.device("cuda:1")
     for name in ("pipeline-gpipe", "pipeline-1f1b"):
-        assert "gloo cannot send CUDA tensors" in reasons[name]
-    assert reasons["pipeline"] is None
+        with pytest.raises(strategies.Unavailable, match="cannot send CUDA tensors"):
+            strategies.plan(name, tiny_workload, 8, (gpu0, gpu0))  # shared: gloo
+        with pytest.raises(strategies.Unavailable, match="cannot send CUDA tensors"):
+            strategies.plan(name, tiny_workload, 8, (gpu0, gpu1), backend="gloo")
+        assert strategies.plan(name, tiny_workload, 8, (gpu0, gpu1)).backend == "nccl"
+    assert strategies.plan("pipeline", tiny_workload, 8, (gpu0, gpu0)).backend is None
 
 
 @pytest.mark.parametrize("name, options, batch, message", [

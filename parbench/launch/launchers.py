@@ -1,0 +1,81 @@
+"""The launchers behind one interface: each measures a configuration, and steps it once for
+`verify`, in the processes its plan names (`RunPlan.launcher`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from parbench.config import Config
+from parbench.launch.failures import LaunchError
+from parbench.launch.ranks import Task, in_process_threads, measure_here
+from parbench.launch.spawn import spawn
+from parbench.launch.torchrun import measure_under_torchrun
+from parbench.measure import Pace
+from parbench.worker import Measurement, trained_parameters
+
+__all__ = ["LAUNCHERS", "Launcher", "launcher_for"]
+
+
+class Launcher(ABC):
+    """Runs a configuration's workers and hands back rank 0's result."""
+
+    @abstractmethod
+    def measure(self, config: Config, pace: Pace | None = None) -> Measurement | None:
+        """The configuration's measurement (None on a torchrun rank other than 0). With
+        `pace`, an external timer drives every step of this process, which then plays rank 0
+        itself (see `parbench.paced`)."""
+
+    def verify_parameters(self, config: Config, images: torch.Tensor,
+                          labels: torch.Tensor) -> list[torch.Tensor]:
+        """The parameters after one step of `config` on this batch."""
+        with in_process_threads(config):
+            return trained_parameters(config, images, labels)
+
+
+class InProcess(Launcher):
+    """A one-process strategy, in this process on its devices' share of cores."""
+
+    def measure(self, config, pace=None):
+        return measure_here(config, pace)
+
+
+class OwnProcess(Launcher):
+    """A one-process strategy under a memory cap, in a worker of its own: there an allocation
+    can fail where torch cannot recover (even crash), never in the process that holds the
+    sweep. A paced run stays here, where its timer is."""
+
+    def measure(self, config, pace=None):
+        return measure_here(config, pace) if pace else spawn(config, Task.ALONE)
+
+
+class Spawn(Launcher):
+    """A process per device on this host, rank 0's result gathered back."""
+
+    def measure(self, config, pace=None):
+        return spawn(config, Task.MEASURE, pace=pace)
+
+    def verify_parameters(self, config, images, labels):
+        return spawn(config, Task.VERIFY, (images, labels))
+
+
+class Torchrun(Launcher):
+    """This process is one rank of a torchrun job: every rank measures the configuration in a
+    worker of its own and the ranks agree on its outcome (see `launch.torchrun`)."""
+
+    def measure(self, config, pace=None):
+        return measure_under_torchrun(config)
+
+    def verify_parameters(self, config, images, labels):
+        raise LaunchError("verify starts its own processes; run it without torchrun")
+
+
+LAUNCHERS: dict[str, Launcher] = {
+    "in-process": InProcess(), "own-process": OwnProcess(), "spawn": Spawn(),
+    "torchrun": Torchrun(),
+}
+
+
+def launcher_for(config: Config) -> Launcher:
+    return LAUNCHERS[config.plan.launcher]
