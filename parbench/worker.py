@@ -13,16 +13,8 @@ import strategies
 from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
-from parbench.measure import (
-    Pace,
-    PeakMemory,
-    allocated_mib,
-    memory_cap,
-    time_steps,
-)
-from parbench.measure.sampling import GpuSampler
-from parbench.measure.tensors import SOURCE as TENSORS_SOURCE
-from parbench.measure.tensors import TensorMemory
+from parbench.measure import Pace, memory_cap, time_steps
+from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline
 
 __all__ = ["Measurement", "WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
@@ -122,32 +114,14 @@ def _capped_devices(config: Config) -> DeviceSet:
 
 def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
     strategy = _build(config)
-    batches = tensors = None
+    batches = probes = None
     try:
         strategy.setup()
         devices = local_devices(strategy)
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
-        memory = PeakMemory(devices)
-        placed = strategy.placed_modules()
-        if placed is not None and (devices.kind == "cpu" or devices.emulated):
-            # A CPU process's resident set includes the interpreter and libraries, and
-            # logical devices sharing a physical one cannot be told apart by its counters:
-            # count what each logical device holds instead.
-            tensors = TensorMemory(placed)
-        sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
+        probes = Probes.open(devices, strategy.placed_modules())
         losses: list[torch.Tensor] = []
-
-        def start_measuring() -> None:
-            """Peaks (of the measured steps, not of building the model) and energy count
-            from here: the warm-up is done on every device."""
-            memory.reset()
-            if tensors is not None:
-                tensors.reset()
-            if sampler is not None:
-                sampler.start_energy()
-
-        after_step: list[float] = []
         # The last measured step of a model cut into stages is timed action by action as well.
         timeline = Timeline(strategy.input_device) if strategy.pipeline_stages > 1 else None
         traced = config.warmup + config.steps - 1
@@ -158,64 +132,38 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
                 strategy.timeline = timeline
             losses.append(strategy.train_step(*batches.next()))
             strategy.timeline = None
-            if tensors is not None:
-                tensors.after_step()  # what backward saved and did not use is freed now
-            if i >= config.warmup:
-                after_step.append(allocated_mib(devices))
+            probes.step_done(measured=i >= config.warmup)
 
         def sync() -> None:
             synchronize(devices)
             barrier()
 
-        if sampler is not None:
-            with sampler:
-                timing = time_steps(step, sync, config.warmup, config.steps, pace,
-                                    start_measuring)
-                sampler.stop_energy()
-        else:
-            timing = time_steps(step, sync, config.warmup, config.steps, pace, start_measuring)
-
-        physical = memory.read_mib()
-        if tensors is not None:
-            memory_mib = tensors.read_mib(strategy.optimizer)
-            source = f"{TENSORS_SOURCE}; physical: {memory.source}"
-        else:
-            memory_mib = physical
-            source = memory.source
-            if devices.emulated:
-                source += f", shared by {len(devices)} logical devices"
+        with probes.sampling():
+            timing = time_steps(step, sync, config.warmup, config.steps, pace,
+                                probes.start_measuring)
+        memory_mib, source, physical = probes.read_memory(strategy.optimizer)
         communication = strategy.communication()  # before the steps that change it
 
         def compute_step(i: int) -> None:
             strategy.train_step(*batches.next())
-            if tensors is not None:
-                tensors.after_step()
+            probes.step_done(measured=False)
 
         # Last: memory has been read, and the model may diverge across ranks from here.
         compute = _time_without_communication(strategy, compute_step, sync, config.steps)
         return WorkerMeasurement(
-            step_times_s=list(timing.step_times_s),
-            total_s=timing.total_s,
+            step_times_s=list(timing.step_times_s), total_s=timing.total_s,
             warmup_step_times_s=list(timing.warmup_step_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
-            memory_mib=memory_mib,
-            memory_source=source,
-            physical_memory_mib=physical,
-            memory_after_step_mib=after_step,
-            torch_threads=torch.get_num_threads(),
+            memory_mib=memory_mib, memory_source=source, physical_memory_mib=physical,
+            memory_after_step_mib=probes.after_step_mib, torch_threads=torch.get_num_threads(),
             partition=strategy.partition,
             timeline=timeline.spans() if timeline is not None else [],
-            bubble_fraction=strategy.bubble_fraction(),
-            micro_batches=strategy.micro_batches,
-            pipeline_stages=strategy.pipeline_stages,
-            gpu_sampling=sampler.source if sampler else "not a GPU run",
-            gpus=sampler.per_gpu() if sampler else {},
-            compute_step_times_s=compute,
-            communication=communication,
-        )
+            bubble_fraction=strategy.bubble_fraction(), micro_batches=strategy.micro_batches,
+            pipeline_stages=strategy.pipeline_stages, gpu_sampling=probes.gpu_sampling,
+            gpus=probes.per_gpu(), compute_step_times_s=compute, communication=communication)
     finally:
-        if tensors is not None:
-            tensors.close()
+        if probes is not None:
+            probes.close()
         if batches is not None:
             batches.close()
         strategy.close()

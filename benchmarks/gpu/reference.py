@@ -116,7 +116,11 @@ def _throughputs(chunk_folder: Path) -> dict:
 
 def chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
     """The reference run, in priority order."""
-    shared = f"{device},{device}"  # one GPU emulating two
+    return _one_gpu_chunks(device, timm_benchmark) + _emulated_chunks(f"{device},{device}")
+
+
+def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
+    """Chunks 1-3: the GPU tests, then single resnet50 at 224 px beside timm's loop."""
     resnet50_224 = ("--strategy", "single", "--model", "resnet50", "--image-size", "224",
                     "--devices", device)
     timm = (sys.executable, timm_benchmark or "<timm benchmark.py>", "--bench", "train",
@@ -150,6 +154,12 @@ def chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
                                         "--precision", "bf16", "--channels-last",
                                         "--compile"), 180)),
               summarise=_throughputs),
+    ]
+
+
+def _emulated_chunks(shared: str) -> list[Chunk]:
+    """Chunks 4-7: one GPU emulating two (`shared`), then the benchmark suites on it."""
+    return [
         Chunk(4, "tutorial", "the tutorial's experiment on one GPU emulating two: resnet50, "
               "batch 120, 128 px, single (whole and accumulating), model-parallel, pipeline at "
               f"splits {SPLITS}", (
