@@ -79,16 +79,20 @@ def _worker_of_rank(agent: subprocess.Popen, rank: int) -> int | None:
 @pytest.mark.timeout(300)
 def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(tmp_path):
     standalone = ["--standalone", "--nproc-per-node", "2"]
+    # Enough steps that the first configuration is still running a second after its worker
+    # starts (a worker forked from a warm server trains resnet18 at 32 px in 0.1 s a step).
     agent = _torchrun(standalone, ["run", *TINY, "--strategy", "ddp", "--batch-size", "16,4",
-                                   "--steps", "4", "--results-dir", str(tmp_path)])
-    deadline = time.monotonic() + 120
-    while (victim := _worker_of_rank(agent, 1)) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert victim, "rank 1 never started its worker"
-    time.sleep(2)
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    [output] = _finish([agent], timeout=180)
+                                   "--steps", "20", "--results-dir", str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 120
+        while (victim := _worker_of_rank(agent, 1)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert victim, "rank 1 never started its worker"
+        time.sleep(1)
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+    finally:  # the agent is reaped (and killed with its session) whatever happened above
+        [output] = _finish([agent], timeout=180)
     assert agent.returncode == 0, output
     [folder] = list(tmp_path.iterdir())
     first = json.loads((folder / "records.json").read_text())
