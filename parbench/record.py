@@ -8,9 +8,16 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "Record"]
+__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "Record", "axis_label", "heading", "shown"]
 
 STATUSES = ("ok", "oom", "error", "skipped")
+
+
+def shown(label: str, unit: str = "", heading: str | None = None, default=None):
+    """A field that tables and figures show, with its label, unit and column heading declared
+    here once (read back with `axis_label` and `heading`)."""
+    return field(default=default, metadata={"label": label, "unit": unit,
+                                            "heading": heading or label})
 
 
 @dataclass
@@ -22,7 +29,7 @@ class Record:
     run_id: str | None = None
     config_index: int | None = None
     config_key: str | None = None  # what --resume finds the configuration by
-    status: str | None = None  # one of STATUSES
+    status: str | None = shown("status")  # one of STATUSES
     reason: str | None = None  # why it is not ok
     # What was trained, and how.
     strategy: str | None = None  # a registered name
@@ -31,16 +38,16 @@ class Record:
     model: str | None = None
     image_size: int | None = None
     num_classes: int | None = None
-    precision: str | None = None
-    channels_last: bool | None = None
-    compile: bool | None = None
+    precision: str | None = shown("precision")
+    channels_last: bool | None = shown("channels last")
+    compile: bool | None = shown("compiled")
     global_batch: int | None = None
     # strong: the global batch was given; weak: the batch per device was (global = it x devices)
     scaling: str | None = None
     stages: int | None = None
     partition: str | None = None  # where the model was cut
     split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
-    micro_batches: int | None = None
+    micro_batches: int | None = shown("micro-batches per step", "", "M")
     bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
     # The last measured step's idle share per stage (timeline): the mean and the worst stage.
     measured_bubble_fraction: float | None = None
@@ -52,7 +59,7 @@ class Record:
     timeline: list | None = None
     data: str | None = None  # "synthetic" or the image folder
     # Where it ran.
-    devices: str | None = None  # the logical devices used, comma separated
+    devices: str | None = shown("devices")  # the logical devices used, comma separated
     physical_devices: str | None = None
     nodes: int | None = None
     device_kind: str | None = None
@@ -65,25 +72,45 @@ class Record:
     warmup_steps: int | None = None
     measured_steps: int | None = None
     # Time.
-    throughput_ips: float | None = None  # images per second over the measured steps
-    step_time_median_s: float | None = None
-    step_time_p90_s: float | None = None
+    # images per second over the measured steps
+    throughput_ips: float | None = shown("throughput", "images/s", "img/s")
+    step_time_median_s: float | None = shown("median step", "s", "median step s")
+    step_time_p90_s: float | None = shown("p90 step", "s", "p90 step s")
     step_time_min_s: float | None = None
     step_time_max_s: float | None = None
     step_times_s: list | None = None  # per measured step, the slowest rank's
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one
-    # Against other records of the same run (runner.add_comparisons).
-    speedup_vs_baseline: float | None = None  # throughput / the single device's
-    device_efficiency: float | None = None  # speedup / devices used
+    # Trials (parbench.trials): each measurement of this configuration, one a round in
+    # interleaved rounds (the baseline's A/A twin marked `twin`), as Trial dicts. Throughput and
+    # the median step time above are the medians over the ok trials; the other measured fields
+    # are the last ok trial's.
+    trials: list | None = None
+    repeats: int | None = None  # rounds asked for
+    round_seed: int | None = None  # round r's order: random.Random(round_seed + r).shuffle
+    # name of a figure of merit -> [low, high], its 95% interval over trials (stats.METHOD);
+    # absent with one trial.
+    intervals: dict | None = None
+    interval_method: str | None = None
+    # Against the baseline, from the speedup's interval: faster, slower or within noise.
+    verdict: str | None = shown("against the baseline", "", "verdict")
+    # The baseline against itself (its A/A twin, the same round): the median ratio and its
+    # verdict; the run's noise floor.
+    aa_ratio: float | None = None
+    aa_verdict: str | None = None
+    # Against other records of the same run (parbench.comparisons), medians of ratios paired
+    # by round.
+    speedup_vs_baseline: float | None = shown("speedup over single", "", "speedup")
+    device_efficiency: float | None = shown("efficiency: speedup / devices", "", "efficiency")
     # T(N) / (N x T(1)), the same strategy on one device (under weak scaling, at the same
     # batch per device: t_step(1) / t_step(N))
-    scaling_efficiency: float | None = None
+    scaling_efficiency: float | None = shown("scaling efficiency T(N) / (N x T(1))", "",
+                                             "scaling")
     # A cut model's speedup = micro_batch_effect x parallel_effect: single accumulating the same
     # micro-batches over single with the whole batch, then this record over that.
-    micro_batch_effect: float | None = None
-    parallel_effect: float | None = None
+    micro_batch_effect: float | None = shown("micro-batch effect", "", "= micro-batch")
+    parallel_effect: float | None = shown("parallel effect", "", "x parallel")
     parallel_efficiency: float | None = None  # parallel_effect / devices used (at most 1)
     # Data parallel: the step split into compute and exposed communication. Compute: the
     # median of the same steps with communication off (Strategy.without_communication: DDP's
@@ -105,9 +132,11 @@ class Record:
     ddp_backward_comm_time_s: float | None = None
     ddp_overlap_time_s: float | None = None
     # Memory.
-    peak_memory_mib: list | None = None  # per logical device
-    peak_memory_max_mib: float | None = None
-    memory_imbalance: float | None = None  # max / mean over the devices
+    peak_memory_mib: list | None = shown("peak memory per device", "MiB")  # per logical device
+    peak_memory_max_mib: float | None = shown("peak memory on the fullest device", "MiB",
+                                              "peak MiB")
+    # max / mean over the devices
+    memory_imbalance: float | None = shown("memory max / mean over devices", "", "mem max/mean")
     memory_source: str | None = None  # how the peaks were obtained
     physical_peak_memory_mib: list | None = None
     memory_after_step_mib: list | None = None
@@ -122,12 +151,12 @@ class Record:
     # GPU names, measure.flops.PEAK_TFLOPS; None on CPU or an unknown GPU), and
     # MFU = achieved_tflops / peak_tflops.
     peak_tflops: float | None = None
-    mfu: float | None = None
-    gpu_utilisation_pct: list | None = None
+    mfu: float | None = shown("model FLOP utilisation", "", "MFU")
+    gpu_utilisation_pct: list | None = shown("GPU utilisation", "%", "GPU util %")
     gpu_memory_used_mib: list | None = None
     gpu_sampling: str | None = None
     gpu_energy_j: float | None = None
-    images_per_joule: float | None = None
+    images_per_joule: float | None = shown("images per joule", "img/J", "img/J")
     loss_first: float | None = None
     loss_last: float | None = None
     environment: dict = field(default_factory=dict)
@@ -160,3 +189,17 @@ _HINTS = typing.get_type_hints(Record)
 LIST_FIELDS = tuple(name for name in FIELDS
                     if {typing.get_origin(arg) or arg for arg in typing.get_args(_HINTS[name])}
                     & {list, dict})
+
+
+_METADATA = {f.name: f.metadata for f in dataclasses.fields(Record) if "label" in f.metadata}
+
+
+def heading(name: str) -> str:
+    """A table's column heading for field `name` (`img/s`)."""
+    return _METADATA[name]["heading"]
+
+
+def axis_label(name: str) -> str:
+    """A figure's axis label for field `name`: its label and unit (`throughput (images/s)`)."""
+    unit = _METADATA[name]["unit"]
+    return _METADATA[name]["label"] + (f" ({unit})" if unit else "")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from parbench.plots import config_label, options_text
+from parbench.record import heading
 from parbench.results import atomic_write_text, load_records
 
-__all__ = ["INDEX_BEGIN", "INDEX_END", "answers", "markdown_table", "results_table",
-           "write_index", "write_run_report"]
+__all__ = ["INDEX_BEGIN", "INDEX_END", "answers", "markdown_table", "noise_floor",
+           "results_table", "write_index", "write_run_report"]
 
 INDEX_BEGIN = "<!-- parbench:runs (written by `parbench report`; edit outside these lines) -->"
 INDEX_END = "<!-- /parbench:runs -->"
@@ -25,14 +26,12 @@ ENVIRONMENT = (("host", "host"), ("timestamp_utc", "measured (UTC)"),
                ("cpu_cores_available", "CPU cores available"), ("python_version", "Python"),
                ("platform", "platform"))
 
-COLUMNS = (("status", "status"), ("devices", "devices"), ("precision", "precision"),
-           ("channels_last", "channels last"), ("compile", "compiled"), ("micro_batches", "M"),
-           ("throughput_ips", "img/s"), ("mfu", "MFU"), ("step_time_median_s", "median step s"),
-           ("step_time_p90_s", "p90 step s"), ("speedup_vs_baseline", "speedup"),
-           ("micro_batch_effect", "= micro-batch"), ("parallel_effect", "x parallel"),
-           ("device_efficiency", "efficiency"), ("scaling_efficiency", "scaling"),
-           ("peak_memory_max_mib", "peak MiB"), ("memory_imbalance", "mem max/mean"),
-           ("gpu_utilisation_pct", "GPU util %"), ("images_per_joule", "img/J"))
+# The run README's record table: these fields, headed as the record declares them.
+COLUMNS = ("status", "devices", "precision", "channels_last", "compile", "micro_batches",
+           "throughput_ips", "mfu", "step_time_median_s", "step_time_p90_s",
+           "speedup_vs_baseline", "micro_batch_effect", "parallel_effect", "device_efficiency",
+           "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance",
+           "gpu_utilisation_pct", "images_per_joule")
 
 
 def _cell(value) -> str:
@@ -87,12 +86,15 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
                   "would give.", ""]
     lines += ["## Answers", ""]
     lines += [f"- {line}" for line in answers(frame)] or ["(no ok records)"]
+    lines += [f"- {line}" for line in noise_floor(frame)]
+    if "interval_method" in frame and frame["interval_method"].notna().any():
+        lines += ["", f"Intervals: {frame['interval_method'].dropna().iloc[0]}."]
     lines += ["", f"Workload: {_workload_line(frame)}.", "", "## Figures", ""]
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
-             *[r.get(column) for column, _ in COLUMNS]] for _, r in frame.iterrows()]
+             *[r.get(column) for column in COLUMNS]] for _, r in frame.iterrows()]
     lines += ["", "## Records", "",
-              markdown_table(rows, ["strategy", "model", "batch", *[h for _, h in COLUMNS]]),
+              markdown_table(rows, ["strategy", "model", "batch", *map(heading, COLUMNS)]),
               ""]
     failed = frame[frame["status"] != "ok"]
     if len(failed):
@@ -177,43 +179,107 @@ def _from_ideal(record: pd.Series, devices: int) -> str:
     speedup, efficiency = record.get("speedup_vs_baseline"), record.get("device_efficiency")
     if devices == 1 or speedup is None or speedup != speedup:
         return ""
-    micro, parallel = record.get("micro_batch_effect"), record.get("parallel_effect")
+    parallel = record.get("parallel_effect")
     if parallel is not None and parallel == parallel:
         # The speedup split into its causes: only the parallel part has an ideal of N.
         efficiency = record.get("parallel_efficiency")
-        text = (f", {speedup:.2f}x the single device = {micro:.2f}x from micro-batching x "
-                f"{parallel:.2f}x from parallelism: {efficiency:.0%} of the ideal {devices}x")
-        if efficiency > 1:
-            text += (" (ABOVE the ideal: the devices did more than their share; e.g. cores the "
-                     "single device left idle)")
-        return text
-    text = f", {speedup:.2f}x the single device: {efficiency:.0%} of the ideal {devices}x"
-    if efficiency > 1:
-        text += (" (ABOVE the ideal: more than parallelism is at work, e.g. smaller "
-                 "micro-batches running faster per image; measure single "
-                 "--accumulation-split at the same split to tell them apart)")
-    return text
+        text = (f", {_with_interval(record, 'speedup_vs_baseline')}x the single device = "
+                f"{_with_interval(record, 'micro_batch_effect')}x from micro-batching x "
+                f"{_with_interval(record, 'parallel_effect')}x from parallelism: "
+                f"{efficiency:.0%} of the ideal {devices}x")
+        return text + _above_ideal(record, "parallel_efficiency", (
+            "the devices did more than their share; e.g. cores the single device left idle"))
+    text = (f", {_with_interval(record, 'speedup_vs_baseline')}x the single device: "
+            f"{efficiency:.0%} of the ideal {devices}x")
+    return text + _above_ideal(record, "device_efficiency", (
+        "more than parallelism is at work, e.g. smaller micro-batches running faster per "
+        "image; measure single --accumulation-split at the same split to tell them apart"))
+
+
+def _above_ideal(record: pd.Series, name: str, causes: str) -> str:
+    """An efficiency above 1 is a finding to explain where its interval excludes 1, noise
+    where it does not, and unknown with one trial."""
+    efficiency, bounds = record.get(name), _bounds(record, name)
+    if efficiency is None or efficiency != efficiency or efficiency <= 1:
+        return ""
+    if bounds is None:
+        return f" (ABOVE the ideal, in one trial: no interval; if it holds, {causes})"
+    if bounds[0] > 1:
+        return (f" (ABOVE the ideal beyond noise, interval {bounds[0]:.0%}-{bounds[1]:.0%}: "
+                f"{causes})")
+    return f" (above the ideal within noise: interval {bounds[0]:.0%}-{bounds[1]:.0%})"
 
 
 def answers(frame: pd.DataFrame) -> list[str]:
-    """What a reader came for, per workload and number of devices: the fastest strategy, the
-    one with the least memory on its fullest device, and how far each is from ideal."""
+    """What a reader came for, per workload and number of devices: the fastest strategy (or
+    those within noise of it), the one with the least memory on its fullest device, and how
+    far the fastest is from ideal."""
     ok = frame[frame["status"] == "ok"]
     lines = []
     workload = ["model", "global_batch", "image_size", "precision"]
     for (model, batch, size, precision), group in ok.groupby(workload, sort=False):
         counts = group["devices"].astype(str).str.count(",") + 1
         for devices, same in group.groupby(counts):
-            fastest = same.loc[same["throughput_ips"].idxmax()]
+            ranked = same.sort_values("throughput_ips", ascending=False)
+            fastest = ranked.iloc[0]
             leanest = same.loc[same["peak_memory_max_mib"].idxmin()]
             emulated = " (emulated)" if same["emulated"].fillna(False).astype(bool).any() else ""
             lines.append(
                 f"{model}, batch {batch}, {size} px, {precision}, {devices} device"
-                f"{'s' if devices > 1 else ''}{emulated}: fastest {_named(fastest)} at "
-                f"{_format_number(fastest['throughput_ips'])} img/s"
+                f"{'s' if devices > 1 else ''}{emulated}: {_fastest(ranked)}"
                 f"{_from_ideal(fastest, devices)}; least memory on its fullest device "
                 f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} MiB "
                 f"(max/mean {leanest['memory_imbalance']:.2f})")
+    return lines
+
+
+def _bounds(record: pd.Series, name: str) -> list | None:
+    intervals = record.get("intervals")
+    return intervals.get(name) if isinstance(intervals, dict) else None
+
+
+def _fastest(ranked: pd.DataFrame) -> str:
+    """The fastest strategy, unless the runner-up's throughput interval overlaps its own:
+    then every strategy within noise of it, named together."""
+    first = ranked.iloc[0]
+    text = f"{_named(first)} at {_with_interval(first, 'throughput_ips')} img/s"
+    if len(ranked) == 1:
+        return f"fastest {text}"
+    first_bounds = _bounds(first, "throughput_ips")
+    if first_bounds is None:
+        return f"fastest {text} (one trial each: no interval; measure with --repeats 3)"
+    tied = [r for _, r in ranked.iloc[1:].iterrows()
+            if (b := _bounds(r, "throughput_ips")) is None or b[1] >= first_bounds[0]]
+    if not tied:
+        return f"fastest {text}, beyond the noise of every other"
+    others = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
+    return f"fastest within noise: {text}, with {others} img/s (intervals overlap)"
+
+
+def _with_interval(record: pd.Series, name: str) -> str:
+    """A figure of merit with its 95% interval where it has one: `137 [121, 150]`."""
+    value, bounds = record.get(name), _bounds(record, name)
+    text = _format_number(value) if value is not None and value == value else "-"
+    if bounds:
+        text += f" [{_format_number(bounds[0])}, {_format_number(bounds[1])}]"
+    return text
+
+
+def noise_floor(frame: pd.DataFrame) -> list[str]:
+    """Each baseline against itself (its A/A pair, measured in the same rounds): the smallest
+    difference this run can resolve."""
+    if "aa_ratio" not in frame:
+        return []
+    lines = []
+    for _, row in frame[frame["aa_ratio"].notna()].iterrows():
+        bounds = _bounds(row, "aa_ratio")
+        if not bounds:
+            continue
+        spread = max(abs(bounds[0] - 1), abs(bounds[1] - 1))
+        lines.append(
+            f"noise floor: {_named(row)} on {row['devices']} against itself (A/A, the same "
+            f"rounds): ratio {_with_interval(row, 'aa_ratio')}, {row['aa_verdict']}; "
+            f"differences under about {spread:.0%} cannot be told from noise in this run")
     return lines
 
 
@@ -234,15 +300,15 @@ def _communication_lines(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
-# The table printed after a run: record field -> column heading.
-_TABLE = {
-    "strategy": "strategy", "options": "options", "model": "model", "global_batch": "batch",
-    "image_size": "px", "devices": "devices", "status": "status", "throughput_ips": "img/s",
-    "speedup_vs_baseline": "speedup", "micro_batch_effect": "= micro-batch",
-    "parallel_effect": "x parallel", "device_efficiency": "efficiency",
-    "scaling_efficiency": "scaling", "peak_memory_max_mib": "peak MiB",
-    "memory_imbalance": "mem max/mean",
-}
+# The table printed after a run: these record fields, headed as the record declares them.
+_TABLE = {"strategy": "strategy", "options": "options", "model": "model",
+          "global_batch": "batch", "image_size": "px", **{name: heading(name) for name in (
+              "devices", "status", "throughput_ips", "speedup_vs_baseline",
+              "micro_batch_effect", "parallel_effect", "device_efficiency",
+              "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance")}}
+# Cells shown with their interval, where the run has several trials.
+_WITH_INTERVAL = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect",
+                  "parallel_effect", "device_efficiency", "scaling_efficiency")
 _NUMERIC = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect", "parallel_effect",
             "device_efficiency", "scaling_efficiency",
             "peak_memory_max_mib", "memory_imbalance")
@@ -255,7 +321,7 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     columns = dict(_TABLE)
     if frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
         items, at = list(_TABLE.items()), list(_TABLE).index("throughput_ips") + 1
-        columns = dict(items[:at] + [("mfu", "MFU")] + items[at:])
+        columns = dict(items[:at] + [("mfu", heading("mfu"))] + items[at:])
     table = table[list(columns)].rename(columns=columns)
     for field in (f for f in (*_NUMERIC, "mfu") if f in columns):  # None -> NaN -> "-"
         table[columns[field]] = pd.to_numeric(table[columns[field]], errors="coerce")
@@ -264,6 +330,11 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     for column in ("strategy", "options", "devices"):  # text reads left-aligned
         text = table[column].astype(str)
         table[column] = text.str.ljust(max(text.str.len().max(), len(column)))
+    if "intervals" in frame and frame["intervals"].map(bool).any():
+        for field in (f for f in _NUMERIC if f in columns and f in _WITH_INTERVAL):
+            table[columns[field]] = [_with_interval(row, field) for _, row in frame.iterrows()]
+        table[heading("verdict")] = frame["verdict"].map(
+            lambda v: v if isinstance(v, str) else "-")
     lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]
     lines += [f"  {row['strategy']} {row['status']}: {row['reason']}"
               for _, row in frame[frame["status"] != "ok"].iterrows()]
@@ -271,6 +342,11 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
               "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)"
               for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
     lines += _communication_lines(frame)
+    lines += noise_floor(frame)
+    methods = frame["interval_method"].dropna() if "interval_method" in frame else []
+    if len(methods) and "intervals" in frame and frame["intervals"].map(bool).any():
+        lines += [f"  [low, high]: {methods.iloc[0]}; verdict: the speedup's interval above 1 "
+                  "(faster), below (slower), or across it (within noise)"]
     lines += ["", *answers(frame)]
     if folder is not None:
         lines += ["", f"every field (step times, memory per device, FLOPs, environment): "

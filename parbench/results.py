@@ -65,14 +65,18 @@ class RunFolder:
     def open(cls, path: str | Path) -> RunFolder:
         """An existing run folder (to resume it); ResultsError if it is not one."""
         folder = cls(Path(path))
-        if not (folder.path / "records.json").is_file():
-            raise ResultsError(f"{folder.path} is not a run folder (no records.json); give a "
-                               "folder written by `parbench run`")
+        if not any((folder.path / name).is_file() for name in ("records.json", "command.json")):
+            raise ResultsError(f"{folder.path} is not a run folder (no records.json or "
+                               "command.json); give a folder written by `parbench run`")
         return folder
 
     def read_records(self) -> list[Record]:
-        """The records written so far (plain JSON, never unpickled)."""
-        return [Record.from_dict(r) for r in _records_from_json(self.path / "records.json")]
+        """The records written so far (plain JSON, never unpickled); none in a run stopped
+        before its first was written."""
+        path = self.path / "records.json"
+        if not path.is_file():
+            return []
+        return [Record.from_dict(r) for r in _records_from_json(path)]
 
     def write_command(self, arguments: dict) -> None:
         """The sweep's arguments, so that `--resume` measures the same configurations."""

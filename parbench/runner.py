@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-import strategies
-from parbench import launch
+from parbench import launch, trials
+from parbench.comparisons import add_comparisons
 from parbench.config import Config
 from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
 from parbench.measure.timeline import bubble_fractions, in_flight
@@ -21,7 +20,7 @@ from parbench.results import RunFolder
 from parbench.worker import Measurement
 from parbench.workloads import Workload
 
-__all__ = ["add_comparisons", "kept_keys", "run_config", "run_sweep"]
+__all__ = ["FINAL_STATUSES", "add_comparisons", "done_trials", "run_config", "run_sweep"]
 
 
 @functools.cache
@@ -162,95 +161,60 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
     return Record(**{**base, **outcome}, environment=dict(environment or {}))
 
 
-def _comparison_key(record: Record) -> tuple:
-    """What records compared with each other share: the workload, the device type, and the
-    batch (the global batch; under weak scaling, the batch per device)."""
-    batch = (record.global_batch // max(record.device_count, 1) if record.scaling == "weak"
-             else record.global_batch)
-    return (record.model, record.image_size, record.num_classes, record.precision,
-            record.channels_last, record.compile, record.scaling == "weak", batch,
-            record.device_kind)
-
-
-def _scaling_key(record: Record) -> tuple:
-    """The same strategy with the same options, whatever its number of devices."""
-    options = {k: v for k, v in (record.strategy_options or {}).items() if k != "world_size"}
-    return (*_comparison_key(record), record.strategy, repr(sorted(options.items())))
-
-
-def add_comparisons(records: list[Record]) -> None:
-    """Against the same workload and batch measured in the same run: speedup over the baseline
-    strategy (with its default options: the whole batch at once), per-device efficiency =
-    speedup / devices used, and scaling efficiency T(N) / (N x T(1)) against the same strategy
-    with the same options on one device (1.0 = perfect scaling).
-
-    A cut model's speedup is split into its two causes where the baseline accumulating the
-    same micro-batches was measured (torchgpipe's `pipeline-1`): the micro-batch effect (that
-    baseline over the whole-batch one) and the parallel effect (this record over that
-    baseline), whose product is the speedup."""
-    ok = [r for r in records if r.ok]
-    baselines = {_comparison_key(r): r.throughput_ips for r in ok
-                 if r.strategy == strategies.BASELINE and not r.strategy_options}
-    accumulating = {(*_comparison_key(r), r.split_size): r.throughput_ips for r in ok
-                    if r.strategy == strategies.BASELINE and r.split_size}
-    one_device = {_scaling_key(r): r.throughput_ips for r in ok if r.device_count == 1}
-    for record in records:
-        baseline = baselines.get(_comparison_key(record))
-        single = one_device.get(_scaling_key(record)) if record.ok else None
-        record.scaling_efficiency = (record.throughput_ips / (record.device_count * single)
-                                     if single else None)
-        record.speedup_vs_baseline = record.device_efficiency = None
-        record.micro_batch_effect = record.parallel_effect = None
-        record.parallel_efficiency = None
-        if not record.ok or not baseline or math.isnan(record.throughput_ips):
-            continue
-        record.speedup_vs_baseline = speedup = record.throughput_ips / baseline
-        record.device_efficiency = speedup / record.device_count
-        if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
-            continue  # not a cut model: its causes are another decomposition's (data parallel)
-        same_split = (accumulating.get((*_comparison_key(record), record.split_size))
-                      if record.split_size and (record.micro_batches or 1) > 1 else baseline)
-        if same_split:
-            record.micro_batch_effect = same_split / baseline
-            record.parallel_effect = record.throughput_ips / same_split
-            record.parallel_efficiency = record.parallel_effect / record.device_count
-
-
-# Outcomes a resumed sweep keeps; `error` configurations are measured again.
+# Outcomes a resumed sweep keeps; `error` trials are measured again.
 FINAL_STATUSES = ("ok", "oom", "skipped")
 
 
-def kept_keys(previous: list[Record]) -> set[str]:
-    """The configurations of a resumed run that are not measured again."""
-    return {r.config_key for r in previous if r.status in FINAL_STATUSES}
+def done_trials(previous: list[Record]) -> set[tuple[str, int, bool]]:
+    """(configuration key, round, twin) of a resumed run's trials that are not measured again
+    (a record without trials, from before them, is its own round 0)."""
+    done = set()
+    for record in previous:
+        for trial in record.trials or [dict(round=0, twin=False, status=record.status)]:
+            if trial["status"] in FINAL_STATUSES:
+                done.add((record.config_key, trial["round"], trial["twin"]))
+    return done
 
 
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
-              on_start: Callable[[int, Config], None] | None = None,
-              on_done: Callable[[int, Record], None] | None = None,
-              previous: list[Record] = ()) -> list[Record]:
-    """Measure every configuration in order, rewriting the run folder after each one.
+              on_start: Callable[[trials.Slot, Config], None] | None = None,
+              on_done: Callable[[trials.Slot, Record], None] | None = None,
+              previous: list[Record] = (), repeats: int = 1, seed: int = 0) -> list[Record]:
+    """Measure every configuration `repeats` times in interleaved rounds (trials.schedule),
+    rewriting the run folder after each trial.
 
-    A configuration that fails is recorded with its status and the sweep goes on; whatever was
-    measured before an interruption is already on disk. `previous` records (of a resumed run)
-    whose configuration reached a final status are kept instead of measured again.
+    A trial that fails is recorded with its status and the sweep goes on; whatever was
+    measured before an interruption is already on disk. A resumed run's trials (`previous`)
+    that reached a final status are kept instead of measured again. Configurations their plan
+    refuses are recorded as skipped, once.
     """
     folder.write_environment(environment)
-    kept = kept_keys(previous)
-    done = {r.config_key: r for r in previous if r.config_key in kept}
-    records: list[Record] = []
+    kept = {r.config_key: r for r in previous}
+    by_key: dict[str, Record] = {}
     for index, config in enumerate(configs):
-        if config.key() in done:
-            records.append(dataclasses.replace(done[config.key()], config_index=index))
-            continue
+        if config.key() in kept:
+            by_key[config.key()] = dataclasses.replace(kept[config.key()], config_index=index)
+        elif not config.plan.runs:
+            by_key[config.key()] = run_config(config, folder.run_id, index, environment)
+    slots = trials.schedule(configs, repeats, seed, done_trials(previous))
+
+    def records() -> list[Record]:
+        ordered = [by_key[c.key()] for c in configs if c.key() in by_key]
+        add_comparisons(ordered)
+        return ordered
+
+    for slot in slots:
+        config = configs[slot.index]
         if on_start:
-            on_start(index, config)
-        records.append(run_config(config, folder.run_id, index, environment))
-        folder.write_timeline(records[-1])
-        add_comparisons(records)
-        folder.write_records(records)
+            on_start(slot, config)
+        measured = run_config(config, folder.run_id, slot.index, environment)
+        record = trials.with_trial(by_key.get(config.key()), measured,
+                                   trials.trial_of(measured, slot.round, slot.twin),
+                                   repeats, seed)
+        by_key[config.key()] = record
+        folder.write_timeline(record)
+        folder.write_records(records())
         if on_done:
-            on_done(index, records[-1])
-    add_comparisons(records)
-    folder.write_records(records)  # kept records after the last measured one too
-    return records
+            on_done(slot, record)
+    folder.write_records(records())  # kept and skipped records too
+    return records()

@@ -207,6 +207,12 @@ def install(wheels: Path | None) -> None:
     after = _torch_version()
     if after != before:
         raise SystemExit(f"installing parbench changed torch from {before} to {after}")
+    missing = subprocess.run([sys.executable, "-c", "import scipy, pandas, matplotlib, tqdm"],
+                             capture_output=True, text=True)
+    if missing.returncode:
+        raise SystemExit(f"parbench needs {missing.stderr.strip().splitlines()[-1]}: bring its "
+                         "wheel with --wheels DIR (e.g. pip download scipy --python-version "
+                         "3.12 --only-binary=:all: --no-deps -d DIR)")
     print(f"parbench installed beside torch {after}", flush=True)
 
 

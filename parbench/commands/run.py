@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 import strategies
-from parbench import launch, runner, suite
+from parbench import launch, runner, suite, trials
 from parbench.commands.arguments import (
     UsageError,
     add_common_arguments,
@@ -215,22 +215,29 @@ def command_run(args: argparse.Namespace) -> int:
 def _run_under_torchrun(args: argparse.Namespace) -> int:
     """Every rank builds the same sweep and measures it together; rank 0 records it. A resumed
     run is read on rank 0 (other nodes may not see its folder), which hands every rank its
-    arguments and the configurations it keeps."""
+    arguments and the trials it keeps."""
     given = args
 
-    def resumed() -> tuple[argparse.Namespace, set[str]]:
+    def resumed() -> tuple[argparse.Namespace, set]:
         folder = open_run_folder(given.resume)
-        return _resumed_arguments(given, folder), runner.kept_keys(folder.read_records())
+        return _resumed_arguments(given, folder), runner.done_trials(folder.read_records())
 
     try:
         with launch.torchrun_job(positive("--timeout", args.timeout)):
-            args, kept = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
+            args, done = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
                           if args.resume else (args, set()))
             configs = build_configs(args, _torchrun_devices(args))
-            return launch.measure_on_every_rank(configs, kept, lambda: _run_and_record(
+            order = [configs[slot.index] for slot in _schedule(args, configs, done)]
+            return launch.measure_on_every_rank(configs, order, lambda: _run_and_record(
                 args, configs, 0, open_run_folder(args.resume) if args.resume else None))
     except launch.LaunchError as error:  # said on every rank: no rank waits for the others
         raise UsageError(str(error)) from None
+
+
+def _schedule(args: argparse.Namespace, configs: list[Config], done=frozenset()) -> list:
+    """The trials the sweep measures, in order (runs stored before --repeats: one round)."""
+    return trials.schedule(configs, getattr(args, "repeats", 1),
+                           getattr(args, "shuffle_seed", 0), done)
 
 
 def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None,
@@ -248,33 +255,41 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         folder.write_command(_sweep_arguments(args))
     except OSError as error:
         raise UsageError(f"cannot write to {folder.path} ({error.strerror or error})") from None
-    kept = runner.kept_keys(previous)
-    already = sum(c.key() in kept for c in configs)
+    repeats = getattr(args, "repeats", 1)
+    total = len(_schedule(args, configs))
+    already = total - len(_schedule(args, configs, runner.done_trials(previous)))
+    unit = "configurations" if repeats == 1 else "trials"
     if resumed:
-        print(f"resuming {folder.path}: {already} of {len(configs)} configurations already "
-              "measured", file=sys.stderr)
-
+        print(f"resuming {folder.path}: {already} of {total} {unit} already measured",
+              file=sys.stderr)
     show_bar = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    bar = tqdm(total=len(configs), initial=already, file=sys.stderr, unit="config",
+    bar = tqdm(total=total, initial=already, file=sys.stderr, unit="trial",
                dynamic_ncols=True,
                bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}",
                disable=not show_bar)
+    started = [already]
 
-    def on_start(index: int, config: Config) -> None:
+    def on_start(slot: trials.Slot, config: Config) -> None:
+        started[0] += 1
+        label = config.label() + (f" (round {slot.round + 1} of {repeats}"
+                                  f"{', A/A twin' if slot.twin else ''})" if repeats > 1 else "")
         if show_bar:
-            bar.set_description_str(config.label())
+            bar.set_description_str(label)
         else:
-            print(f"[{index + 1}/{len(configs)}] {config.label()}", file=sys.stderr, flush=True)
+            print(f"[{started[0]}/{total}] {label}", file=sys.stderr, flush=True)
 
-    def on_done(index: int, record: Record) -> None:
+    def on_done(slot: trials.Slot, record: Record) -> None:
         bar.update(1)
-        if not record.ok:
-            bar.write(f"  {record.strategy} {record.status}: {record.reason}",
+        trial = next(t for t in record.trials if (t["round"], t["twin"]) == (slot.round,
+                                                                              slot.twin))
+        if trial["status"] != "ok":
+            bar.write(f"  {record.strategy} {trial['status']}: {trial['reason']}",
                       file=sys.stderr)
 
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                         on_done=on_done, previous=previous)
+                         on_done=on_done, previous=previous, repeats=repeats,
+                         seed=getattr(args, "shuffle_seed", 0))
     except KeyboardInterrupt:
         bar.close()
         measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0
@@ -350,7 +365,16 @@ def _add_device_arguments(group) -> None:
 
 
 def _add_measurement_arguments(group) -> None:
-    group.add_argument("--steps", type=int, default=QUICK_RUN["steps"], help="measured steps")
+    group.add_argument("--steps", type=int, default=QUICK_RUN["steps"],
+                       help="measured steps per trial")
+    group.add_argument("--repeats", type=int, default=1,
+                       help="trials of every configuration, in interleaved rounds: each round "
+                            "measures every configuration once in a shuffled order (and, from "
+                            "2, the baseline twice: the run's noise floor); speedups are paired "
+                            "by round and every figure of merit gets a 95%% interval (default "
+                            "1: no interval)")
+    group.add_argument("--shuffle-seed", type=int, default=0,
+                       help="round r shuffles its order with seed shuffle-seed + r (recorded)")
     group.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
                        help="steps run before measuring and discarded")
     group.add_argument("--progress", choices=("auto", "on", "off"), default="auto",

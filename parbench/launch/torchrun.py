@@ -10,7 +10,7 @@ import functools
 import itertools
 import os
 import socket
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import TypeVar
 
 import torch
@@ -93,19 +93,17 @@ def torchrun_job(timeout_s: float):
         leave_torchrun()
 
 
-def measure_on_every_rank(configs: list[Config], kept: Collection[str],
+def measure_on_every_rank(configs: list[Config], order: list[Config],
                           record: Callable[[], int]) -> int:
     """A sweep under torchrun: every rank checks that it builds the same one, then rank 0
     measures and records it (`record()`, its exit status) while every other rank plays its
-    part in the same configurations in the same order (less those a resumed run keeps),
-    failures included, as the ranks agreed on each."""
-    same_on_every_rank([(c.key(), c.plan.runs) for c in configs],
+    part in the same configurations in the same `order` (its trials, less those a resumed run
+    keeps), failures included, as the ranks agreed on each."""
+    same_on_every_rank([(c.key(), c.plan.runs) for c in configs] + [c.key() for c in order],
                        "the configurations they measure")
     if dist.get_rank() == 0:
         return record()
-    for config in configs:
-        if config.key() in kept or not config.plan.runs:
-            continue
+    for config in order:
         try:
             measure_under_torchrun(config)
         except Exception:  # noqa: BLE001 (every rank agreed on it; rank 0 records it)

@@ -17,9 +17,10 @@ import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
 
-__all__ = ["best_settings", "compared_batch", "config_label", "title", "make_axes",
-           "options_text", "panel_groups", "save_figure", "strategy_colour", "strategy_marker",
-           "throughput_spread", "workload_text"]
+__all__ = ["best_settings", "compared_batch", "config_label", "has_intervals", "interval_errors",
+           "interval_of", "make_axes", "options_text", "panel_groups", "plot_with_interval",
+           "save_figure",
+           "strategy_colour", "strategy_marker", "throughput_spread", "title", "workload_text"]
 
 
 def strategy_colour(name: str):
@@ -113,9 +114,47 @@ def make_axes(count: int, width_per: float = 7.0, height: float = 5.5):
 
 
 def throughput_spread(record: pd.Series) -> tuple[float, float]:
-    """Per-step throughput at the p90 (slow) and fastest step, for error bars."""
+    """Whiskers for a throughput: its 95% interval over trials where it was measured in
+    several (`has_intervals`), else the per-step throughput at the p90 and fastest steps."""
+    bounds = interval_of(record, "throughput_ips")
+    if bounds:
+        return bounds[0], bounds[1]
     batch = record["global_batch"]
     return batch / record["step_time_p90_s"], batch / record["step_time_min_s"]
+
+
+def interval_of(record: pd.Series, name: str) -> list | None:
+    """The record's 95% interval of `name` over trials, or None (one trial)."""
+    intervals = record.get("intervals")
+    return intervals.get(name) if isinstance(intervals, dict) else None
+
+
+def has_intervals(frame: pd.DataFrame) -> bool:
+    return "intervals" in frame and bool(frame["intervals"].map(
+        lambda v: isinstance(v, dict) and bool(v)).any())
+
+
+def plot_with_interval(ax, x, group: pd.DataFrame, name: str = "throughput_ips", **style):
+    """A line of `group[name]` over `x` (labelled as `style` says), with whiskers of each
+    point's 95% interval over trials where the records have them."""
+    ax.plot(x, group[name], **style)
+    errors = interval_errors(group, name)
+    if errors is not None:
+        ax.errorbar(x, group[name], yerr=errors, fmt="none", capsize=3,
+                    ecolor=style.get("color"))
+
+
+def interval_errors(group: pd.DataFrame, name: str) -> np.ndarray | None:
+    """matplotlib's yerr (2 x N: below, above) from each record's interval of `name`; None
+    where no record has one (a point without one gets no whisker)."""
+    if not has_intervals(group):
+        return None
+    below, above = [], []
+    for _, record in group.iterrows():
+        bounds, value = interval_of(record, name), record[name]
+        below.append(max(value - bounds[0], 0) if bounds else 0)
+        above.append(max(bounds[1] - value, 0) if bounds else 0)
+    return np.array([below, above])
 
 
 def best_settings(frame: pd.DataFrame) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from parbench.plots.common import (
     strategy_marker,
     title,
 )
+from parbench.record import axis_label
 
 __all__ = ["plot_memory", "plot_pipeline_memory"]
 
@@ -41,7 +42,7 @@ def plot_memory(frame: pd.DataFrame):
                             textcoords="offset points", xytext=(4, 0), va="center", fontsize=8)
         ax.set_yticks(y, [textwrap.fill(config_label(r).replace("\n", " "), 40)
                           for _, r in group.iterrows()], fontsize=8)
-        ax.set_xlabel("peak memory per device (MiB)")
+        ax.set_xlabel(axis_label("peak_memory_mib"))
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.15)
     sources = frame["memory_source"].dropna().astype(str)

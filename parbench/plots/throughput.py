@@ -12,14 +12,17 @@ from parbench.plots.common import (
     best_settings,
     compared_batch,
     config_label,
+    has_intervals,
     make_axes,
     options_text,
     panel_groups,
+    plot_with_interval,
     strategy_colour,
     strategy_marker,
     throughput_spread,
     title,
 )
+from parbench.record import axis_label
 from strategies.stages import bubble_fraction
 
 __all__ = ["plot_scaling", "plot_split_sizes", "plot_strategies"]
@@ -53,12 +56,14 @@ def plot_strategies(frame: pd.DataFrame):
                                                         if r["settings_tried"] > 1 else "")
                   for _, r in group.iterrows()]
         ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
-        ax.set_xlabel("throughput (images/s)")
+        ax.set_xlabel(axis_label("throughput_ips"))
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.25)
-    fig.suptitle(title(frame, "Throughput per strategy at its best setting (bars: all "
-                               "measured steps; whiskers: p90 step to fastest step; label: "
-                               "img/s and speedup over single)"),
+    bars, whiskers = (("the median over trials", "its 95% interval") if has_intervals(frame)
+                      else ("all measured steps", "p90 step to fastest step"))
+    fig.suptitle(title(frame, f"Throughput per strategy at its best setting (bars: {bars}; "
+                               f"whiskers: {whiskers}; label: img/s and speedup over "
+                               "single)"),
                  fontsize=10)
     return fig
 
@@ -86,8 +91,8 @@ def plot_scaling(frame: pd.DataFrame):
             group = group.sort_values("device_count")
             strategy = group["strategy"].iloc[0]
             colour = strategy_colour(strategy)
-            ax.plot(group["device_count"], group["throughput_ips"],
-                    marker=strategy_marker(strategy), color=colour, label=label)
+            plot_with_interval(ax, group["device_count"], group,
+                               marker=strategy_marker(strategy), color=colour, label=label)
             one = group[group["device_count"] == 1]["throughput_ips"]
             if len(one):
                 counts = np.array(sorted(group["device_count"].unique()))
@@ -101,7 +106,7 @@ def plot_scaling(frame: pd.DataFrame):
         counts = sorted({n for _, group in lines for n in group["device_count"]})
         ax.set_xticks(counts)
         ax.set_xlabel("devices (data-parallel ranks)")
-        ax.set_ylabel("throughput (images/s)")
+        ax.set_ylabel(axis_label("throughput_ips"))
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.15)
         ax.legend(fontsize=7)
@@ -125,18 +130,18 @@ def plot_split_sizes(frame: pd.DataFrame):
     ax = axes[0]
     for strategy, group in split.groupby("strategy", sort=False):
         group = group.sort_values("split_size")
-        ax.plot(group["split_size"], group["throughput_ips"], marker=strategy_marker(strategy),
-                color=strategy_colour(strategy), label=strategy)
+        plot_with_interval(ax, group["split_size"], group, marker=strategy_marker(strategy),
+                           color=strategy_colour(strategy), label=strategy)
     # The same-micro-batch baseline: one device accumulating the same micro-batches. A
     # pipeline above it gains from parallelism; the baseline above its flat line gains from
     # the micro-batches themselves.
     accumulating = frame[(frame["strategy"] == strategies.BASELINE)
                          & (frame["micro_batches"].fillna(1) > 1)].sort_values("split_size")
     if len(accumulating):
-        ax.plot(accumulating["split_size"], accumulating["throughput_ips"],
-                marker=strategy_marker(strategies.BASELINE),
-                linestyle="--", color=strategy_colour(strategies.BASELINE),
-                label=f"{strategies.BASELINE} accumulating the same micro-batches")
+        plot_with_interval(ax, accumulating["split_size"], accumulating,
+                           marker=strategy_marker(strategies.BASELINE), linestyle="--",
+                           color=strategy_colour(strategies.BASELINE),
+                           label=f"{strategies.BASELINE} accumulating the same micro-batches")
     # The baseline, and every strategy that cuts the model but passes the whole batch.
     splitting = strategies.takers("split_size")
     unsplit = [strategies.BASELINE, *(name for name in strategies.takers("stages")
@@ -149,7 +154,7 @@ def plot_split_sizes(frame: pd.DataFrame):
                        label=f"{strategy} (no split)")
     ax.set_xscale("log")
     ax.set_xlabel("split size (images per micro-batch, log scale)")
-    ax.set_ylabel("throughput (images/s)")
+    ax.set_ylabel(axis_label("throughput_ips"))
     bubble_axis = ax.twinx()
     stages = int(split["stages"].max())
     batch = int(split["global_batch"].iloc[0])

@@ -227,7 +227,7 @@ def test_strategies_lists_every_name(capsys):
       "--limit", "4"], "--limit must be at least 8, got 4"),
     (["max-batch", "--strategy", "data-parallel", "--memory-cap-mib", "100"],
      "data-parallel cannot run on cpu,cpu here"),
-    (["run", "--resume", "/no/such/run"], "is not a run folder (no records.json)"),
+    (["run", "--resume", "/no/such/run"], "is not a run folder (no records.json or command.json)"),
     (["run", "--strategy", "pipeline-gpipe", "--devices", "cpu,cpu", "--precision", "fp16"],
      "pipeline-gpipe: fp16 loss scaling is not coordinated across pipeline ranks"),
     (["run", "--strategy", "fsdp", "--devices", "cpu,cpu", "--mixed-precision"],

@@ -120,7 +120,7 @@ def test_resume_measures_only_what_is_missing(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--resume", "NOPE"], "is not a run folder (no records.json)"),
+    (["--resume", "NOPE"], "is not a run folder (no records.json or command.json)"),
     (["--resume", "RUN", "--batch-size", "64"],
      "--batch-size 64 differs from the resumed run's 4,8"),
 ])

@@ -1,0 +1,123 @@
+"""Records compared within a run: speedups, efficiencies and the micro-batch and parallel
+effects, each the median of ratios paired by round, with its interval and verdict."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import strategies
+from parbench import stats
+from parbench.record import Record
+
+__all__ = ["add_comparisons", "per_round"]
+
+# The fields add_comparisons sets (and their intervals): recomputed from scratch every time.
+_COMPARED = ("speedup_vs_baseline", "device_efficiency", "scaling_efficiency",
+             "micro_batch_effect", "parallel_effect", "parallel_efficiency")
+
+
+def per_round(record: Record, twin: bool = False) -> dict[int, float]:
+    """Round -> throughput of each ok trial (of the A/A twin's with `twin`); a record without
+    trials (one measurement) is its own round 0."""
+    if not record.trials:
+        return {} if twin or not record.ok else {0: record.throughput_ips}
+    return {t["round"]: t["throughput_ips"] for t in record.trials
+            if t["status"] == "ok" and t["twin"] == twin}
+
+
+def _comparison_key(record: Record) -> tuple:
+    """What records compared with each other share: the workload, the device type, and the
+    batch (the global batch; under weak scaling, the batch per device)."""
+    batch = (record.global_batch // max(record.device_count, 1) if record.scaling == "weak"
+             else record.global_batch)
+    return (record.model, record.image_size, record.num_classes, record.precision,
+            record.channels_last, record.compile, record.scaling == "weak", batch,
+            record.device_kind)
+
+
+def _scaling_key(record: Record) -> tuple:
+    """The same strategy with the same options, whatever its number of devices."""
+    options = {k: v for k, v in (record.strategy_options or {}).items() if k != "world_size"}
+    return (*_comparison_key(record), record.strategy, repr(sorted(options.items())))
+
+
+def _set(record: Record, name: str, ratios: list[float], scale: float = 1.0,
+         itself: bool = False) -> None:
+    """A compared figure: the median of its paired ratios (times `scale`), and its interval
+    (none where a record is compared with `itself`: its ratios are 1 by definition)."""
+    if not ratios:
+        return
+    setattr(record, name, statistics.median(ratios) * scale)
+    bounds = None if itself else stats.interval(ratios)
+    if bounds:
+        record.intervals[name] = [bounds[0] * scale, bounds[1] * scale]
+
+
+def add_comparisons(records: list[Record]) -> None:
+    """Against the same workload and batch measured in the same run: speedup over the baseline
+    strategy (with its default options: the whole batch at once), per-device efficiency =
+    speedup / devices used, and scaling efficiency T(N) / (N x T(1)) against the same strategy
+    with the same options on one device (1.0 = perfect scaling); each paired by round.
+
+    A cut model's speedup is split into its two causes where the baseline accumulating the
+    same micro-batches was measured (torchgpipe's `pipeline-1`): the micro-batch effect (that
+    baseline over the whole-batch one) and the parallel effect (this record over that
+    baseline), whose product is the speedup. The baseline's A/A pair (measured twice a round)
+    gives the run's noise floor (`aa_ratio`)."""
+    ok = [r for r in records if r.ok]
+    baselines = {_comparison_key(r): r for r in ok
+                 if r.strategy == strategies.BASELINE and not r.strategy_options}
+    accumulating = {(*_comparison_key(r), r.split_size): r for r in ok
+                    if r.strategy == strategies.BASELINE and r.split_size}
+    one_device = {_scaling_key(r): r for r in ok if r.device_count == 1}
+    for record in records:
+        for name in _COMPARED:
+            setattr(record, name, None)
+            (record.intervals or {}).pop(name, None)
+        record.verdict = None
+        if record.intervals is None:
+            record.intervals = {}
+        if not record.ok or record.throughput_ips is None or math.isnan(record.throughput_ips):
+            continue
+        _compare(record, baselines.get(_comparison_key(record)),
+                 accumulating, one_device.get(_scaling_key(record)))
+
+
+def _compare(record: Record, baseline: Record | None, accumulating: dict,
+             single: Record | None) -> None:
+    mine, devices = per_round(record), record.device_count
+    if single:
+        _set(record, "scaling_efficiency", stats.paired_ratios(mine, per_round(single)),
+             1 / devices, itself=single is record)
+    if baseline is None:
+        return
+    if record is baseline:
+        _noise_floor(record)
+    speedups = stats.paired_ratios(mine, per_round(baseline))
+    _set(record, "speedup_vs_baseline", speedups, itself=baseline is record)
+    _set(record, "device_efficiency", speedups, 1 / devices, itself=baseline is record)
+    if record is not baseline:
+        record.verdict = stats.verdict(record.intervals.get("speedup_vs_baseline"))
+    if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
+        return  # not a cut model: its causes are another decomposition's (data parallel)
+    same_split = (accumulating.get((*_comparison_key(record), record.split_size))
+                  if record.split_size and (record.micro_batches or 1) > 1 else baseline)
+    if same_split:
+        _set(record, "micro_batch_effect",
+             stats.paired_ratios(per_round(same_split), per_round(baseline)),
+             itself=same_split is baseline)
+        parallel = stats.paired_ratios(mine, per_round(same_split))
+        _set(record, "parallel_effect", parallel, itself=same_split is record)
+        _set(record, "parallel_efficiency", parallel, 1 / devices, itself=same_split is record)
+
+
+def _noise_floor(baseline: Record) -> None:
+    """The baseline against itself, measured twice in each round: the ratio of the pair."""
+    ratios = stats.paired_ratios(per_round(baseline), per_round(baseline, twin=True))
+    baseline.aa_ratio = statistics.median(ratios) if ratios else None
+    baseline.intervals.pop("aa_ratio", None)
+    bounds = stats.interval(ratios)
+    if bounds:
+        baseline.intervals["aa_ratio"] = list(bounds)
+    baseline.aa_verdict = stats.verdict(bounds, above="differs", below="differs")

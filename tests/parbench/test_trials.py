@@ -1,0 +1,184 @@
+"""Trials in interleaved rounds, intervals paired by round, verdicts, and the A/A noise floor."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from parbench import stats
+from parbench.cli import main
+from parbench.comparisons import add_comparisons
+from parbench.config import Config
+from parbench.devices import parse_devices
+from parbench.record import Record
+from parbench.report import answers, results_table
+from parbench.results import RunFolder, load_records
+from parbench.runner import run_sweep
+from parbench.trials import Trial, schedule, trial_of, with_trial
+
+CPU2 = parse_devices("cpu,cpu")
+
+
+def _configs(workload):
+    return [Config("single", workload, 8, CPU2, warmup=1, steps=2),
+            Config("ddp", workload, 8, CPU2, warmup=1, steps=2),
+            Config("pipeline", workload, 7, CPU2, warmup=1, steps=2,
+                   options={"split_size": 2}),  # unequal micro-batches: fine for `pipeline`
+            Config("data-parallel", workload, 8, CPU2)]  # CUDA only: skipped, never measured
+
+
+def test_rounds_measure_each_configuration_once_in_a_seeded_shuffled_order(tiny_workload):
+    configs = _configs(tiny_workload)
+    slots = schedule(configs, repeats=3, seed=7)
+    assert slots == schedule(configs, repeats=3, seed=7)  # reproducible from its seed
+    assert [s.round for s in slots] == [0] * 4 + [1] * 4 + [2] * 4  # rounds do not mix
+    for round_ in range(3):
+        here = [(s.index, s.twin) for s in slots if s.round == round_]
+        # Every configuration that runs once, the baseline twice (its A/A twin), none skipped.
+        assert sorted(here) == [(0, False), (0, True), (1, False), (2, False)]
+    orders = {tuple((s.index, s.twin) for s in slots if s.round == r) for r in range(3)}
+    assert len(orders) > 1  # shuffled, not the same order each round
+    assert schedule(configs, repeats=1, seed=0) == [s for s in schedule(configs, 1, 0)
+                                                    if not s.twin]  # one round: no twin
+    done = {(configs[1].key(), 0, False), (configs[0].key(), 2, True)}
+    left = schedule(configs, repeats=3, seed=7, done=done)
+    assert len(left) == len(slots) - 2
+    assert all((configs[s.index].key(), s.round, s.twin) not in done for s in left)
+
+
+def _record(strategy, throughputs, devices="cpu", twins=(), **fields):
+    """An ok record with one ok trial per round at these throughputs (None: a failed one)."""
+    trials = [Trial(r, "ok" if t else "error", None if t else "boom", t, 8 / t if t else None)
+              for r, t in enumerate(throughputs)]
+    trials += [Trial(r, "ok", None, t, 8 / t, twin=True) for r, t in enumerate(twins)]
+    ok = [t for t in throughputs if t]
+    return Record(status="ok", strategy=strategy, devices=devices,
+                  throughput_ips=sorted(ok)[len(ok) // 2], model="resnet18", image_size=32,
+                  num_classes=10, precision="fp32", channels_last=False, global_batch=8,
+                  device_kind="cpu", strategy_options=fields.pop("options", {}),
+                  peak_memory_max_mib=100.0, memory_imbalance=1.0, emulated=True,
+                  trials=[t.to_dict() for t in trials],
+                  intervals={"throughput_ips": list(stats.interval(ok))}, **fields)
+
+
+def test_speedups_are_paired_by_round_so_drift_between_rounds_cancels():
+    # The machine slows by half from round to round; ddp is 1.5x single in every round.
+    single = _record("single", [100.0, 50.0, 25.0])
+    ddp = _record("ddp", [150.0, 75.0, 37.5], devices="cpu,cpu")
+    add_comparisons([single, ddp])
+    assert ddp.speedup_vs_baseline == pytest.approx(1.5)
+    assert ddp.intervals["speedup_vs_baseline"] == pytest.approx([1.5, 1.5])
+    assert ddp.device_efficiency == pytest.approx(0.75)
+    assert ddp.verdict == "faster"
+    assert single.verdict is None  # the baseline is not compared with itself
+    # Unpaired, the same trials could not tell them apart: their intervals overlap.
+    unpaired = stats.interval([100.0, 50.0, 25.0]), stats.interval([150.0, 75.0, 37.5])
+    assert unpaired[0][1] > unpaired[1][0]
+
+
+def test_a_difference_inside_the_noise_is_within_noise_and_crowns_no_winner():
+    single = _record("single", [100.0, 104.0, 98.0])
+    ddp = _record("ddp", [103.0, 99.0, 101.0], devices="cpu,cpu")
+    pipeline = _record("pipeline", [40.0, 41.0, 39.0], devices="cpu,cpu", stages=2)
+    add_comparisons([single, ddp, pipeline])
+    assert ddp.verdict == "within noise"
+    assert pipeline.verdict == "slower"
+    frame = pd.DataFrame([r.to_dict() for r in (single, ddp, pipeline)])
+    # One device: single alone. Two: ddp is beyond pipeline's noise.
+    assert "fastest ddp at 101 [" in answers(frame)[1]
+    two_close = pd.DataFrame([r.to_dict() for r in (ddp, replace_strategy(single, "fsdp"))])
+    [line] = answers(two_close)
+    assert line.count("within noise") == 1 and "fastest within noise: ddp" in line
+    assert "fsdp" in line
+
+
+def replace_strategy(record, strategy):
+    return Record.from_dict({**record.to_dict(), "strategy": strategy, "devices": "cpu,cpu"})
+
+
+def test_an_efficiency_above_one_is_a_finding_only_beyond_the_noise():
+    single = _record("single", [100.0, 100.0, 100.0])
+    beyond = _record("ddp", [230.0, 240.0, 235.0], devices="cpu,cpu")
+    inside = _record("fsdp", [180.0, 260.0, 205.0], devices="cpu,cpu")
+    add_comparisons([single, beyond, inside])
+    frame = pd.DataFrame([r.to_dict() for r in (single, beyond)])
+    assert "ABOVE the ideal beyond noise" in answers(frame)[1]
+    frame = pd.DataFrame([r.to_dict() for r in (single, inside)])
+    assert "above the ideal within noise" in answers(frame)[1]
+
+
+def test_a_failed_trial_is_recorded_and_the_others_still_count(tiny_workload):
+    config = Config("single", tiny_workload, 8, CPU2)
+    ok = Record(status="ok", strategy="single", throughput_ips=100.0, step_time_median_s=0.08,
+                step_times_s=[0.08], config_key=config.key())
+    failed = Record(status="error", strategy="single", reason="LaunchError: rank died",
+                    config_key=config.key())
+    record = with_trial(None, ok, trial_of(ok, 0), repeats=3, seed=0)
+    record = with_trial(record, failed, trial_of(failed, 1), repeats=3, seed=0)
+    second = Record(status="ok", strategy="single", throughput_ips=120.0,
+                    step_time_median_s=0.066, step_times_s=[0.066], config_key=config.key())
+    record = with_trial(record, second, trial_of(second, 2), repeats=3, seed=0)
+    assert [t["status"] for t in record.trials] == ["ok", "error", "ok"]
+    assert record.status == "ok" and record.reason.startswith("1 of 3 trials failed")
+    assert record.throughput_ips == pytest.approx(110.0)  # the median of the ok trials
+    assert record.intervals["throughput_ips"][0] < 110.0 < record.intervals["throughput_ips"][1]
+    assert record.repeats == 3 and record.interval_method == stats.METHOD
+
+
+def test_a_sweep_with_repeats_keeps_every_trial_and_resumes_mid_round(tiny_workload,
+                                                                       tmp_path):
+    configs = _configs(tiny_workload)[:2]
+    folder = RunFolder.create(tmp_path)
+    slots = schedule(configs, repeats=2, seed=0)
+    first_round = [s for s in slots if s.round == 0]
+    # As if interrupted after round 0: resume measures round 1 only.
+    records = run_sweep(configs, folder, {}, repeats=1, seed=0)  # round 0 of each, no twin
+    measured = []
+    records = run_sweep(configs, folder, {}, previous=records, repeats=2, seed=0,
+                        on_start=lambda slot, config: measured.append(slot))
+    assert measured == [s for s in slots if s not in first_round or s.twin]
+    single, ddp = records
+    assert [(t["round"], t["twin"]) for t in single.trials] == [(0, False), (0, True),
+                                                                 (1, False), (1, True)]
+    assert [t["round"] for t in ddp.trials] == [0, 1]
+    assert all(t["status"] == "ok" and len(t["step_times_s"]) == 2 for t in ddp.trials)
+    assert set(ddp.intervals) >= {"throughput_ips", "speedup_vs_baseline"}
+    assert single.aa_ratio is not None and single.aa_verdict is not None
+    stored = json.loads((folder.path / "records.json").read_text())
+    assert stored[1]["trials"] == ddp.trials
+
+
+@pytest.mark.timeout(300)
+def test_a_configuration_against_itself_is_within_noise(capsys, tmp_path):
+    """The A/A test: the baseline, measured twice in each of 3 rounds, is reported within
+    noise of itself. A 95% interval excludes the truth 1 time in 20 by construction, so a
+    failure is measured again once before it counts (both: 1 in 400)."""
+    for attempt in range(2):
+        status = main(["run", "--strategy", "single", "--devices", "cpu", "--model",
+                       "resnet18", "--image-size", "32", "--num-classes", "10",
+                       "--batch-size", "8", "--steps", "5", "--warmup", "1", "--repeats", "3",
+                       "--progress", "off", "--results-dir", str(tmp_path / str(attempt))])
+        out = capsys.readouterr().out
+        assert status == 0
+        [record] = load_records(next((tmp_path / str(attempt)).iterdir())).to_dict("records")
+        assert len(record["trials"]) == 6 and sum(t["twin"] for t in record["trials"]) == 3
+        assert "noise floor: single on cpu against itself" in out
+        if record["aa_verdict"] == "within noise":
+            break
+    assert record["aa_verdict"] == "within noise", out
+    assert "within noise" in results_table(load_records(next(
+        (tmp_path / str(attempt)).iterdir())))
+
+
+def test_a_run_stopped_before_its_first_record_resumes(tiny_workload, tmp_path, capsys):
+    folder = RunFolder.create(tmp_path)
+    args = ["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
+            "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--steps", "1",
+            "--warmup", "0", "--progress", "off"]
+    from parbench.cli import parser
+    namespace = parser().parse_args(args)
+    from parbench.commands.run import _sweep_arguments
+    folder.write_command(_sweep_arguments(namespace))
+    assert main(["run", "--resume", str(folder.path)]) == 0
+    assert "0 of 1 configurations already measured" in capsys.readouterr().err
+    assert list(load_records(folder.path)["status"]) == ["ok"]
