@@ -262,7 +262,29 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
     if resumed:
         print(f"resuming {folder.path}: {already} of {total} {unit} already measured",
               file=sys.stderr)
-    show_bar = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
+    bar, on_start, on_done = _progress(args.progress, total, already, repeats)
+    try:
+        runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
+                         on_done=on_done, previous=previous, repeats=repeats,
+                         seed=getattr(args, "shuffle_seed", 0))
+    except KeyboardInterrupt:
+        bar.close()
+        measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0
+        print(f"parbench: interrupted; {measured} configuration(s) are recorded in "
+              f"{folder.path}; measure the rest with `parbench run --resume {folder.path}`",
+              file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+    print(results_table(load_records(folder.path), folder.path))
+    print(f"results: {folder.path}")
+    return 0
+
+
+def _progress(progress: str, total: int, already: int, repeats: int):
+    """A progress bar (or a line per trial where stderr is not a terminal) and the sweep's
+    callbacks that move it: (bar, on_start, on_done)."""
+    show_bar = progress == "on" or (progress == "auto" and sys.stderr.isatty())
     bar = tqdm(total=total, initial=already, file=sys.stderr, unit="trial",
                dynamic_ncols=True,
                bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}",
@@ -286,22 +308,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
             bar.write(f"  {record.strategy} {trial['status']}: {trial['reason']}",
                       file=sys.stderr)
 
-    try:
-        runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
-                         on_done=on_done, previous=previous, repeats=repeats,
-                         seed=getattr(args, "shuffle_seed", 0))
-    except KeyboardInterrupt:
-        bar.close()
-        measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0
-        print(f"parbench: interrupted; {measured} configuration(s) are recorded in "
-              f"{folder.path}; measure the rest with `parbench run --resume {folder.path}`",
-              file=sys.stderr)
-        return 130
-    finally:
-        bar.close()
-    print(results_table(load_records(folder.path), folder.path))
-    print(f"results: {folder.path}")
-    return 0
+    return bar, on_start, on_done
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
