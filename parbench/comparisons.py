@@ -1,10 +1,9 @@
 """Records compared within a run: speedups, efficiencies and the micro-batch and parallel
-effects, each the median of ratios paired by round, with its interval and verdict."""
+effects, each the geometric mean of ratios paired by round, with its interval and verdict."""
 
 from __future__ import annotations
 
 import math
-import statistics
 
 import strategies
 from parbench import stats
@@ -44,11 +43,11 @@ def _scaling_key(record: Record) -> tuple:
 
 def _set(record: Record, name: str, ratios: list[float], scale: float = 1.0,
          itself: bool = False) -> None:
-    """A compared figure: the median of its paired ratios (times `scale`), and its interval
-    (none where a record is compared with `itself`: its ratios are 1 by definition)."""
+    """A compared figure: the geometric mean of its paired ratios (times `scale`), and its
+    interval (none where a record is compared with `itself`: its ratios are 1 by definition)."""
     if not ratios:
         return
-    setattr(record, name, statistics.median(ratios) * scale)
+    setattr(record, name, stats.centre(ratios) * scale)
     bounds = None if itself else stats.interval(ratios)
     if bounds:
         record.intervals[name] = [bounds[0] * scale, bounds[1] * scale]
@@ -66,8 +65,10 @@ def add_comparisons(records: list[Record]) -> None:
     baseline), whose product is the speedup. The baseline's A/A pair (measured twice a round)
     gives the run's noise floor (`aa_ratio`)."""
     ok = [r for r in records if r.ok]
-    baselines = {_comparison_key(r): r for r in ok
-                 if r.strategy == strategies.BASELINE and not r.strategy_options}
+    baselines = {}  # the first baseline of each workload and batch (the one with an A/A twin)
+    for r in ok:
+        if r.strategy == strategies.BASELINE and not r.strategy_options:
+            baselines.setdefault(_comparison_key(r), r)
     accumulating = {(*_comparison_key(r), r.split_size): r for r in ok
                     if r.strategy == strategies.BASELINE and r.split_size}
     one_device = {_scaling_key(r): r for r in ok if r.device_count == 1}
@@ -75,9 +76,9 @@ def add_comparisons(records: list[Record]) -> None:
         for name in _COMPARED:
             setattr(record, name, None)
             (record.intervals or {}).pop(name, None)
-        record.verdict = None
-        if record.intervals is None:
-            record.intervals = {}
+        record.verdict = record.aa_ratio = record.aa_verdict = None
+        record.intervals = dict(record.intervals or {})
+        record.intervals.pop("aa_ratio", None)
         if not record.ok or record.throughput_ips is None or math.isnan(record.throughput_ips):
             continue
         _compare(record, baselines.get(_comparison_key(record)),
@@ -115,8 +116,7 @@ def _compare(record: Record, baseline: Record | None, accumulating: dict,
 def _noise_floor(baseline: Record) -> None:
     """The baseline against itself, measured twice in each round: the ratio of the pair."""
     ratios = stats.paired_ratios(per_round(baseline), per_round(baseline, twin=True))
-    baseline.aa_ratio = statistics.median(ratios) if ratios else None
-    baseline.intervals.pop("aa_ratio", None)
+    baseline.aa_ratio = stats.centre(ratios)
     bounds = stats.interval(ratios)
     if bounds:
         baseline.intervals["aa_ratio"] = list(bounds)

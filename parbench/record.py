@@ -84,8 +84,8 @@ class Record:
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one
     # Trials (parbench.trials): each measurement of this configuration, one a round in
     # interleaved rounds (the baseline's A/A twin marked `twin`), as Trial dicts. Throughput and
-    # the median step time above are the medians over the ok trials; the other measured fields
-    # are the last ok trial's.
+    # the median step above are then geometric means over the ok trials (trials.with_trial), and
+    # what follows from them is rescaled; the other measured fields are the latest ok trial's.
     trials: list | None = None
     repeats: int | None = None  # rounds asked for
     round_seed: int | None = None  # round r's order: random.Random(round_seed + r).shuffle
@@ -95,11 +95,11 @@ class Record:
     interval_method: str | None = None
     # Against the baseline, from the speedup's interval: faster, slower or within noise.
     verdict: str | None = shown("against the baseline", "", "verdict")
-    # The baseline against itself (its A/A twin, the same round): the median ratio and its
+    # The baseline against itself (its A/A twin, the same round): the mean ratio and its
     # verdict; the run's noise floor.
     aa_ratio: float | None = None
     aa_verdict: str | None = None
-    # Against other records of the same run (parbench.comparisons), medians of ratios paired
+    # Against other records of the same run (parbench.comparisons), geometric means of ratios paired
     # by round.
     speedup_vs_baseline: float | None = shown("speedup over single", "", "speedup")
     device_efficiency: float | None = shown("efficiency: speedup / devices", "", "efficiency")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from parbench import stats
 from parbench.plots import config_label, options_text
 from parbench.record import heading
 from parbench.results import atomic_write_text, load_records
@@ -238,22 +239,37 @@ def _bounds(record: pd.Series, name: str) -> list | None:
     return intervals.get(name) if isinstance(intervals, dict) else None
 
 
+def _rounds(record: pd.Series) -> dict[int, float]:
+    """Round -> throughput of the record's own ok trials."""
+    trials = record.get("trials")
+    if not isinstance(trials, list):
+        return {}
+    return {t["round"]: t["throughput_ips"] for t in trials
+            if t["status"] == "ok" and not t["twin"]}
+
+
 def _fastest(ranked: pd.DataFrame) -> str:
-    """The fastest strategy, unless the runner-up's throughput interval overlaps its own:
-    then every strategy within noise of it, named together."""
+    """The fastest strategy, unless another is within noise of it (their throughputs'
+    ratio, paired by round, has an interval across 1): then those, named together."""
     first = ranked.iloc[0]
     text = f"{_named(first)} at {_with_interval(first, 'throughput_ips')} img/s"
     if len(ranked) == 1:
         return f"fastest {text}"
-    first_bounds = _bounds(first, "throughput_ips")
-    if first_bounds is None:
-        return f"fastest {text} (one trial each: no interval; measure with --repeats 3)"
-    tied = [r for _, r in ranked.iloc[1:].iterrows()
-            if (b := _bounds(r, "throughput_ips")) is None or b[1] >= first_bounds[0]]
-    if not tied:
-        return f"fastest {text}, beyond the noise of every other"
-    others = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
-    return f"fastest within noise: {text}, with {others} img/s (intervals overlap)"
+    tied, unknown = [], []
+    for _, other in ranked.iloc[1:].iterrows():
+        bounds = stats.interval(stats.paired_ratios(_rounds(first), _rounds(other)))
+        if bounds is None:
+            unknown.append(other)
+        elif stats.verdict(bounds) == "within noise":
+            tied.append(other)
+    if tied:
+        others = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
+        return (f"fastest within noise: {text}, with {others} img/s (paired by round, their "
+                "ratios' intervals include 1)")
+    if unknown:
+        return (f"fastest {text} (against {len(unknown)} of the others, one trial: no "
+                "interval; measure with --repeats 3)")
+    return f"fastest {text}, beyond the noise of every other"
 
 
 def _with_interval(record: pd.Series, name: str) -> str:

@@ -1,5 +1,6 @@
-"""Uncertainty over trials: the median, a 95% interval from scipy's Student t, ratios paired by
-round, and the verdict an interval allows ("faster", "slower" or "within noise")."""
+"""Uncertainty over trials: the (geometric) mean and its 95% interval from scipy's Student
+t, ratios paired by round, and the verdict an interval allows ("faster", "slower" or "within
+noise")."""
 
 from __future__ import annotations
 
@@ -9,14 +10,25 @@ from collections.abc import Iterable, Mapping
 
 from scipy import stats
 
-__all__ = ["CONFIDENCE", "METHOD", "interval", "paired_ratios", "verdict"]
+__all__ = ["CONFIDENCE", "METHOD", "centre", "interval", "paired_ratios", "verdict"]
 
 CONFIDENCE = 0.95
 METHOD = (
-    "median over trials; 95% interval: Student's t (scipy.stats.t.interval) on the trials' "
-    "logarithms for throughputs and ratios, on the values for shares; ratios (speedups, "
-    "efficiencies, effects) are paired by round: the two configurations measured in the same "
-    "round, so drift between rounds cancels")
+    "geometric mean over trials (the mean for shares) with its 95% interval: Student's t "
+    "(scipy.stats.t.interval) on the trials' logarithms for throughputs and ratios, on the "
+    "values for shares; ratios (speedups, efficiencies, effects) are paired by round: the two "
+    "configurations measured in the same round, so drift between rounds cancels")
+
+
+def centre(values: Iterable[float], log: bool = True) -> float | None:
+    """The figure an interval is about: the geometric mean of `values` with `log` (what a
+    t-interval on logarithms is centred on), else their mean; None without a value."""
+    values = [v for v in values if v is not None and math.isfinite(v) and (v > 0 or not log)]
+    if not values:
+        return None
+    if log:
+        return math.exp(statistics.fmean(math.log(v) for v in values))
+    return statistics.fmean(values)
 
 
 def interval(values: Iterable[float], log: bool = True) -> tuple[float, float] | None:

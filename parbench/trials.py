@@ -50,9 +50,20 @@ class Slot:
 
 
 def has_twin(config: Config) -> bool:
-    """Whether the configuration is measured twice a round when there are several rounds:
-    the baseline with the whole batch, against which speedups are taken."""
+    """Whether the configuration is a baseline with the whole batch, against which speedups
+    are taken (the first of each workload and batch is measured twice a round)."""
     return config.strategy == strategies.BASELINE and not config.options
+
+
+def _twinned(configs: list[Config], measured: list[int]) -> list[int]:
+    """The first baseline of each workload, batch and device type: the one comparisons use."""
+    first = {}
+    for i in measured:
+        config = configs[i]
+        if has_twin(config):
+            first.setdefault((config.workload, config.global_batch, config.devices.kind,
+                              config.scaling), i)
+    return list(first.values())
 
 
 def schedule(configs: list[Config], repeats: int, seed: int,
@@ -63,11 +74,12 @@ def schedule(configs: list[Config], repeats: int, seed: int,
     `done` ((key, round, twin) of a resumed run's final trials) are left out. The same on every
     torchrun rank."""
     measured = [i for i, config in enumerate(configs) if config.plan.runs]
+    twinned = _twinned(configs, measured)
     slots = []
     for round_ in range(repeats):
         order = [Slot(i, round_) for i in measured]
         if repeats > 1:  # one round keeps the sweep's own order
-            order += [Slot(i, round_, twin=True) for i in measured if has_twin(configs[i])]
+            order += [Slot(i, round_, twin=True) for i in twinned]
             random.Random(seed + round_).shuffle(order)
         slots += [s for s in order if (configs[s.index].key(), s.round, s.twin) not in done]
     return slots
@@ -87,30 +99,55 @@ _PER_TRIAL = {"throughput_ips": True, "step_time_median_s": True,
 
 def with_trial(previous: Record | None, measured: Record, trial: Trial, repeats: int,
                seed: int) -> Record:
-    """The configuration's record with one more trial: `measured`'s fields where it is the
-    latest ok measurement (a twin's never replace them), the trials' medians and intervals
-    for the figures each trial measures, and a reason naming the trials that failed."""
+    """The configuration's record with one more trial. Its measured fields are the latest ok
+    trial's (an A/A twin's never stand for the configuration); the figures each trial
+    measures are their (geometric) means over the ok trials, with intervals, and the fields
+    derived from them follow; its status and reason say what its trials say."""
     trials = [Trial.from_dict(t) for t in (previous.trials or [])] if previous else []
     trials = [t for t in trials if (t.round, t.twin) != (trial.round, trial.twin)] + [trial]
     trials.sort(key=lambda t: (t.round, t.twin))
-    base = previous if previous is not None and (trial.twin or not measured.ok) else measured
-    ok = [t for t in trials if t.status == "ok" and not t.twin]
-    if base is previous and not previous.ok and ok:  # no ok fields yet
-        base = measured
+    own = [t for t in trials if not t.twin]
+    ok = [t for t in own if t.status == "ok"]
+    earlier_ok = [t for t in ok if t is not trial]
+    latest = measured.ok and not trial.twin
+    base = measured if latest or previous is None or not earlier_ok else previous
     record = dataclasses.replace(base, trials=[t.to_dict() for t in trials], repeats=repeats,
                                  round_seed=seed, interval_method=stats.METHOD,
-                                 intervals=dict(base.intervals or {}))
+                                 intervals={})
+    if ok:
+        _summarise(record, base, ok)
+    failed = [t for t in own if t.status != "ok"]
+    if ok:
+        record.status = "ok"
+        record.reason = (f"{len(failed)} of {len(own)} trials failed, the first in round "
+                         f"{failed[0].round}: {failed[0].reason}" if failed else None)
+    elif failed:  # no trial of its own ok: the latest one's failure
+        record.status, record.reason = failed[-1].status, failed[-1].reason
+        record.throughput_ips = None
+    return record
+
+
+def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
+    """The figures each ok trial measured, as means with intervals, and what follows from
+    them: throughput-based rates rescaled, step-time spread over every trial's steps, and the
+    step split into compute and exposed communication at the mean share."""
     for name, log in _PER_TRIAL.items():
         values = [getattr(t, name) for t in ok if getattr(t, name) is not None]
-        if values:
-            setattr(record, name, statistics.median(values))
-        record.intervals.pop(name, None)
+        setattr(record, name, stats.centre(values, log=log))
         bounds = stats.interval(values, log=log)
         if bounds:
             record.intervals[name] = list(bounds)
-    failed = [t for t in trials if t.status != "ok"]
-    if ok and failed:
-        record.status = "ok"
-        record.reason = (f"{len(failed)} of {len(trials)} trials failed, the first in round "
-                         f"{failed[0].round}: {failed[0].reason}")
-    return record
+    scale = (record.throughput_ips / base.throughput_ips
+             if base.throughput_ips and record.throughput_ips else 1.0)
+    for name in ("achieved_tflops", "mfu", "images_per_joule"):
+        if getattr(base, name) is not None:
+            setattr(record, name, getattr(base, name) * scale)
+    steps = [step for t in ok for step in t.step_times_s]
+    if steps:
+        record.step_times_s = steps
+        record.step_time_min_s, record.step_time_max_s = min(steps), max(steps)
+        record.step_time_p90_s = statistics.quantiles(steps, n=10, method="inclusive")[-1] if len(
+            steps) > 1 else steps[0]
+    if record.exposed_comm_fraction is not None and record.step_time_median_s:
+        record.exposed_comm_time_s = record.step_time_median_s * record.exposed_comm_fraction
+        record.compute_time_s = record.step_time_median_s - record.exposed_comm_time_s

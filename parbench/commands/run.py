@@ -53,6 +53,7 @@ def build_configs(args: argparse.Namespace,
     names = strategy_names(args.strategy) if requested else strategies.names()
     device_sets = device_sets or [device_set(spec) for spec in (args.devices or
                                                                  default_devices())]
+    at_least("--repeats", getattr(args, "repeats", 1), 1)
     batches = int_list("--batch-size", args.batch_size, 1)
     if args.compile and args.warmup < 1:
         raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
@@ -269,7 +270,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
                          seed=getattr(args, "shuffle_seed", 0))
     except KeyboardInterrupt:
         bar.close()
-        measured = len(folder.read_records()) if (folder.path / "records.json").is_file() else 0
+        measured = sum(r.status != "skipped" for r in folder.read_records())
         print(f"parbench: interrupted; {measured} configuration(s) are recorded in "
               f"{folder.path}; measure the rest with `parbench run --resume {folder.path}`",
               file=sys.stderr)
@@ -387,9 +388,9 @@ def _add_measurement_arguments(group) -> None:
     group.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                        help="a progress bar naming the configuration being measured, with an "
                             "ETA (default auto: on when stderr is a terminal; else a line per "
-                            "configuration)")
+                            "trial)")
     group.add_argument("--resume", metavar="RUN", help="measure only what the run folder RUN "
-                       "lacks (its own arguments are used; failed configurations are measured "
-                       "again)")
+                       "lacks (its own arguments are used; trials that failed with an error, "
+                       "not out of memory, are measured again)")
     add_common_arguments(group, "--results-dir")
     group.add_argument("--tag", default="", help="suffix for the run folder's name")

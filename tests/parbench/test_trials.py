@@ -120,9 +120,56 @@ def test_a_failed_trial_is_recorded_and_the_others_still_count(tiny_workload):
     record = with_trial(record, second, trial_of(second, 2), repeats=3, seed=0)
     assert [t["status"] for t in record.trials] == ["ok", "error", "ok"]
     assert record.status == "ok" and record.reason.startswith("1 of 3 trials failed")
-    assert record.throughput_ips == pytest.approx(110.0)  # the median of the ok trials
-    assert record.intervals["throughput_ips"][0] < 110.0 < record.intervals["throughput_ips"][1]
+    mean = (100.0 * 120.0) ** 0.5  # the geometric mean of the ok trials: the interval's centre
+    assert record.throughput_ips == pytest.approx(mean)
+    assert record.intervals["throughput_ips"][0] < mean < record.intervals["throughput_ips"][1]
+    assert record.step_times_s == [0.08, 0.066]  # every ok trial's steps
     assert record.repeats == 3 and record.interval_method == stats.METHOD
+
+
+def _measured(status, throughput=None, reason=None):
+    return Record(status=status, reason=reason, strategy="single", throughput_ips=throughput,
+                  step_time_median_s=8 / throughput if throughput else None,
+                  step_times_s=[8 / throughput] if throughput else [],
+                  achieved_tflops=throughput / 1000 if throughput else None)
+
+
+def test_a_records_status_is_what_its_trials_say():
+    # A trial measured again on resume: the record says its new outcome.
+    error = _measured("error", reason="boom")
+    record = with_trial(None, error, trial_of(error, 0), 2, 0)
+    oom = _measured("oom", reason="out of memory")
+    record = with_trial(record, oom, trial_of(oom, 0), 2, 0)
+    assert (record.status, record.reason) == ("oom", "out of memory")
+    # The A/A twin ok, then the configuration's own trial failing: not ok, and no twin's
+    # throughput standing for it.
+    twin = _measured("ok", 100.0)
+    record = with_trial(None, twin, trial_of(twin, 0, twin=True), 2, 0)
+    failed = _measured("error", reason="boom")
+    record = with_trial(record, failed, trial_of(failed, 0), 2, 0)
+    assert record.status == "error" and record.throughput_ips is None
+    # A failed trial measured again and ok: no failure left in the reason.
+    first = _measured("ok", 100.0)
+    record = with_trial(None, first, trial_of(first, 0), 2, 0)
+    record = with_trial(record, failed, trial_of(failed, 1), 2, 0)
+    assert record.reason.startswith("1 of 2 trials failed")
+    again = _measured("ok", 120.0)
+    record = with_trial(record, again, trial_of(again, 1), 2, 0)
+    assert record.status == "ok" and record.reason is None
+    # Rates that follow from the throughput are rescaled to the mean.
+    assert record.achieved_tflops == pytest.approx(record.throughput_ips / 1000)
+
+
+def test_only_the_baseline_that_speedups_use_has_an_a_a_twin(tiny_workload):
+    other = Config("single", tiny_workload, 8, parse_devices("cpu"), warmup=1, steps=2)
+    configs = _configs(tiny_workload)[:2] + [other]
+    twins = {s.index for s in schedule(configs, repeats=2, seed=0) if s.twin}
+    assert twins == {0}
+
+
+def test_repeats_below_one_are_refused(capsys):
+    assert main(["run", "--repeats", "0", "--devices", "cpu"]) == 2
+    assert "--repeats must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_a_sweep_with_repeats_keeps_every_trial_and_resumes_mid_round(tiny_workload,
