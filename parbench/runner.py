@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -207,10 +208,10 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
         config = configs[slot.index]
         if on_start:
             on_start(slot, config)
+        started = time.perf_counter()
         measured = run_config(config, folder.run_id, slot.index, environment)
-        record = trials.with_trial(by_key.get(config.key()), measured,
-                                   trials.trial_of(measured, slot.round, slot.twin),
-                                   repeats, seed)
+        trial = trials.trial_of(measured, slot.round, slot.twin, time.perf_counter() - started)
+        record = trials.with_trial(by_key.get(config.key()), measured, trial, repeats, seed)
         by_key[config.key()] = record
         folder.write_timeline(record)
         folder.write_records(records())

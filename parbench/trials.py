@@ -31,6 +31,9 @@ class Trial:
     measured_bubble_fraction: float | None = None
     # The baseline measured a second time in the same round (the A/A pair's other half).
     twin: bool = False
+    # What the whole trial took: starting its processes, building the model, warm-up and
+    # measured steps (what one more trial costs, against one more step).
+    wall_time_s: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,11 +88,13 @@ def schedule(configs: list[Config], repeats: int, seed: int,
     return slots
 
 
-def trial_of(record: Record, round_: int, twin: bool = False) -> Trial:
+def trial_of(record: Record, round_: int, twin: bool = False,
+             wall_time_s: float | None = None) -> Trial:
     """What a record of one measurement keeps as one trial."""
     return Trial(round_, record.status, record.reason, record.throughput_ips,
                  record.step_time_median_s, list(record.step_times_s or []),
-                 record.exposed_comm_fraction, record.measured_bubble_fraction, twin)
+                 record.exposed_comm_fraction, record.measured_bubble_fraction, twin,
+                 wall_time_s)
 
 
 # Figures measured in each trial whose interval a record gives (log: ratios of throughputs).
