@@ -17,7 +17,8 @@ from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline
 
-__all__ = ["Measurement", "WorkerMeasurement", "measure_worker", "merge", "trained_parameters"]
+__all__ = ["Measurement", "Trained", "WorkerMeasurement", "combine_trained", "measure_worker",
+           "merge", "train_steps"]
 
 
 @dataclass
@@ -238,16 +239,56 @@ def _merge_gpus(measurements: list[WorkerMeasurement]) -> dict:
                 gpu_energy_j=sum(energy) if energy and None not in energy else None)
 
 
-def trained_parameters(config: Config, images: torch.Tensor,
-                       labels: torch.Tensor) -> list[torch.Tensor]:
-    """One optimiser step of `config`'s strategy on the given batch: the model's parameters
-    after it, on the CPU, in model order (for `parbench verify`)."""
+@dataclass
+class Trained:
+    """What `parbench verify` compares: the loss of each step over the global batch, and
+    the model's parameters after the last step, on the CPU, in model order."""
+
+    losses: list[float]
+    parameters: list[torch.Tensor]
+
+
+def _nudge_gradients(parameters: list[torch.Tensor],
+                     generator: torch.Generator) -> list[torch.utils.hooks.RemovableHandle]:
+    """Move every gradient backward computes one ulp up or down at random: the difference
+    another summation order makes to a gradient."""
+    def nudge(grad: torch.Tensor) -> torch.Tensor:
+        up = torch.rand(grad.shape, generator=generator) < 0.5
+        return torch.nextafter(grad, torch.where(up, math.inf, -math.inf).to(grad))
+
+    return [p.register_hook(nudge) for p in parameters if p.requires_grad]
+
+
+def train_steps(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                nudge_seed: int | None = None) -> tuple[list[float], float, list[torch.Tensor]]:
+    """One optimiser step of `config`'s strategy on each batch, in this process: the loss
+    each step reported, the share of the global batch it was computed on (nan where this
+    process computes no loss), and the parameters this process holds after the last step
+    (for `parbench verify`). With `nudge_seed`, every parameter is nudged one ulp before
+    each step (a one-process strategy only: verify's rounding twin)."""
     strategy = _build(config)
+    generator = None if nudge_seed is None else torch.Generator().manual_seed(nudge_seed)
     try:
         strategy.setup()
+        if generator is not None:
+            _nudge_gradients(list(strategy.model.parameters()), generator)
         device = strategy.input_device
-        images, labels = shard((images, labels), *strategy.data_shard)
-        strategy.train_step(images.to(device), labels.to(device))
-        return [p.detach().float().cpu() for p in strategy.trained_parameters()]
+        index, count = strategy.data_shard
+        losses = []
+        for images, labels in batches:
+            images, labels = shard((images, labels), index, count)
+            losses.append(_loss_value(strategy.train_step(images.to(device), labels.to(device))))
+        share = len(shard((batches[0][1],), index, count)[0]) / len(batches[0][1])
+        return losses, share, [p.detach().float().cpu() for p in strategy.trained_parameters()]
     finally:
         strategy.close()
+
+
+def combine_trained(parts: list[tuple[list[float], float, list[torch.Tensor]]]) -> Trained:
+    """The processes' `train_steps` as one: each step's loss over the global batch (the
+    losses of the processes that computed one, weighted by their share of the batch) and
+    every process's parameters in rank order."""
+    steps = len(parts[0][0])
+    losses = [sum(share * part[k] for part, share, _ in parts if not math.isnan(part[k]))
+              for k in range(steps)]
+    return Trained(losses, [p for _, _, parameters in parts for p in parameters])

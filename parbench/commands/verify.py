@@ -1,4 +1,4 @@
-"""`parbench verify`: one optimiser step of each strategy against the single-device step."""
+"""`parbench verify`: each strategy's steps against the single-device baseline's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from parbench.commands.arguments import (
     strategy_option_sweep,
 )
 from parbench.config import Config, options_for
-from parbench.verify import verify
+from parbench.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 
 __all__ = ["command_verify"]
@@ -44,29 +44,56 @@ def command_verify(args: argparse.Namespace) -> int:
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
                         seed=args.seed)
+    steps = at_least("--steps", args.steps, 1)
+    if steps > 1 and workload.precision != "fp32":
+        raise UsageError(MULTI_STEP_PRECISION)
     if names is None:  # every strategy its plan finds available here
         names = [name for name in strategies.names() if name != strategies.BASELINE and Config(
             name, workload, batch, devices, options=options_for(name, options)).plan.available]
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     tolerance = positive("--tolerance", args.tolerance)
-    print(f"one SGD step of {workload.model} on batch {batch} ({workload.image_size}px, "
-          f"{workload.precision}) from "
-          f"seed {args.seed}, against {strategies.BASELINE} on {devices.logical[0]}; "
-          "micro-batched strategies against the baseline accumulating gradients over the same "
-          "micro-batches, data-parallel ones against it accumulating over the replicas' "
-          "shards (so BatchNorm sees the same samples)", flush=True)
+    print(_header(workload, batch, devices, args.seed, steps), flush=True)
     verdicts = verify(workload, devices, names, batch, options, tolerance,
-                      at_least("--threads-per-device", args.threads_per_device, 1))
-    print(f"{'strategy':<26} {'options':<34} {'max |param diff|':>16} {'baseline step':>14}"
-          f"  {'tolerance':>9}  result")
+                      at_least("--threads-per-device", args.threads_per_device, 1), steps)
+    print(f"{'strategy':<26} {'options':<34} {'max |param diff|':>16} {'baseline update':>15}"
+          f"  {'tolerance':>9}" + ("  worst |loss diff| / tolerance (step)" if steps > 1 else "")
+          + "  result")
     for v in verdicts:
         options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
         print(f"{v.strategy:<26} {options_text:<34} {v.max_abs_difference:>16.3e} "
-              f"{v.baseline_update:>14.3e}  {v.tolerance:>9.1e}  "
-              f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
+              f"{v.baseline_update:>15.3e}  {v.tolerance:>9.1e}  " + _worst_loss(v, steps)
+              + f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
               + (f" (fp16 loss scale {v.loss_scale:g})" if v.loss_scale else ""))
     return 0 if all(v.ok for v in verdicts) else 1
+
+
+def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> str:
+    what = "one SGD step" if steps == 1 else f"{steps} SGD steps"
+    text = (f"{what} of {workload.model} on batch {batch} ({workload.image_size}px, "
+            f"{workload.precision}) from seed {seed}, against {strategies.BASELINE} on "
+            f"{devices.logical[0]}; micro-batched strategies against the baseline accumulating "
+            "gradients over the same micro-batches, data-parallel ones against it accumulating "
+            "over the replicas' shards (so BatchNorm sees the same samples)")
+    if steps > 1:
+        text += (f". Rounding differences grow over steps: each strategy may drift up to "
+                 f"{DRIFT_ALLOWANCE}x as far as the baseline does from the farthest of its "
+                 f"{TWINS} rounding twins (the same steps with every gradient nudged one ulp at "
+                 "random, as another summation order would), in loss at "
+                 "every step and in parameters at the end")
+    return text
+
+
+def _worst_loss(verdict, steps: int) -> str:
+    if steps == 1:
+        return ""
+    k = verdict.worst_loss_step
+    if k is None:
+        return f"{'-':>37}  "
+    if verdict.max_abs_difference == 0 and not any(verdict.loss_differences):
+        return f"{'0 (bit for bit)':>37}  "
+    ratio = verdict.loss_differences[k] / verdict.loss_tolerances[k]
+    return f"{ratio:>30.2f} ({k + 1:>3})  "
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -74,8 +101,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
         "verify", help="check every strategy's step equals the single-device step",
         description="From one seed, one optimiser step of each strategy against the "
-                    "single-device baseline on the same global batch; prints the largest "
-                    "parameter difference and exits 1 above the tolerance. Micro-batched "
+                    "single-device baseline on the same global batch (with --steps N, N "
+                    "steps); prints the largest parameter difference and exits 1 above "
+                    "the tolerance. Micro-batched "
                     "strategies cut the batch into 4 micro-batches unless --split-size says "
                     "otherwise.")
     check.add_argument("--strategy", help="strategies to check (default: every one that can "
@@ -91,7 +119,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--steps", type=int, default=1,
+                       help="steps to train on the batch; above 1 the loss of every "
+                       "step is compared too, and the tolerance grows as the baseline's "
+                       "rounding twins drift (default 1)")
     check.add_argument("--tolerance", type=float, default=1e-5,
-                       help="largest accepted absolute parameter difference (default 1e-5)")
+                       help="largest accepted difference after one step: absolute for "
+                       "parameters, relative for the loss (default 1e-5)")
     add_common_arguments(check, "--threads-per-device")
     check.set_defaults(handler=command_verify)

@@ -2,7 +2,7 @@
 torchrun (one process per device across nodes, each configuration's ranks agreeing on its
 outcome, rank 0 merging the record).
 
-`measure` and `verify_parameters` are the one interface, each a `Launcher`'s (launchers.py);
+`measure` and `verify_training` are the one interface, each a `Launcher`'s (launchers.py);
 which one runs a configuration is decided by its plan (`RunPlan.launcher`: its strategy, a
 memory cap, and whether torchrun started this process).
 """
@@ -32,13 +32,13 @@ from parbench.launch.torchrun import (
 )
 from parbench.measure import Pace
 from parbench.planning import torchrun_rank
-from parbench.worker import Measurement
+from parbench.worker import Measurement, Trained
 
 __all__ = [
     "LAUNCHERS", "OUT_OF_MEMORY", "LaunchError", "Launcher", "failure_reason", "from_rank_zero",
     "is_out_of_memory", "join_torchrun", "launcher_for", "leave_torchrun", "measure",
     "measure_collectives", "measure_on_every_rank", "same_on_every_rank", "torchrun_devices",
-    "torchrun_job", "torchrun_rank", "verify_parameters",
+    "torchrun_job", "torchrun_rank", "verify_training",
 ]
 
 
@@ -55,7 +55,8 @@ def measure_collectives(config: Config, names, sizes, iterations: int,
     return spawn(config, Task.COLLECTIVES, (list(names), list(sizes), iterations, warmup))
 
 
-def verify_parameters(config: Config, images: torch.Tensor,
-                      labels: torch.Tensor) -> list[torch.Tensor]:
-    """The parameters after one step of `config` on this batch, whatever its launcher."""
-    return launcher_for(config).verify_parameters(config, images, labels)
+def verify_training(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                    nudge_seed: int | None = None) -> Trained:
+    """A step of `config` on each batch, whatever its launcher: each step's loss and the
+    parameters after the last (`nudge_seed`: see `worker.train_steps`)."""
+    return launcher_for(config).verify_training(config, batches, nudge_seed)

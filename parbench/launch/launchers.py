@@ -13,7 +13,7 @@ from parbench.launch.ranks import Task, in_process_threads, measure_here
 from parbench.launch.spawn import spawn
 from parbench.launch.torchrun import measure_under_torchrun
 from parbench.measure import Pace
-from parbench.worker import Measurement, trained_parameters
+from parbench.worker import Measurement, Trained, combine_trained, train_steps
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]
 
@@ -27,11 +27,12 @@ class Launcher(ABC):
         `pace`, an external timer drives every step of this process, which then plays rank 0
         itself (see `parbench.paced`)."""
 
-    def verify_parameters(self, config: Config, images: torch.Tensor,
-                          labels: torch.Tensor) -> list[torch.Tensor]:
-        """The parameters after one step of `config` on this batch."""
+    def verify_training(self, config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                        nudge_seed: int | None = None) -> Trained:
+        """The loss of a step of `config` on each batch, and the parameters after the last
+        (`nudge_seed`: see `worker.train_steps`)."""
         with in_process_threads(config):
-            return trained_parameters(config, images, labels)
+            return combine_trained([train_steps(config, batches, nudge_seed)])
 
 
 class InProcess(Launcher):
@@ -56,8 +57,10 @@ class Spawn(Launcher):
     def measure(self, config, pace=None):
         return spawn(config, Task.MEASURE, pace=pace)
 
-    def verify_parameters(self, config, images, labels):
-        return spawn(config, Task.VERIFY, (images, labels))
+    def verify_training(self, config, batches, nudge_seed=None):
+        if nudge_seed is not None:
+            raise LaunchError("only a one-process strategy is nudged (verify's rounding twin)")
+        return spawn(config, Task.VERIFY, batches)
 
 
 class Torchrun(Launcher):
@@ -67,7 +70,7 @@ class Torchrun(Launcher):
     def measure(self, config, pace=None):
         return measure_under_torchrun(config)
 
-    def verify_parameters(self, config, images, labels):
+    def verify_training(self, config, batches, nudge_seed=None):
         raise LaunchError("verify starts its own processes; run it without torchrun")
 
 

@@ -17,9 +17,10 @@ from parbench.measure.collectives import time_collectives
 from parbench.worker import (
     Measurement,
     WorkerMeasurement,
+    combine_trained,
     measure_worker,
     merge,
-    trained_parameters,
+    train_steps,
 )
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
@@ -30,7 +31,7 @@ class Task(enum.Enum):
 
     MEASURE = "measure"  # train and measure; rank 0 returns the merged measurement
     ALONE = "alone"  # a one-process strategy measured in a process of its own (memory cap)
-    VERIFY = "verify"  # one step from a given batch; rank 0 returns every trained parameter
+    VERIFY = "verify"  # a step on each given batch; rank 0 returns the losses, parameters
     # Time collectives (the batch: names, sizes, iterations, warm-up); rank 0 returns each
     # one's time, the slowest rank's (measure.collectives).
     COLLECTIVES = "collectives"
@@ -72,7 +73,7 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
     elif task is Task.COLLECTIVES:
         mine = time_collectives(*batch, device=device)
     else:
-        mine = trained_parameters(config, *batch)
+        mine = train_steps(config, batch)
     gathered = [None] * size if rank == 0 else None
     dist.gather_object(mine, gathered, dst=0)
     if rank != 0:
@@ -82,4 +83,4 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
     if task is Task.COLLECTIVES:
         return [{**row, "time_s": max(rows[i]["time_s"] for rows in gathered)}
                 for i, row in enumerate(gathered[0])]
-    return [parameter for part in gathered for parameter in part]
+    return combine_trained(gathered)

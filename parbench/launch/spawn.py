@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 from parbench.config import Config
 from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
-from parbench.worker import Measurement
+from parbench.worker import Measurement, Trained
 
 __all__ = ["Rendezvous", "spawn", "spawn_rank"]
 
@@ -107,7 +107,8 @@ def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Ta
             (Path(out_dir) / "result.json").write_text(json.dumps(
                 result.to_json() if task is Task.MEASURE else result))
         elif rank == 0:  # plain arrays, read back without unpickling anything
-            np.savez(Path(out_dir) / "parameters.npz", *[p.numpy() for p in result])
+            np.savez(Path(out_dir) / "trained.npz", np.asarray(result.losses),
+                     *[p.numpy() for p in result.parameters])
     finally:
         dist.destroy_process_group()
     # Done, and the result is on disk: leave without running C++ static destructors, which
@@ -223,11 +224,13 @@ def _start(config: Config, task: Task, rendezvous: Rendezvous, processes: int, b
 
 
 def _read_result(out_dir: Path):
-    """Rank 0's result as its worker left it: measurements as JSON, parameters as plain arrays
-    (read back without unpickling anything); None where this launcher had no rank 0."""
+    """Rank 0's result as its worker left it: measurements as JSON, verify's losses and
+    parameters as plain arrays (read back without unpickling anything); None where this
+    launcher had no rank 0."""
     if (out_dir / "result.json").is_file():
         return json.loads((out_dir / "result.json").read_text())
-    if not (out_dir / "parameters.npz").is_file():
+    if not (out_dir / "trained.npz").is_file():
         return None
-    with np.load(out_dir / "parameters.npz", allow_pickle=False) as arrays:
-        return [torch.from_numpy(arrays[f"arr_{i}"]) for i in range(len(arrays.files))]
+    with np.load(out_dir / "trained.npz", allow_pickle=False) as arrays:
+        losses, *parameters = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+        return Trained(losses.tolist(), [torch.from_numpy(p) for p in parameters])

@@ -126,14 +126,14 @@ def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
 def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys, monkeypatch):
     from parbench import launch
 
-    real = launch.verify_parameters
+    real = launch.verify_training
 
-    def fails_for_model_parallel(config, images, labels):
+    def fails_for_model_parallel(config, batches, nudge_seed=None):
         if config.strategy == "model-parallel":
             raise RuntimeError("stage 1 exploded")
-        return real(config, images, labels)
+        return real(config, batches, nudge_seed)
 
-    monkeypatch.setattr(launch, "verify_parameters", fails_for_model_parallel)
+    monkeypatch.setattr(launch, "verify_training", fails_for_model_parallel)
     status, out, err = _run(capsys, "verify", "--strategy", "model-parallel,pipeline",
                             "--devices", "cpu,cpu", "--model", "resnet18", "--batch-size", "4",
                             "--image-size", "64")

@@ -1,0 +1,81 @@
+"""`parbench verify --steps N`: loss and parameters over many steps, with a tolerance that grows
+as the baseline's rounding twin drifts; a strategy whose update is off by a little each step
+passes one step and fails many."""
+
+from dataclasses import replace
+
+import pytest
+
+import strategies
+from parbench.cli import main
+from parbench.devices import parse_devices
+from parbench.verify import verify
+from strategies.model_parallel import ModelParallel
+
+CPU2 = parse_devices("cpu,cpu")
+STEPS = 12
+# Off by this much of its learning rate: 1 part in 10,000 of every update.
+OFF_BY = 1e-4
+
+
+class OffByALittle(ModelParallel):
+    """Model parallelism whose optimiser steps a little too far, every step."""
+
+    def prepare_training(self, parameters, loss_device):
+        super().prepare_training(parameters, loss_device)
+        for group in self.optimizer.param_groups:
+            group["lr"] *= 1 + OFF_BY
+
+
+@pytest.fixture
+def off_by_a_little(monkeypatch):
+    entry = strategies.REGISTRY["model-parallel"]
+    monkeypatch.setitem(strategies.REGISTRY, "off-by-a-little", replace(entry, cls=OffByALittle))
+    return "off-by-a-little"
+
+
+@pytest.fixture
+def workload(tiny_workload):  # verify's defaults: 64 px, learning rate 0.01
+    return replace(tiny_workload, image_size=64, learning_rate=0.01)
+
+
+@pytest.mark.timeout(240)
+def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
+        workload, off_by_a_little):
+    [one] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5)
+    assert one.ok, one  # one step cannot tell it from rounding
+    [many] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5, steps=STEPS)
+    assert not many.ok  # its loss curve leaves the rounding twins' envelope
+    beyond = [k for k, (d, t) in enumerate(zip(many.loss_differences, many.loss_tolerances))
+              if d > t]
+    assert beyond and many.worst_loss_step in beyond
+
+
+@pytest.mark.timeout(240)
+def test_real_strategies_stay_within_the_grown_tolerance(workload):
+    verdicts = verify(workload, CPU2, ["model-parallel", "pipeline"], 8, {"split_size": 2},
+                      tolerance=1e-5, steps=STEPS)
+    for verdict in verdicts:
+        assert verdict.ok, verdict
+        assert len(verdict.losses) == len(verdict.reference_losses) == STEPS
+        # the losses really moved, and the tolerance grew from one step's
+        assert verdict.reference_losses[-1] != pytest.approx(verdict.reference_losses[0])
+        assert verdict.loss_tolerances[-1] >= verdict.loss_tolerances[0]
+
+
+def test_the_command_prints_each_strategy_s_worst_loss_step(capsys):
+    status = main(["verify", "--strategy", "model-parallel", "--devices", "cpu,cpu",
+                   "--image-size", "32", "--batch-size", "4", "--steps", "3"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "3 SGD steps" in out and "rounding twins" in out
+    row = next(line for line in out.splitlines() if line.startswith("model-parallel"))
+    assert row.endswith("ok") and "0 (bit for bit)" in row  # one process, the same ops
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_several_steps_in_a_lower_precision_are_refused_in_one_line(capsys, precision):
+    status = main(["verify", "--precision", precision, "--steps", "2"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--steps above 1 compares in --precision fp32 only" in err
+    assert len(err.strip().splitlines()) == 1
