@@ -46,8 +46,8 @@ def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
     assert one.ok, one  # one step cannot tell it from rounding
     [many] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5, steps=STEPS)
     assert not many.ok  # its loss curve leaves the rounding twins' envelope
-    beyond = [k for k, (d, t) in enumerate(zip(many.loss_differences, many.loss_tolerances))
-              if d > t]
+    beyond = [k for k, (d, t) in enumerate(zip(many.loss_differences, many.loss_tolerances,
+                                               strict=True)) if d > t]
     assert beyond and many.worst_loss_step in beyond
 
 
