@@ -8,13 +8,16 @@ from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 
-__all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "STEPS", "WARMUP", "cannot_run", "config",
-           "runnable", "scaled_strategies", "workload", "world_sizes"]
+__all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "REPEATS", "STEPS", "WARMUP", "cannot_run",
+           "config", "runnable", "scaled_strategies", "workload", "world_sizes"]
 
-# resnet18, batch 32, 128 px, 2 warm-up + 5 measured steps: about 20 s per strategy
-# on two CPU cores.
+# resnet18, batch 32, 128 px, 1 warm-up + 3 measured steps per trial, 3 trials: a trial takes
+# 5 to 10 s on two CPU cores, of which 0 to 7 s start its processes and build the model. Trials
+# rather than steps, since the spread is between trials: over 3 trials of 5 steps
+# (20261124T125852Z), a trial's median step varied by 1 to 9% (coefficient of variation) where
+# its steps varied by 2 to 5%, so 5 steps pin a trial's median to about 1 to 2%.
 MODELS = ("resnet18",)
-GLOBAL_BATCH, IMAGE_SIZE, WARMUP, STEPS = 32, 128, 2, 5
+GLOBAL_BATCH, IMAGE_SIZE, WARMUP, STEPS, REPEATS = 32, 128, 1, 3, 3
 
 
 def workload(model: str = MODELS[0]) -> Workload:

@@ -1,58 +1,73 @@
-"""The asv suite's devices, and the one measurement of parbench's suite (`parbench.suite`:
+"""The asv suite's parameters, and the one measurement of parbench's suite (`parbench.suite`:
 the configurations the CLI's quick comparison and pytest-benchmark measure too) that its
 benchmarks share.
 
-The devices come from PARBENCH_ASV_DEVICES (default `cpu,cpu`: two emulated devices on the
-CPU; on a GPU host e.g. `cuda:0,cuda:1`).
+asv starts a fresh interpreter for every parameter combination (launch_method spawn), imports
+this module there and hands the benchmark the cached measurement: so nothing here imports
+torch at import time, and the cache holds plain numbers. Only `setup_cache`, run once per `asv
+run`, imports parbench and measures. The devices come from PARBENCH_ASV_DEVICES (default
+`cpu,cpu`: two emulated devices on the CPU; on a GPU host e.g. `cuda:0,cuda:1`).
 """
 
 import os
 
-import strategies
-from parbench import suite
-from parbench.devices import parse_devices
-from parbench.runner import add_comparisons, run_config
-
 DEVICES = os.environ.get("PARBENCH_ASV_DEVICES", "cpu,cpu")
-STRATEGIES = strategies.names()
-MODELS = list(suite.MODELS)
-DATA_PARALLEL = suite.scaled_strategies()
+# strategies.names() and suite.scaled_strategies() and suite.MODELS, as data (importing them
+# imports torch); tests/strategies/test_conformance.py checks that they agree.
+STRATEGIES = ["single", "model-parallel", "pipeline", "pipeline-gpipe", "pipeline-1f1b",
+              "pipeline-interleaved-1f1b", "pipeline-looped-bfs", "pipeline-zero-bubble",
+              "pipeline-zbv", "pipeline-dualpipev", "data-parallel", "ddp", "fsdp"]
+DATA_PARALLEL = ["data-parallel", "ddp", "fsdp"]
+MODELS = ["resnet18"]
+# The figures the benchmarks track, kept from each record.
+TRACKED = ("status", "reason", "throughput_ips", "peak_memory_mib", "memory_imbalance",
+           "scaling_efficiency", "intervals")
 # One measurement may take minutes on a CPU; asv's default timeout is 60 s.
 TIMEOUT_S = 3600
 
 
-def device_set():
-    return parse_devices(DEVICES)
+def device_count() -> int:
+    return len([name for name in DEVICES.split(",") if name.strip()])
 
 
 def world_sizes() -> list[int]:
-    return suite.world_sizes(device_set())
-
-
-def skipped_strategies() -> list[tuple]:
-    """(strategy, model) parameter pairs to skip here."""
-    return [(s, m) for s in STRATEGIES for m in MODELS if suite.cannot_run(s, device_set())]
+    """1, 2, 4, ... up to the devices given (as `suite.world_sizes`, without torch)."""
+    count = device_count()
+    return [2**k for k in range(count.bit_length()) if 2**k <= count]
 
 
 def measure_all() -> dict:
-    """Every configuration the suite tracks: {(strategy, model, world size or None): record}."""
-    devices = device_set()
-    configs = {(s, m, None): suite.config(s, devices, m) for s in STRATEGIES for m in MODELS
-               if not suite.cannot_run(s, devices)}
-    configs.update({(s, m, n): suite.config(s, devices, m, world_size=n) for s in DATA_PARALLEL
-                    for m in MODELS for n in world_sizes()
-                    if not suite.cannot_run(s, devices, world_size=n)})
-    records = {key: run_config(c) for key, c in configs.items()}
-    for key in {(s, m) for s, m, _ in records}:  # scaling against N = 1 of the same strategy
-        add_comparisons([r for (s, m, _), r in records.items() if (s, m) == key])
-    return records
+    """Every configuration the suite tracks, each measured in `suite.REPEATS` trials in
+    interleaved rounds (as `parbench run --repeats`): {(strategy, model, world size or
+    None): the record's tracked figures}, figures of merit as geometric means over trials."""
+    import tempfile
+
+    from parbench import suite
+    from parbench.devices import parse_devices
+    from parbench.results import RunFolder
+    from parbench.runner import run_sweep
+
+    devices = parse_devices(DEVICES)
+    keys = [(s, m, None) for s in STRATEGIES for m in MODELS]
+    keys += [(s, m, n) for s in DATA_PARALLEL for m in MODELS for n in world_sizes()]
+    configs = [suite.config(s, devices, m) if n is None else
+               suite.config(s, devices, m, world_size=n) for s, m, n in keys]
+    with tempfile.TemporaryDirectory(prefix="parbench-asv-") as folder:
+        records = run_sweep(configs, RunFolder(folder), {}, repeats=suite.REPEATS)
+    by_key = dict(zip([c.key() for c in configs], keys, strict=True))
+    return {by_key[r.config_key]: {name: getattr(r, name) for name in TRACKED}
+            for r in records}
 
 
 class Measured:
     """Base of the suite's classes: their setup_cache is this one function, so asv runs the
-    measurement once per `asv run` and hands every benchmark its records."""
+    measurement once per `asv run` and hands every benchmark its figures. The repetition is
+    parbench's trials inside it, so asv runs each benchmark once (rounds = repeat = 1: a
+    second round would read the same cache again)."""
 
     timeout = TIMEOUT_S
+    rounds = 1
+    repeat = 1
 
     def setup_cache(self):
         return measure_all()

@@ -41,7 +41,8 @@ from strategies.single import accumulating
 __all__ = ["QUICK_RUN", "add_parsers", "build_configs", "command_run"]
 
 # `parbench run` with no arguments measures the suite's configuration (resnet18, batch 32,
-# 128 px, 2 + 5 steps), as asv and pytest-benchmark do: about 4 minutes on two CPU cores.
+# 128 px, 1 + 3 steps, 3 trials each), as asv and pytest-benchmark do: about 5 minutes on two
+# CPU cores.
 QUICK_RUN = dict(model=suite.MODELS[0], batch_size=str(suite.GLOBAL_BATCH),
                  image_size=str(suite.IMAGE_SIZE), steps=suite.STEPS, warmup=suite.WARMUP)
 
@@ -53,6 +54,8 @@ def build_configs(args: argparse.Namespace,
     names = strategy_names(args.strategy) if requested else strategies.names()
     device_sets = device_sets or [device_set(spec) for spec in (args.devices or
                                                                  default_devices())]
+    if getattr(args, "repeats", 1) is None:  # the quick comparison compares: in trials
+        args.repeats = suite.REPEATS if not requested else 1
     at_least("--repeats", getattr(args, "repeats", 1), 1)
     batches = int_list("--batch-size", args.batch_size, 1)
     if args.compile and args.warmup < 1:
@@ -375,12 +378,13 @@ def _add_device_arguments(group) -> None:
 def _add_measurement_arguments(group) -> None:
     group.add_argument("--steps", type=int, default=QUICK_RUN["steps"],
                        help="measured steps per trial")
-    group.add_argument("--repeats", type=int, default=1,
+    group.add_argument("--repeats", type=int, default=None,
                        help="trials of every configuration, in interleaved rounds: each round "
                             "measures every configuration once in a shuffled order (and, from "
                             "2, the baseline twice: the run's noise floor); speedups are paired "
-                            "by round and every figure of merit gets a 95%% interval (default "
-                            "1: no interval)")
+                            f"by round and every figure of merit gets a 95%% interval (default: "
+                            f"{suite.REPEATS} for the quick comparison, without --strategy; "
+                            "else 1, no interval)")
     group.add_argument("--shuffle-seed", type=int, default=0,
                        help="round r shuffles its order with seed shuffle-seed + r (recorded)")
     group.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],

@@ -112,11 +112,23 @@ def test_its_record_has_the_schema(name, tiny_workload):
     assert record.strategy_options == config.plan.strategy_plan.options.given()
 
 
+def test_reading_the_asv_cache_does_not_import_torch():
+    """asv imports the suite's module in a fresh interpreter for each parameter combination;
+    only setup_cache (once per run) may import torch."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import asv.training, asv.common; "
+            "print('torch' in sys.modules)")
+    imported = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+    assert imported.stdout.strip() == "False", imported.stderr
+
+
 def test_every_harness_lists_every_strategy(capsys):
     assert main(["strategies", "--devices", "cpu,cpu"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == NAMES
-    assert _load(ROOT / "benchmarks" / "asv" / "common.py").STRATEGIES == NAMES
+    asv = _load(ROOT / "benchmarks" / "asv" / "common.py")  # its names as data, without torch
+    assert (asv.STRATEGIES, asv.DATA_PARALLEL, asv.MODELS) == (
+        NAMES, suite.scaled_strategies(), list(suite.MODELS))
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/test_strategies.py", "--benchmark-only",
          "--collect-only", "-q", "-p", "no:cacheprovider"],
