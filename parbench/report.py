@@ -90,7 +90,8 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
     lines += [f"- {line}" for line in noise_floor(frame)]
     if "interval_method" in frame and frame["interval_method"].notna().any():
         lines += ["", f"Intervals: {frame['interval_method'].dropna().iloc[0]}."]
-    lines += ["", f"Workload: {_workload_line(frame)}.", "", "## Figures", ""]
+    lines += ["", f"Workload: {_workload_line(frame)}.", "",
+              _provenance(folder, _environment(frame, folder)), "", "## Figures", ""]
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
              *[r.get(column) for column in COLUMNS]] for _, r in frame.iterrows()]
@@ -127,6 +128,23 @@ _MFU_NOTE = ("MFU is the achieved FLOP/s over the dense peak of the GPUs used at
              "(parbench/measure/flops.py). ")
 
 
+def _experiment(folder: Path) -> str | None:
+    """The named experiment that made the run (its command.json says), if any."""
+    try:
+        return json.loads((folder / "command.json").read_text()).get("experiment")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _provenance(folder: Path, environment: dict) -> str:
+    commit = environment.get("git_commit") or "unknown"
+    experiment = _experiment(folder)
+    made = (f"`parbench run --experiment {experiment}` (parbench/experiments/{experiment}.json)"
+            if experiment else "`parbench run` with the arguments in `command.json`"
+            if (folder / "command.json").is_file() else "`parbench run`")
+    return f"Made by {made} at parbench commit `{commit}`."
+
+
 def _run_summary(folder: Path) -> list | None:
     try:
         frame = load_records(folder)
@@ -139,7 +157,8 @@ def _run_summary(folder: Path) -> list | None:
     name = f"[{folder.name}]({folder.name}/README.md)" if (folder / "README.md").is_file() \
         else folder.name
     first = frame.iloc[0]
-    return [name, first.get("host"), " / ".join(frame["devices"].astype(str).unique()),
+    return [name, _experiment(folder) or "-", first.get("host"),
+            " / ".join(frame["devices"].astype(str).unique()),
             bool(frame["emulated"].fillna(False).astype(bool).any()),
             ", ".join(frame["strategy"].astype(str).unique()),
             f"{len(ok)} / {len(frame)}",
@@ -152,7 +171,7 @@ def write_index(results_dir: Path) -> Path:
     results_dir = Path(results_dir)
     rows = [row for folder in sorted(p for p in results_dir.iterdir() if p.is_dir())
             if (folder / "records.json").is_file() and (row := _run_summary(folder))]
-    table = markdown_table(rows, ["run", "host", "devices", "emulated", "strategies",
+    table = markdown_table(rows, ["run", "experiment", "host", "devices", "emulated", "strategies",
                                   "ok / configurations", "best img/s"])
     block = f"{INDEX_BEGIN}\n{table}\n{INDEX_END}"
     path = results_dir / "README.md"

@@ -1,0 +1,56 @@
+"""Named experiments: every file is a valid `parbench run`, `--experiment` applies it under the
+flags given, and the run says which experiment and commit made it."""
+
+import json
+
+import pytest
+
+from parbench import experiments
+from parbench.cli import main, parser
+from parbench.planning import ConfigError
+
+
+@pytest.mark.parametrize("name", experiments.names())
+def test_every_experiment_is_a_valid_run(name):
+    experiment = experiments.load(name)
+    assert experiment.description and experiment.source
+    args = parser().parse_args(["run", *experiment.arguments])
+    assert args.handler.__name__ == "command_run"
+    assert args.repeats is None or args.repeats >= 3  # published runs have intervals
+
+
+def test_the_known_experiments_are_there():
+    assert {"quick", "tutorial", "data-parallel-strong", "data-parallel-weak"} <= set(
+        experiments.names())
+    tutorial = experiments.load("tutorial").arguments
+    assert tutorial[tutorial.index("--split-size") + 1] == "1,3,5,8,10,12,20,40,60"
+
+
+def test_an_unknown_experiment_is_refused_with_the_names():
+    with pytest.raises(ConfigError, match="unknown experiment 'nope'; available: .*tutorial"):
+        experiments.load("nope")
+
+
+def test_a_run_of_an_experiment_keeps_its_flags_under_the_ones_given(tmp_path, monkeypatch,
+                                                                       capsys):
+    folder = tmp_path / "experiments"
+    folder.mkdir()
+    (folder / "tiny.json").write_text(json.dumps(dict(
+        description="one tiny configuration", source="this test",
+        arguments=["--strategy", "single", "--batch-size", "4", "--image-size", "32",
+                   "--steps", "2", "--warmup", "0", "--repeats", "3"])))
+    monkeypatch.setattr(experiments, "FOLDER", folder)
+    status = main(["run", "--experiment", "tiny", "--repeats", "1", "--steps", "1",
+                   "--devices", "cpu", "--results-dir", str(tmp_path / "results")])
+    out = capsys.readouterr().out
+    assert status == 0
+    [run] = (tmp_path / "results").iterdir()
+    command = json.loads((run / "command.json").read_text())
+    assert command["experiment"] == "tiny"
+    assert (command["batch_size"], command["image_size"]) == ("4", "32")  # the experiment's
+    assert (command["repeats"], command["steps"]) == (1, 1)  # the flags given win
+    [record] = json.loads((run / "records.json").read_text())
+    assert record["global_batch"] == 4 and record["measured_steps"] == 1
+    assert main(["report", str(run)]) == 0
+    assert "Made by `parbench run --experiment tiny`" in (run / "README.md").read_text()
+    assert "results:" in out
