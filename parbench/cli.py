@@ -55,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = parser().parse_args(argv)
+        args.given_argv = argv[1:]  # the command's own flags, as typed (run --experiment)
         return args.handler(args)
     except UsageError as error:
         print(f"parbench: error: {error}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +42,23 @@ def load(name: str) -> Experiment:
     return Experiment(name, values["description"], values["source"], list(values["arguments"]))
 
 
-def applied(args: argparse.Namespace, parse: Callable[[Sequence[str]], argparse.Namespace],
-            defaults: dict) -> argparse.Namespace:
-    """The arguments of `args.experiment` (parsed by `parse`, as if given on the command
-    line), with the flags given here that differ from their `defaults` on top: `parbench run
-    --experiment tutorial --repeats 5` is the tutorial with 5 trials."""
+def applied(args: argparse.Namespace,
+            parse: Callable[..., argparse.Namespace]) -> argparse.Namespace:
+    """`args.experiment`'s flags with the flags typed (`args.given_argv`) over them, parsed by
+    `parse` (the run parser's parse_args) as one command line: `parbench run --experiment
+    tutorial --repeats 5` is the tutorial with 5 trials. A list flag (`--devices`) the
+    experiment sets is extended, not replaced. The typed flags are kept as
+    `experiment_flags`, for the run's README to say."""
     experiment = load(args.experiment)
-    given = {key: value for key, value in vars(args).items() if value != defaults.get(key)}
-    return argparse.Namespace(**{**vars(parse(experiment.arguments)), **given})
+    merged = parse(args.given_argv, namespace=parse(experiment.arguments))
+    merged.experiment_flags = _without_experiment(args.given_argv)
+    return merged
+
+
+def _without_experiment(argv: list[str]) -> list[str]:
+    kept, name_follows = [], False
+    for flag in argv:
+        if not name_follows and flag != "--experiment" and not flag.startswith("--experiment="):
+            kept.append(flag)
+        name_follows = flag == "--experiment"
+    return kept

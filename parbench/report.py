@@ -128,20 +128,27 @@ _MFU_NOTE = ("MFU is the achieved FLOP/s over the dense peak of the GPUs used at
              "(parbench/measure/flops.py). ")
 
 
+def _command(folder: Path) -> dict:
+    try:
+        command = json.loads((folder / "command.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return command if isinstance(command, dict) else {}
+
+
 def _experiment(folder: Path) -> str | None:
     """The named experiment that made the run (its command.json says), if any."""
-    try:
-        return json.loads((folder / "command.json").read_text()).get("experiment")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return _command(folder).get("experiment")
 
 
 def _provenance(folder: Path, environment: dict) -> str:
     commit = environment.get("git_commit") or "unknown"
-    experiment = _experiment(folder)
-    made = (f"`parbench run --experiment {experiment}` (parbench/experiments/{experiment}.json)"
-            if experiment else "`parbench run` with the arguments in `command.json`"
-            if (folder / "command.json").is_file() else "`parbench run`")
+    command = _command(folder)
+    experiment = command.get("experiment")
+    flags = "".join(f" {flag}" for flag in command.get("experiment_flags") or [])
+    made = (f"`parbench run --experiment {experiment}{flags}` "
+            f"(parbench/experiments/{experiment}.json)" if experiment else
+            "`parbench run` with the arguments in `command.json`" if command else "`parbench run`")
     return f"Made by {made} at parbench commit `{commit}`."
 
 

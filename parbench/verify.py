@@ -78,8 +78,8 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
     replicas, unless SyncBatchNorm) is compared with the baseline accumulating gradients over
     the same parts, so BatchNorm sees the same samples in both and the comparison is exact up
     to floating-point summation order. Those rounding differences grow as training amplifies
-    them; how much, the baseline's rounding twin measures (`_Verifier.twin`): a strategy may
-    drift DRIFT_ALLOWANCE times as far as it, and never less than `tolerance` (absolute for
+    them; how much, the baseline's rounding twins measure (`_Verifier.twins`): a strategy may
+    drift DRIFT_ALLOWANCE times as far as they do, and never less than `tolerance` (absolute for
     parameters, relative for the loss).
     """
     if steps > 1 and workload.precision != "fp32":
@@ -122,8 +122,9 @@ class _Verifier:
         step, which training then amplifies as it amplifies a strategy's own rounding. How
         far they drift from the baseline (in loss at each step, in parameters at the end) is
         the drift to expect from rounding alone."""
-        return [self.baseline(split, workload, workload.seed + i) for i in range(TWINS)
-                if len(self.batches) > 1]  # one step: `tolerance` is its rounding
+        if len(self.batches) == 1:  # one step: `tolerance` is its rounding
+            return []
+        return [self.baseline(split, workload, workload.seed + i) for i in range(TWINS)]
 
     def skipped(self, parameters: list[torch.Tensor], workload: Workload) -> bool:
         """Whether fp16's gradient scaler skipped this step (and a lower scale is left)."""

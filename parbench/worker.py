@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -17,8 +18,8 @@ from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline
 
-__all__ = ["Measurement", "Trained", "WorkerMeasurement", "combine_trained", "measure_worker",
-           "merge", "train_steps"]
+__all__ = ["Measurement", "RankTrained", "Trained", "WorkerMeasurement", "combine_trained",
+           "measure_worker", "merge", "train_steps"]
 
 
 @dataclass
@@ -248,24 +249,32 @@ class Trained:
     parameters: list[torch.Tensor]
 
 
-def _nudge_gradients(parameters: list[torch.Tensor],
-                     generator: torch.Generator) -> list[torch.utils.hooks.RemovableHandle]:
+def _nudge_gradients(parameters: list[torch.Tensor], generator: torch.Generator) -> None:
     """Move every gradient backward computes one ulp up or down at random: the difference
-    another summation order makes to a gradient."""
+    another summation order makes to a gradient (an exact zero stays zero, as it would)."""
     def nudge(grad: torch.Tensor) -> torch.Tensor:
         up = torch.rand(grad.shape, generator=generator) < 0.5
-        return torch.nextafter(grad, torch.where(up, math.inf, -math.inf).to(grad))
+        nudged = torch.nextafter(grad, torch.where(up, math.inf, -math.inf).to(grad))
+        return torch.where(grad == 0, grad, nudged)
 
-    return [p.register_hook(nudge) for p in parameters if p.requires_grad]
+    for p in parameters:  # the hooks go with the model, at the end of train_steps
+        if p.requires_grad:
+            p.register_hook(nudge)
+
+
+class RankTrained(NamedTuple):
+    """What one process of a `parbench verify` run hands back (`train_steps`)."""
+
+    losses: list[float]  # the loss each step reported; nan where this process computes none
+    share: float  # of the global batch this process trained on
+    parameters: list[torch.Tensor]  # the ones it holds after the last step, on the CPU
 
 
 def train_steps(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]],
-                nudge_seed: int | None = None) -> tuple[list[float], float, list[torch.Tensor]]:
-    """One optimiser step of `config`'s strategy on each batch, in this process: the loss
-    each step reported, the share of the global batch it was computed on (nan where this
-    process computes no loss), and the parameters this process holds after the last step
-    (for `parbench verify`). With `nudge_seed`, every parameter is nudged one ulp before
-    each step (a one-process strategy only: verify's rounding twin)."""
+                nudge_seed: int | None = None) -> RankTrained:
+    """One optimiser step of `config`'s strategy on each batch, in this process (for
+    `parbench verify`). With `nudge_seed`, every gradient is nudged one ulp as backward
+    computes it (a one-process strategy only: verify's rounding twin)."""
     strategy = _build(config)
     generator = None if nudge_seed is None else torch.Generator().manual_seed(nudge_seed)
     try:
@@ -279,16 +288,22 @@ def train_steps(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]]
             images, labels = shard((images, labels), index, count)
             losses.append(_loss_value(strategy.train_step(images.to(device), labels.to(device))))
         share = len(shard((batches[0][1],), index, count)[0]) / len(batches[0][1])
-        return losses, share, [p.detach().float().cpu() for p in strategy.trained_parameters()]
+        return RankTrained(losses, share,
+                           [p.detach().float().cpu() for p in strategy.trained_parameters()])
     finally:
         strategy.close()
 
 
-def combine_trained(parts: list[tuple[list[float], float, list[torch.Tensor]]]) -> Trained:
+def combine_trained(parts: list[RankTrained]) -> Trained:
     """The processes' `train_steps` as one: each step's loss over the global batch (the
-    losses of the processes that computed one, weighted by their share of the batch) and
-    every process's parameters in rank order."""
-    steps = len(parts[0][0])
-    losses = [sum(share * part[k] for part, share, _ in parts if not math.isnan(part[k]))
-              for k in range(steps)]
-    return Trained(losses, [p for _, _, parameters in parts for p in parameters])
+    losses of the processes that computed one, weighted by their share of the batch; nan if
+    none did) and every process's parameters in rank order."""
+    losses = []
+    for k in range(len(parts[0].losses)):
+        computed = [(part.losses[k], part.share) for part in parts
+                    if not math.isnan(part.losses[k])]
+        shares = sum(share for _, share in computed)
+        if computed and abs(shares - 1) > 1e-6:  # each image's loss counted once
+            raise ValueError(f"the ranks that computed a loss saw {shares:.3g} of the batch")
+        losses.append(sum(loss * share for loss, share in computed) if computed else math.nan)
+    return Trained(losses, [p for part in parts for p in part.parameters])

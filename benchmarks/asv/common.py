@@ -48,15 +48,23 @@ def measure_all() -> dict:
     from parbench.runner import run_sweep
 
     devices = parse_devices(DEVICES)
-    keys = [(s, m, None) for s in STRATEGIES for m in MODELS]
+    # A data-parallel strategy's own configuration is its largest world size, when that is
+    # every device (1, 2, 4, ...): measured once, read under both keys.
+    alias = device_count() in world_sizes()
+    keys = [(s, m, None) for s in STRATEGIES for m in MODELS
+            if not (alias and s in DATA_PARALLEL)]
     keys += [(s, m, n) for s in DATA_PARALLEL for m in MODELS for n in world_sizes()]
     configs = [suite.config(s, devices, m) if n is None else
                suite.config(s, devices, m, world_size=n) for s, m, n in keys]
     with tempfile.TemporaryDirectory(prefix="parbench-asv-") as folder:
         records = run_sweep(configs, RunFolder(folder), {}, repeats=suite.REPEATS)
     by_key = dict(zip([c.key() for c in configs], keys, strict=True))
-    return {by_key[r.config_key]: {name: getattr(r, name) for name in TRACKED}
-            for r in records}
+    figures = {by_key[r.config_key]: {name: getattr(r, name) for name in TRACKED}
+               for r in records}
+    if alias:
+        figures.update({(s, m, None): figures[(s, m, device_count())]
+                        for s in DATA_PARALLEL for m in MODELS})
+    return figures
 
 
 class Measured:

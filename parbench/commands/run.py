@@ -39,6 +39,7 @@ from strategies.single import accumulating
 
 __all__ = ["add_parsers", "build_configs", "command_run"]
 
+
 def build_configs(args: argparse.Namespace,
                    device_sets: list[DeviceSet] | None = None) -> list[Config]:
     requested = args.strategy is not None
@@ -174,7 +175,7 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
 
 # Arguments that say how to run, not what to measure: not stored for --resume.
 _NOT_SWEEP = ("handler", "command", "resume", "progress", "results_dir", "tag",
-              "sweep_defaults", "parse_run")
+              "sweep_defaults", "parse_run", "given_argv")
 
 
 def _sweep_arguments(args: argparse.Namespace) -> dict:
@@ -199,7 +200,7 @@ def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.
 
 def command_run(args: argparse.Namespace) -> int:
     if args.experiment and not args.resume:
-        args = experiments.applied(args, args.parse_run, args.sweep_defaults)
+        args = experiments.applied(args, args.parse_run)
     rank = launch.torchrun_rank()
     if rank is not None:
         return _run_under_torchrun(args)

@@ -14,11 +14,10 @@ from parbench.workloads import MODELS, PRECISIONS
 __all__ = ["QUICK_RUN", "add_run_arguments"]
 
 # `parbench run` with no arguments measures the suite's configuration (resnet18, batch 32,
-# 128 px, 1 + 3 steps, 3 trials each), as asv and pytest-benchmark do: about 5 minutes on two
+# 128 px, 1 + 3 steps, 3 trials each), as asv and pytest-benchmark do: about 4.5 minutes on two
 # CPU cores.
 QUICK_RUN = dict(model=suite.MODELS[0], batch_size=str(suite.GLOBAL_BATCH),
                  image_size=str(suite.IMAGE_SIZE), steps=suite.STEPS, warmup=suite.WARMUP)
-
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:

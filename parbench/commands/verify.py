@@ -56,9 +56,9 @@ def command_verify(args: argparse.Namespace) -> int:
     print(_header(workload, batch, devices, args.seed, steps), flush=True)
     verdicts = verify(workload, devices, names, batch, options, tolerance,
                       at_least("--threads-per-device", args.threads_per_device, 1), steps)
+    worst = f"  {'worst |loss diff| / tolerance (step)':>37}" if steps > 1 else ""
     print(f"{'strategy':<26} {'options':<34} {'max |param diff|':>16} {'baseline update':>15}"
-          f"  {'tolerance':>9}" + ("  worst |loss diff| / tolerance (step)" if steps > 1 else "")
-          + "  result")
+          f"  {'tolerance':>9}{worst}  result")
     for v in verdicts:
         options_text = ",".join(f"{k}={val}" for k, val in v.options.items())
         print(f"{v.strategy:<26} {options_text:<34} {v.max_abs_difference:>16.3e} "
@@ -93,7 +93,7 @@ def _worst_loss(verdict, steps: int) -> str:
     if verdict.max_abs_difference == 0 and not any(verdict.loss_differences):
         return f"{'0 (bit for bit)':>37}  "
     ratio = verdict.loss_differences[k] / verdict.loss_tolerances[k]
-    return f"{ratio:>30.2f} ({k + 1:>3})  "
+    return f"{ratio:>31.2f} ({k + 1:>3})  "
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:

@@ -5,18 +5,21 @@ import json
 
 import pytest
 
-from parbench import experiments
+from parbench import experiments, suite
 from parbench.cli import main, parser
+from parbench.commands.run import build_configs
+from parbench.devices import parse_devices
 from parbench.planning import ConfigError
 
 
 @pytest.mark.parametrize("name", experiments.names())
-def test_every_experiment_is_a_valid_run(name):
+def test_every_experiment_is_a_valid_run_with_intervals(name):
     experiment = experiments.load(name)
     assert experiment.description and experiment.source
     args = parser().parse_args(["run", *experiment.arguments])
-    assert args.handler.__name__ == "command_run"
-    assert args.repeats is None or args.repeats >= 3  # published runs have intervals
+    assert args.repeats is not None and args.repeats >= suite.REPEATS  # published: intervals
+    configs = build_configs(args, [parse_devices("cpu,cpu")])  # every value refused or planned
+    assert any(config.plan.runs for config in configs)
 
 
 def test_the_known_experiments_are_there():
@@ -40,17 +43,21 @@ def test_a_run_of_an_experiment_keeps_its_flags_under_the_ones_given(tmp_path, m
         arguments=["--strategy", "single", "--batch-size", "4", "--image-size", "32",
                    "--steps", "2", "--warmup", "0", "--repeats", "3"])))
     monkeypatch.setattr(experiments, "FOLDER", folder)
+    # --warmup 1 is the flag's default and still wins over the experiment's 0.
     status = main(["run", "--experiment", "tiny", "--repeats", "1", "--steps", "1",
-                   "--devices", "cpu", "--results-dir", str(tmp_path / "results")])
+                   "--warmup", "1", "--devices", "cpu",
+                   "--results-dir", str(tmp_path / "results")])
     out = capsys.readouterr().out
     assert status == 0
     [run] = (tmp_path / "results").iterdir()
     command = json.loads((run / "command.json").read_text())
     assert command["experiment"] == "tiny"
     assert (command["batch_size"], command["image_size"]) == ("4", "32")  # the experiment's
-    assert (command["repeats"], command["steps"]) == (1, 1)  # the flags given win
+    assert (command["repeats"], command["steps"], command["warmup"]) == (1, 1, 1)  # typed win
     [record] = json.loads((run / "records.json").read_text())
-    assert record["global_batch"] == 4 and record["measured_steps"] == 1
+    assert (record["global_batch"], record["measured_steps"], record["warmup_steps"]) == (
+        4, 1, 1)
     assert main(["report", str(run)]) == 0
-    assert "Made by `parbench run --experiment tiny`" in (run / "README.md").read_text()
+    assert ("Made by `parbench run --experiment tiny --repeats 1 --steps 1 --warmup 1 --devices "
+            "cpu --results-dir") in (run / "README.md").read_text()
     assert "results:" in out
