@@ -217,14 +217,16 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
     arguments and the trials it keeps."""
     given = args
 
-    def resumed() -> tuple[argparse.Namespace, set]:
+    def resumed() -> tuple[dict, set]:  # plain data: it is pickled to the other ranks
         folder = open_run_folder(given.resume)
-        return _resumed_arguments(given, folder), runner.done_trials(folder.read_records())
+        stored = _sweep_arguments(_resumed_arguments(given, folder))
+        return stored, runner.done_trials(folder.read_records())
 
     try:
         with launch.torchrun_job(positive("--timeout", args.timeout)):
-            args, done = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
-                          if args.resume else (args, set()))
+            stored, done = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
+                            if args.resume else ({}, set()))
+            args = argparse.Namespace(**{**vars(given), **stored})
             configs = build_configs(args, _torchrun_devices(args))
             order = [configs[slot.index] for slot in _schedule(args, configs, done)]
             return launch.measure_on_every_rank(configs, order, lambda: _run_and_record(

@@ -123,6 +123,16 @@ def test_importing_the_asv_suite_does_not_import_torch():
     assert imported.stdout.strip() == "False", imported.stderr
 
 
+@pytest.mark.parametrize("strategy", suite.scaled_strategies())
+def test_asv_reads_a_data_parallel_strategy_without_a_world_size_at_every_device(strategy):
+    """asv measures a data-parallel strategy once at the largest world size and reads its own
+    configuration (no world size given) from it: the two must run the same processes."""
+    own = suite.config(strategy, CPU2).plan
+    widest = suite.config(strategy, CPU2, world_size=len(CPU2)).plan
+    assert own.devices == widest.devices == CPU2
+    assert (own.world_size, own.launcher) == (widest.world_size, widest.launcher)
+
+
 def test_every_harness_lists_every_strategy(capsys):
     assert main(["strategies", "--devices", "cpu,cpu"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
