@@ -14,6 +14,7 @@ from parbench.commands import (
     collectives,
     info,
     max_batch,
+    predict,
     project,
     results,
     run,
@@ -26,7 +27,7 @@ __all__ = ["COMMANDS", "main", "parser"]
 EXIT_USAGE = 2
 
 # Each command module adds its own parsers and arguments, in this order in --help.
-COMMANDS = (run, verify, max_batch, collectives, project, results, info)
+COMMANDS = (run, verify, max_batch, collectives, predict, project, results, info)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,8 +14,8 @@ from torchvision.models import ResNet
 from strategies.errors import StrategyError
 
 __all__ = [
-    "BALANCES", "Partition", "cut_resnet", "default_balance", "plan_cut", "resnet_blocks",
-    "split_model",
+    "BALANCES", "Partition", "cut_resnet", "default_balance", "partition_by_cost", "plan_cut",
+    "resnet_blocks", "split_model",
 ]
 
 BALANCES = ("tutorial", "time", "params")
@@ -143,6 +143,16 @@ def plan_cut(model: nn.Module, stages: int, balance: str,
             raise StrategyError("balance by time needs a sample batch to time the blocks on")
         bounds = _balanced_bounds(_block_times(blocks, sample), stages)
     return Partition(names, bounds, balance)
+
+
+def partition_by_cost(block_names: Sequence[str], costs: Sequence[float], stages: int,
+                      balance: str = "time") -> Partition:
+    """Contiguous stages of equal `costs` as far as they go (the `time` balance, on costs
+    measured elsewhere: a profile)."""
+    if not 1 <= stages <= len(block_names):
+        raise StrategyError(f"cannot cut {len(block_names)} blocks into {stages} stages; "
+                            f"use 1 to {len(block_names)} stages for this model")
+    return Partition(tuple(block_names), _balanced_bounds(costs, stages), balance)
 
 
 def split_model(model: nn.Module, partition: Partition) -> list[nn.Sequential]:

@@ -1,0 +1,171 @@
+"""`parbench predict`: the timing models' predictions, labelled PREDICTED and kept apart from
+measured records: beside a run's own records with their error (`predict RUN`), or for a
+device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from parbench.commands.arguments import UsageError, int_list, open_run_folder
+from parbench.plots import write_prediction_figure
+from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
+from parbench.predict.profile import load_or_profile
+from parbench.predict.records import predicted_beside_measured
+from parbench.predict.sweep import predict_sweep
+from parbench.results import atomic_write_text
+from parbench.workloads import MODELS, PRECISIONS, Workload
+
+__all__ = ["command_predict"]
+
+
+
+def _cache(args: argparse.Namespace) -> Path:
+    return args.profile_cache or Path.home() / ".cache" / "parbench" / "profiles"
+
+
+def _link(name: str, collectives: list[dict], where: str) -> AnyLink:
+    """`measured` (the collectives measured `where`), a name in LINKS, or a bandwidth in GB/s."""
+    if name == "measured":
+        if not collectives:
+            raise UsageError(f"--link measured needs collectives measured in {where}: run "
+                             f"parbench collectives --collective all_gather,all_reduce --into "
+                             f"{where}, or name a link ({', '.join(LINKS)}) or a bandwidth in "
+                             "GB/s")
+        return MeasuredLink(f"measured in {where}", tuple(collectives))
+    if name in LINKS:
+        return Link(name, LINKS[name])
+    try:
+        bandwidth = float(name)
+    except ValueError:
+        bandwidth = 0.0
+    if bandwidth <= 0:
+        raise UsageError(f"--link {name!r}: give measured, {', '.join(LINKS)}, or a bandwidth "
+                         "in GB/s above 0")
+    return Link(f"{bandwidth:g} GB/s", bandwidth)
+
+
+def _profiler(cache: Path, record_like: dict):
+    """The profile at a micro-batch size for a record's workload, device and threads."""
+    kind = record_like["device_kind"]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("the run was measured on cuda and this machine has no GPU: predict "
+                         "it on a machine with one (the profile is taken on the device)")
+    workload = Workload(model=record_like["model"], image_size=int(record_like["image_size"]),
+                        precision=record_like["precision"])
+    threads = int(record_like.get("threads_per_device") or 1)
+
+    def profile_at(micro_batch: int):
+        print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
+              f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
+              file=sys.stderr, flush=True)
+        return load_or_profile(cache, workload, micro_batch, kind, threads)
+    return profile_at
+
+
+def _predict_run(args: argparse.Namespace) -> int:
+    folder = open_run_folder(args.run)
+    records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
+    if records.empty or not (records["status"] == "ok").any():
+        raise UsageError(f"{folder.path} has no measured record to predict")
+    link = _link(args.link, folder.read_collectives(), str(folder.path))
+    first = records[records["status"] == "ok"].iloc[0].to_dict()
+    try:
+        table = predicted_beside_measured(records, _profiler(_cache(args), first), link)
+    except ValueError as error:  # a link without the measurement a prediction needs
+        raise UsageError(str(error)) from None
+    if table.empty:
+        raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
+                         "(single, model-parallel, the pipelines, ddp)")
+    atomic_write_text(folder.path / "predictions.csv", table.to_csv(index=False))
+    figure = write_prediction_figure(table, folder.path, link.name)
+    errors = table["prediction_error"].abs()
+    print(f"PREDICTED beside measured (timing model from a profile of this device; link: "
+          f"{link.name}):")
+    shown = table.assign(options=table["split_size"].map(
+        lambda split: "" if pd.isna(split) else f"split {split:g}"))
+    print(shown[["strategy", "options", "world_size", "step_time_median_s",
+                 "predicted_step_time_s", "prediction_error", "measured_bubble_fraction",
+                 "predicted_bubble_fraction"]].to_string(
+        index=False, float_format=lambda v: f"{v:.3g}"))
+    print(f"prediction error (predicted / measured step - 1): median |error| "
+          f"{errors.median():.1%}, worst {errors.max():.1%} "
+          f"({table.loc[errors.idxmax(), 'strategy']}) over {len(table)} configurations")
+    print(f"predictions: {folder.path / 'predictions.csv'}; figure: {figure}")
+    return 0
+
+
+def _predict_sweep(args: argparse.Namespace) -> int:
+    if args.devices is None or args.batch_size is None:
+        raise UsageError("give a run folder to predict beside its records, or --devices N and "
+                         "--batch-size B to predict a sweep (e.g. parbench predict --model "
+                         "resnet50 --devices 8 --link nvlink4 --batch-size 1024)")
+    if args.link == "measured":
+        raise UsageError("--link measured reads a run folder's collectives: give the run "
+                         f"folder, or name a link ({', '.join(LINKS)}) or a bandwidth in GB/s")
+    device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
+    record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
+                       device_kind=device, threads_per_device=args.threads)
+    splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
+    try:
+        table = predict_sweep(args.devices, args.batch_size, splits,
+                              _profiler(_cache(args), record_like),
+                              _link(args.link, [], ""))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    print(f"PREDICTED, not measured: {args.model} {args.image_size}px {args.precision}, "
+          f"global batch {args.batch_size} on {args.devices} devices like this "
+          f"{device} (its profile), link {args.link}; fastest first:")
+    shown = table.drop(columns=["kind", "partition"])  # the header says predicted
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for reason in table.attrs["refused"]:
+        print(f"not predicted: {reason}")
+    if args.csv:
+        atomic_write_text(Path(args.csv), table.to_csv(index=False))
+        print(f"predictions: {args.csv}")
+    return 0
+
+
+def command_predict(args: argparse.Namespace) -> int:
+    return _predict_run(args) if args.run else _predict_sweep(args)
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench predict`: its parser and arguments."""
+    predict = commands.add_parser(
+        "predict", help="predict every strategy's step from a profile of this device "
+        "(labelled PREDICTED, kept apart from measurements)",
+        description="Timing models of single, model-parallel, every pipeline schedule "
+                    "(torch's own action list replayed) and ddp (bucketed all-reduce "
+                    "overlapped with backward), from a per-block profile of this device "
+                    "(cached). With a run folder: each measured record beside its prediction "
+                    "and the error (predictions.csv, predictions.png). Without: a sweep for "
+                    "--devices devices on --link, fastest first.")
+    predict.add_argument("run", nargs="?", help="a run folder: predict its records beside them")
+    predict.add_argument("--link", default="measured",
+                         help="measured (parbench collectives in the run folder), "
+                              + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
+                              + ", or a bandwidth in GB/s (default: measured)")
+    predict.add_argument("--devices", type=int, help="devices to predict for (no run folder)")
+    predict.add_argument("--batch-size", type=int, help="global batch (no run folder)")
+    predict.add_argument("--split-size", help="micro-batch sizes for the pipelines and the "
+                         "accumulating single, comma-separated (default: 4 per device)")
+    predict.add_argument("--model", default="resnet50", choices=MODELS,
+                         help="the model (no run folder)")
+    predict.add_argument("--image-size", type=int, default=128,
+                         help="image side in pixels (no run folder)")
+    predict.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                         help="as for run (no run folder)")
+    predict.add_argument("--profile-device", choices=("cpu", "cuda"),
+                         help="the device profiled, which the predicted devices are like (no "
+                              "run folder; default: cuda if there is one, else cpu)")
+    predict.add_argument("--threads", type=int, default=1,
+                         help="CPU threads per device when profiling the cpu (no run folder)")
+    predict.add_argument("--profile-cache", type=Path,
+                         help="where profiles are kept (default ~/.cache/parbench/profiles)")
+    predict.add_argument("--csv", help="also write the sweep's predictions to this file")
+    predict.set_defaults(handler=command_predict)

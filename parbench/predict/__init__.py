@@ -1,0 +1,1 @@
+"""Predictions: profiles of one device and timing models of every strategy, always labelled."""

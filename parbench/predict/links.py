@@ -1,0 +1,56 @@
+"""The links a prediction sends over: a named bandwidth, or the curve `parbench collectives`
+measured; each gives a point-to-point transfer's time and a ring all-reduce's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from parbench.measure.collectives import interpolated_time_s
+from parbench.projection import LINKS, ring_allreduce_s
+
+__all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "NO_LINK"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link of `bandwidth_gbps` bus bandwidth (GB/s), without latency: a transfer of n bytes
+    takes n / bandwidth, a ring all-reduce 2(N-1)/N of that (LINKS: typical achieved values)."""
+
+    name: str
+    bandwidth_gbps: float
+
+    def transfer_s(self, size_bytes: float) -> float:
+        return size_bytes / (self.bandwidth_gbps * 1e9)
+
+    def allreduce_s(self, size_bytes: float, ranks: int) -> float:
+        return ring_allreduce_s(size_bytes, ranks, self.bandwidth_gbps)
+
+
+@dataclass(frozen=True)
+class MeasuredLink:
+    """The link `parbench collectives` measured (its rows): a transfer of n bytes takes what a
+    2-rank all-gather of 2n bytes took (n each way); an all-reduce, what it took on as many
+    ranks (both interpolated between the measured sizes)."""
+
+    name: str
+    rows: tuple[dict, ...] = field(repr=False)
+
+    def transfer_s(self, size_bytes: float) -> float:
+        return self._time("all_gather", 2 * size_bytes, 2)
+
+    def allreduce_s(self, size_bytes: float, ranks: int) -> float:
+        return 0.0 if ranks < 2 else self._time("all_reduce", size_bytes, ranks)
+
+    def _time(self, collective: str, size_bytes: float, ranks: int) -> float:
+        rows = [r for r in self.rows if r["world_size"] == ranks]
+        time_s = interpolated_time_s(rows, collective, size_bytes)
+        if time_s is None:
+            raise ValueError(f"{self.name}: no {ranks}-rank {collective} was measured; run "
+                             f"`parbench collectives --collective {collective}` on {ranks} "
+                             "devices")
+        return time_s
+
+
+AnyLink = Union[Link, MeasuredLink]  # noqa: UP007 (a runtime alias)
+NO_LINK = Link("none (one process)", float("inf"))

@@ -1,0 +1,119 @@
+"""Timing models of the cut-model strategies from a profile and a link: single (whole batch or
+accumulating micro-batches), model-parallel, and every pipeline schedule by replaying torch's
+own action list. Every result is a Prediction, labelled as one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parbench.predict.links import AnyLink
+from parbench.predict.profile import Profile
+from parbench.predict.schedule_replay import Replayed, replay, schedule_actions
+from strategies.partition import Partition
+from strategies.pipeline_schedules import SCHEDULES
+
+__all__ = ["KIND", "Prediction", "mib", "model_parallel", "pipeline", "single",
+           "tick_pipeline"]
+
+KIND = "predicted"
+# What each parameter costs in memory beyond itself: its gradient and SGD's momentum.
+_PARAMETER_COPIES = 3
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A strategy's predicted step: never a measurement (kind is always `predicted`)."""
+
+    strategy: str
+    global_batch: int
+    step_time_s: float
+    peak_memory_mib: tuple[float, ...]  # per device: parameters, gradients, momentum, saved
+    # The share of the devices' time in none of their compute: a pipeline's bubble, ddp's
+    # exposed communication.
+    bubble: float | None = None
+    spans: tuple[tuple, ...] = field(default=(), repr=False)  # a predicted timeline
+    kind: str = KIND
+
+    @property
+    def throughput_ips(self) -> float:
+        return self.global_batch / self.step_time_s
+
+
+def mib(size_bytes: float) -> float:
+    return size_bytes / 2**20
+
+
+def single(profile: Profile, micro_batches: int) -> Prediction:
+    """One device running `micro_batches` micro-batches of the profiled size one after the other,
+    accumulating their gradients (one micro-batch: the whole batch at once)."""
+    parameters = sum(b.parameter_bytes for b in profile.blocks)
+    saved = sum(b.saved_bytes for b in profile.blocks)
+    return Prediction("single", profile.micro_batch * micro_batches,
+                      micro_batches * profile.step_compute_s,
+                      (mib(_PARAMETER_COPIES * parameters + saved),))
+
+
+def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Prediction:
+    """The stages one after the other on the whole batch (the profile's micro-batch): forward
+    through every stage, then backward; each cut sends the activation and returns its gradient."""
+    times = profile.stage_times(partition)
+    transfers = sum(2 * link.transfer_s(size) for size in profile.cut_bytes(partition))
+    step = sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times) + transfers
+    ranges = partition.stage_ranges()
+    memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
+                            + profile.blocks[i].saved_bytes for i in r)) for r in ranges)
+    return Prediction("model-parallel", profile.micro_batch, step, memory)
+
+
+def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) -> Prediction:
+    """parbench's `pipeline` (the tutorial's, in one process): in clock tick t stage k works on
+    micro-batch t - k, and a tick ends when its slowest stage does; all forwards, then all
+    backwards from the last stage. Its stages pass tensors within one process: no link."""
+    times = profile.stage_times(partition)
+    stages, ticks = len(times), micro_batches + len(times) - 1
+    active = [[k for k in range(stages) if 0 <= t - k < micro_batches] for t in range(ticks)]
+    step = sum(max(times[k].forward_s for k in ks) for ks in active)
+    step += sum(max(times[stages - 1 - k].input_grad_s + times[stages - 1 - k].weight_grad_s
+                    for k in ks) for ks in active)
+    busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
+    ranges = partition.stage_ranges()
+    memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
+                            + micro_batches * profile.blocks[i].saved_bytes for i in r))
+                   for r in ranges)
+    return Prediction("pipeline", profile.micro_batch * micro_batches, step, memory,
+                      1 - busy / (stages * step))
+
+
+def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
+             micro_batches: int, link: AnyLink) -> Prediction:
+    """`schedule` (a key of SCHEDULES) over `ranks` devices holding `partition`'s stages as
+    parbench places them, `micro_batches` micro-batches of the profiled size: torch's action
+    list replayed with the profiled stage times and the link's transfer times."""
+    chosen = SCHEDULES[schedule]
+    per_rank = partition.stages // ranks
+    actions = schedule_actions(chosen.torch_class, ranks, micro_batches, per_rank)
+    cut_bytes = profile.cut_bytes(partition)
+    replayed = replay(actions, profile.stage_times(partition),
+                      lambda cut: link.transfer_s(cut_bytes[cut]))
+    ranges = partition.stage_ranges()
+    saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
+    memory = []
+    for rank, rank_actions in enumerate(actions):
+        stages = {stage for stage, _, _ in rank_actions}
+        parameters = sum(profile.blocks[i].parameter_bytes for s in stages for i in ranges[s])
+        memory.append(mib(_PARAMETER_COPIES * parameters
+                           + _peak_saved(replayed, rank, saved)))
+    return Prediction(f"pipeline-{schedule}", profile.micro_batch * micro_batches,
+                      replayed.step_time_s, tuple(memory), replayed.bubble, replayed.spans)
+
+
+def _peak_saved(replayed: Replayed, rank: int, saved: list[int]) -> int:
+    """The most activation bytes `rank` holds at once: a forward's end holds its stage's saved
+    tensors until that micro-batch's backward (B, or I, which frees most of them) ends."""
+    events = sorted((span[4], 0 if span[2] in "BI" else 1, span[5]) for span in replayed.spans
+                    if span[0] == rank and span[2] in "FBI")
+    held = peak = 0
+    for _, is_forward, stage in events:
+        held += saved[stage] if is_forward else -saved[stage]
+        peak = max(peak, held)
+    return peak

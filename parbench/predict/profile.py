@@ -1,0 +1,163 @@
+"""A ResNet's per-block profile on the device at hand: forward, input-gradient and weight-
+gradient time at one micro-batch size, the activation each cut sends, parameter bytes and the
+activation memory each block holds per micro-batch; cached, so a prediction costs seconds."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from parbench.predict.schedule_replay import StageTimes
+from parbench.workloads import Workload
+from strategies.partition import Partition, resnet_blocks
+
+__all__ = ["BlockProfile", "Profile", "load_or_profile", "profile_blocks"]
+
+PROFILE_VERSION = 1  # bump when what is measured changes: older caches are measured again
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """One block (stem, a residual block, head) on one micro-batch."""
+
+    name: str
+    forward_s: float
+    input_grad_s: float  # the backward to the block's input alone (I)
+    weight_grad_s: float  # the full backward less I (W): what a split backward defers
+    output_bytes: int  # the activation a cut after this block sends on (and its gradient back)
+    parameter_bytes: int  # also the gradient's bytes (fp32 parameters)
+    saved_bytes: int  # what autograd holds for the backward: the activation memory per batch
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every block of `model` at micro-batch `micro_batch`, timed on `device` with `threads`
+    CPU threads (the median of `repeats` timings after one warm-up)."""
+
+    model: str
+    image_size: int
+    precision: str
+    device: str
+    threads: int
+    micro_batch: int
+    repeats: int
+    blocks: tuple[BlockProfile, ...]
+
+    def stage_times(self, partition: Partition) -> list[StageTimes]:
+        """Each stage of `partition`: the sum of its blocks."""
+        return [StageTimes(sum(self.blocks[i].forward_s for i in stage),
+                           sum(self.blocks[i].input_grad_s for i in stage),
+                           sum(self.blocks[i].weight_grad_s for i in stage))
+                for stage in partition.stage_ranges()]
+
+    def cut_bytes(self, partition: Partition) -> list[int]:
+        """The activation bytes sent across each cut of `partition`, per micro-batch."""
+        return [self.blocks[stage[-1]].output_bytes for stage in partition.stage_ranges()[:-1]]
+
+    @property
+    def step_compute_s(self) -> float:
+        """One micro-batch through the whole model, forward and backward."""
+        return sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in self.blocks)
+
+    def key(self) -> str:
+        return (f"{self.model}-{self.image_size}px-{self.precision}-{self.device}-"
+                f"{self.threads}t-b{self.micro_batch}")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_time(run, device: torch.device, repeats: int) -> float:
+    times = []
+    for _ in range(repeats + 1):  # the first is a warm-up (allocator, kernels chosen)
+        _synchronize(device)
+        start = time.perf_counter()
+        run()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def _saved_bytes(block: torch.nn.Module, inputs: torch.Tensor) -> int:
+    """The bytes of the distinct tensors autograd saves for the block's backward."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        block(inputs)
+    return sum(storages.values())
+
+
+def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfile:
+    parameters = [p for p in block.parameters() if p.requires_grad]
+
+    def forward():
+        with workload.autocast(device):
+            return block(inputs)
+
+    output = forward()
+    gradient = torch.ones_like(output)
+    forward_s = _median_time(forward, device, repeats)
+
+    def backward(wanted):
+        def run():
+            torch.autograd.grad(forward(), wanted, gradient)
+        return _median_time(run, device, repeats) - forward_s
+
+    input_only = backward([inputs])
+    full = backward([inputs, *parameters])
+    return BlockProfile(name, forward_s, max(input_only, 0.0), max(full - input_only, 0.0),
+                        output.numel() * output.element_size(),
+                        sum(p.numel() * p.element_size() for p in parameters),
+                        _saved_bytes(block, inputs))
+
+
+def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | str = "cpu",
+                   threads: int = 1, repeats: int = 3) -> Profile:
+    """Time every block of `workload`'s model on a micro-batch of `micro_batch` images."""
+    device = torch.device(device)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = workload.build_model_on(device)
+        images, _ = workload.make_batch(micro_batch, device)
+        blocks, x = [], images
+        for name, block in resnet_blocks(model):
+            inputs = x.detach().requires_grad_(True)
+            blocks.append(_profile_block(name, block, inputs, workload, device, repeats))
+            with torch.no_grad(), workload.autocast(device):
+                x = block(x)
+    finally:
+        torch.set_num_threads(threads_before)
+    return Profile(workload.model, workload.image_size, workload.precision, str(device),
+                   threads, micro_batch, repeats, tuple(blocks))
+
+
+def load_or_profile(cache: Path, workload: Workload, micro_batch: int,
+                    device: str = "cpu", threads: int = 1) -> Profile:
+    """The cached profile for these settings, measured and cached if there is none."""
+    wanted = Profile(workload.model, workload.image_size, workload.precision, device, threads,
+                     micro_batch, 3, ())
+    path = cache / f"{wanted.key()}.json"
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("version") == PROFILE_VERSION:
+            blocks = tuple(BlockProfile(**block) for block in stored["blocks"])
+            return Profile(**{**stored["profile"], "blocks": blocks})
+    profile = profile_blocks(workload, micro_batch, device, threads)
+    cache.mkdir(parents=True, exist_ok=True)
+    fields = {k: v for k, v in asdict(profile).items() if k != "blocks"}
+    path.write_text(json.dumps({"version": PROFILE_VERSION, "profile": fields,
+                                "blocks": [asdict(b) for b in profile.blocks]}, indent=1))
+    return profile

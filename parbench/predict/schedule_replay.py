@@ -1,0 +1,144 @@
+"""A pipeline schedule's step predicted by replaying torch's own action list: each rank runs its
+actions in torch's order, each as soon as its inputs have arrived, for its profiled time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Replayed", "StageTimes", "replay", "schedule_actions"]
+
+FORWARD, FULL_BACKWARD, INPUT_GRAD, WEIGHT_GRAD = "F", "B", "I", "W"
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One model stage's compute for one micro-batch, in seconds: forward, the backward to its
+    input (I) and to its weights (W); a full backward (B) is the two."""
+
+    forward_s: float
+    input_grad_s: float
+    weight_grad_s: float
+
+    def of(self, kind: str) -> float:
+        return {FORWARD: self.forward_s, INPUT_GRAD: self.input_grad_s,
+                WEIGHT_GRAD: self.weight_grad_s,
+                FULL_BACKWARD: self.input_grad_s + self.weight_grad_s}[kind]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The predicted step: spans as a measured timeline holds them, [rank, micro-batch, kind,
+    start s, end s, model stage], so the same Gantt draws both."""
+
+    ranks: int
+    spans: tuple[tuple, ...]
+
+    @property
+    def step_time_s(self) -> float:
+        return max(span[4] for span in self.spans)
+
+    def busy_s(self, rank: int) -> float:
+        return sum(s[4] - s[3] for s in self.spans if s[0] == rank)
+
+    @property
+    def bubble(self) -> float:
+        """The share of the ranks' time in none of their actions (as the measured bubble)."""
+        busy = sum(self.busy_s(rank) for rank in range(self.ranks))
+        return 1 - busy / (self.ranks * self.step_time_s)
+
+
+def schedule_actions(torch_class, ranks: int, micro_batches: int,
+                     stages_per_rank: int) -> list[list[tuple[int, str, int]]]:
+    """Per rank, its compute actions in torch's order, as (model stage, kind, micro-batch):
+    torch's own schedule IR (`_schedule_visualizer.get_schedule_ops`), with its spacing and
+    gradient reductions left out and DualPipeV's overlapped pairs run one after the other (one
+    stream, as on a CPU)."""
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+    from torch.distributed.pipelining.schedules import _ComputationType as Type
+
+    kinds = {Type.FORWARD: FORWARD, Type.FULL_BACKWARD: FULL_BACKWARD,
+             Type.BACKWARD_INPUT: INPUT_GRAD, Type.BACKWARD_WEIGHT: WEIGHT_GRAD}
+    multi = stages_per_rank if torch_class.__name__ not in _SINGLE_STAGE else None
+    ops = get_schedule_ops(torch_class, ranks, micro_batches, num_stages_per_rank=multi)
+    per_rank = [[a for action in rank_ops if action is not None
+                 for a in (action.sub_actions or (action,))
+                 if a.computation_type in kinds] for rank_ops in ops]
+    actions = [[(a.stage_index, kinds[a.computation_type], a.microbatch_index)
+                for a in rank_ops] for rank_ops in per_rank]
+    if torch_class.__name__ in _SINGLE_STAGE:
+        actions = [_in_micro_batch_order(rank_actions) for rank_actions in actions]
+    return actions
+
+
+# Single-stage schedules run their own loop; their IR is only a picture of it, and torch
+# 2.14's numbers the last rank's 1F1B forwards from 1 (F1..F4 for 4 micro-batches). Both
+# run each kind of action in micro-batch order, so the replay renumbers them so.
+_SINGLE_STAGE = ("ScheduleGPipe", "Schedule1F1B")
+
+
+def _in_micro_batch_order(actions: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
+    seen: dict[str, int] = {}
+    renumbered = []
+    for stage, kind, _ in actions:
+        renumbered.append((stage, kind, seen.get(kind, 0)))
+        seen[kind] = seen.get(kind, 0) + 1
+    return renumbered
+
+
+def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Sequence[StageTimes],
+           transfer_s: Callable[[int], float] = lambda stage: 0.0) -> Replayed:
+    """Run `actions` (per rank, in order) as a list schedule: an action starts when its rank is
+    free and its inputs are there; a forward needs the previous stage's forward of the same
+    micro-batch, a backward (B or I) its own forward and the next stage's backward, a weight
+    gradient its input gradient. Crossing ranks adds `transfer_s(stage)`: the time to move the
+    activation (or its gradient) at the cut after `stage`; the sender does not wait for it."""
+    rank_of = {stage: rank for rank, rank_actions in enumerate(actions)
+               for stage, _, _ in rank_actions}
+    last = max(rank_of)
+    done: dict[tuple[int, str, int], float] = {}
+    free = [0.0] * len(actions)
+    position = [0] * len(actions)
+    spans = []
+    while any(position[r] < len(actions[r]) for r in range(len(actions))):
+        progressed = False
+        for rank, rank_actions in enumerate(actions):
+            while position[rank] < len(rank_actions):
+                stage, kind, micro_batch = rank_actions[position[rank]]
+                ready = _ready_at(stage, kind, micro_batch, done, rank_of, last, transfer_s)
+                if ready is None:
+                    break
+                start = max(free[rank], ready)
+                end = start + stage_times[stage].of(kind)
+                done[(stage, _BACKWARD if kind in (FULL_BACKWARD, INPUT_GRAD) else kind,
+                      micro_batch)] = end
+                spans.append((rank, micro_batch, kind, start, end, stage))
+                free[rank], position[rank], progressed = end, position[rank] + 1, True
+        if not progressed:
+            waiting = {r: actions[r][position[r]] for r in range(len(actions))
+                       if position[r] < len(actions[r])}
+            raise ValueError(f"the schedule cannot proceed: every rank waits ({waiting})")
+    return Replayed(len(actions), tuple(spans))
+
+
+_BACKWARD = "backward"  # B or I: what the previous stage's backward waits for
+
+
+def _ready_at(stage, kind, micro_batch, done, rank_of, last, transfer_s) -> float | None:
+    """When the inputs of an action are there; None while one is not yet computed."""
+    if kind == FORWARD:
+        needs = [(stage - 1, FORWARD, micro_batch, stage - 1)] if stage > 0 else []
+    elif kind == WEIGHT_GRAD:
+        needs = [(stage, _BACKWARD, micro_batch, None)]
+    else:
+        needs = [(stage, FORWARD, micro_batch, None)]
+        if stage < last:
+            needs.append((stage + 1, _BACKWARD, micro_batch, stage))
+    ready = 0.0
+    for source, source_kind, source_batch, cut in needs:
+        end = done.get((source, source_kind, source_batch))
+        if end is None:
+            return None
+        crossing = cut is not None and rank_of[source] != rank_of[stage]
+        ready = max(ready, end + (transfer_s(cut) if crossing else 0.0))
+    return ready

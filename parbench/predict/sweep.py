@@ -1,0 +1,87 @@
+"""Every modelled strategy predicted for N devices like the profiled one on a link: a table,
+fastest first, every row labelled predicted."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from parbench.predict import data_parallel, models
+from parbench.predict.links import NO_LINK, AnyLink
+from parbench.predict.profile import Profile
+from strategies.partition import Partition, partition_by_cost
+from strategies.pipeline_schedules import SCHEDULES
+from strategies.stages import resolve_split
+
+__all__ = ["predict_sweep"]
+
+
+def _balanced(profile: Profile, stages: int) -> Partition:
+    names = [block.name for block in profile.blocks]
+    costs = [b.forward_s + b.input_grad_s + b.weight_grad_s for b in profile.blocks]
+    return partition_by_cost(names, costs, stages)
+
+
+def _row(predicted: models.Prediction, devices: int, split: int | None,
+         micro_batches: int | None, partition: Partition | None = None) -> dict:
+    return dict(kind=predicted.kind, strategy=predicted.strategy, devices=devices,
+                split_size=split, micro_batches=micro_batches,
+                partition=partition.describe() if partition else None,
+                step_time_s=predicted.step_time_s, throughput_ips=predicted.throughput_ips,
+                bubble_or_exposed_comm=predicted.bubble,
+                peak_memory_max_mib=max(predicted.peak_memory_mib))
+
+
+def _pipelines(profile: Profile, devices: int, micro_batches: int,
+               link: AnyLink) -> tuple[list[dict], list[str]]:
+    rows, refused = [], []
+    split = profile.micro_batch
+    halves = _balanced(profile, devices)
+    rows.append(_row(models.tick_pipeline(profile, halves, micro_batches), devices, split,
+                     micro_batches, halves))
+    for name, schedule in SCHEDULES.items():
+        pieces = devices * (2 if schedule.multi_stage else 1)
+        try:
+            partition = _balanced(profile, pieces)
+            predicted = models.pipeline(name, profile, partition, devices, micro_batches, link)
+        except Exception as error:  # noqa: BLE001 (torch refuses a schedule's shape its way)
+            refused.append(f"pipeline-{name} at split {split}: {error}")
+            continue
+        rows.append(_row(predicted, devices, split, micro_batches, partition))
+    return rows, refused
+
+
+def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
+                  profile_at: Callable[[int], Profile], link: AnyLink) -> pd.DataFrame:
+    """single (whole batch, and accumulating each split), model-parallel, the tutorial's
+    pipeline and every schedule at each split on `devices` devices, and ddp: predicted,
+    fastest first, with the speedup over single. Stages are cut at equal profiled time."""
+    if devices < 1 or global_batch < devices:
+        raise ValueError(f"need at least 1 device and a global batch of at least one image per "
+                         f"device, got {devices} devices and batch {global_batch}")
+    whole = profile_at(global_batch)
+    rows = [_row(models.single(whole, 1), 1, None, None)]
+    refused = []
+    if devices > 1:
+        cut = _balanced(whole, devices)
+        rows.append(_row(models.model_parallel(whole, cut, link), devices, None, None, cut))
+    for split in splits or [resolve_split(global_batch, None, devices)[0]]:
+        profile = profile_at(split)
+        micro_batches = math.ceil(global_batch / split)
+        rows.append(_row(models.single(profile, micro_batches), 1, split, micro_batches))
+        if devices > 1:
+            found, why = _pipelines(profile, devices, micro_batches, link)
+            rows, refused = rows + found, refused + why
+    if global_batch % devices:
+        refused.append(f"ddp: batch {global_batch} does not split over {devices} ranks")
+    else:
+        rows.append(_row(data_parallel.ddp(profile_at(global_batch // devices), devices,
+                                           link if devices > 1 else NO_LINK), devices, None,
+                         None))
+    table = pd.DataFrame(rows)
+    table["speedup_vs_single"] = table["throughput_ips"] / table.iloc[0]["throughput_ips"]
+    table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
+    table.attrs["refused"] = refused
+    return table

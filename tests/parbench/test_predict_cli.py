@@ -1,0 +1,74 @@
+"""`parbench predict`: beside a run's records (their error, a file and a figure apart from the
+records), or a sweep for devices not at hand; bad input in one line."""
+
+import pandas as pd
+import pytest
+
+from parbench.cli import main
+from parbench.record import Record
+from parbench.results import RunFolder
+
+SMALL = dict(model="resnet18", image_size=32, precision="fp32", devices="cpu,cpu",
+             physical_devices="cpu", device_kind="cpu", emulated=True, threads_per_device=1,
+             global_batch=8)
+
+
+def _record(strategy: str, step_s: float, **fields) -> Record:
+    return Record(status="ok", strategy=strategy, throughput_ips=8 / step_s,
+                  step_time_median_s=step_s, **{**SMALL, **fields})
+
+
+def _run_folder(tmp_path) -> RunFolder:
+    folder = RunFolder.create(tmp_path / "results")
+    folder.write_records([
+        _record("single", 0.05, world_size=1),
+        _record("pipeline-gpipe", 0.08, world_size=2, split_size=2, micro_batches=4,
+                partition="stem..layer2.1 | layer3.0..head",
+                strategy_options={"balance": "tutorial", "split_size": 2}),
+        _record("ddp", 0.04, world_size=2),
+        _record("data-parallel", 0.04, world_size=1),
+    ])
+    return folder
+
+
+def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path, capsys):
+    folder = _run_folder(tmp_path)
+    cache = tmp_path / "profiles"
+    assert main(["predict", str(folder.path), "--link", "pcie4",
+                 "--profile-cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED beside measured" in out and "median |error|" in out
+    table = pd.read_csv(folder.path / "predictions.csv")
+    assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp"]  # modelled ones
+    expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
+    assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
+    assert (folder.path / "predictions.png").is_file()
+    assert sorted(p.name for p in cache.iterdir()) == [  # whole batch, split, per rank
+        "resnet18-32px-fp32-cpu-1t-b2.json", "resnet18-32px-fp32-cpu-1t-b4.json",
+        "resnet18-32px-fp32-cpu-1t-b8.json"]
+    assert len(folder.read_records()) == 4  # the records are left as measured
+
+
+def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):
+    csv = tmp_path / "sweep.csv"
+    assert main(["predict", "--model", "resnet18", "--image-size", "32", "--devices", "2",
+                 "--batch-size", "8", "--split-size", "4", "--link", "nvlink4",
+                 "--profile-cache", str(tmp_path / "profiles"), "--csv", str(csv)]) == 0
+    assert capsys.readouterr().out.startswith("PREDICTED, not measured")
+    table = pd.read_csv(csv)
+    assert set(table["kind"]) == {"predicted"}
+    assert table["throughput_ips"].is_monotonic_decreasing
+    assert {"single", "model-parallel", "pipeline", "pipeline-1f1b", "pipeline-zbv",
+            "ddp"} <= set(table["strategy"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--link", "measured"], "--link measured needs collectives"),
+    (["--link", "fibre"], "--link 'fibre': give measured, nvlink4"),
+    (["--devices", "2"], "give a run folder to predict beside its records, or --devices"),
+])
+def test_bad_predict_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    run = [str(_run_folder(tmp_path).path)] if "--devices" not in argv else []
+    assert main(["predict", *run, *argv, "--profile-cache", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err

@@ -1,0 +1,101 @@
+"""The timing models give the known answers on a made-up profile, and a real profile of a small
+ResNet holds what a prediction needs."""
+
+import pandas as pd
+import pytest
+
+from parbench.predict import data_parallel, models
+from parbench.predict.links import Link
+from parbench.predict.profile import BlockProfile, Profile, load_or_profile
+from parbench.predict.records import partition_of, predicted_beside_measured
+from parbench.workloads import Workload
+from strategies.partition import Partition
+from strategies.stages import bubble_fraction
+
+MIB = 2**20
+NAMES = ("stem", "a", "b", "head")
+# Four blocks of 1 s forward, 1 s input gradient, 1 s weight gradient on a micro-batch.
+BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_bytes=MIB,
+                            saved_bytes=2 * MIB) for name in NAMES)
+PROFILE = Profile("resnet18", 32, "fp32", "cpu", 1, 4, 3, BLOCKS)
+HALVES = Partition(NAMES, (0, 2), "tutorial")
+QUARTERS = Partition(NAMES, (0, 1, 2, 3), "time")
+FREE = Link("free", float("inf"))
+
+
+def test_single_accumulating_is_its_micro_batches_one_after_the_other():
+    predicted = models.single(PROFILE, micro_batches=5)
+    assert predicted.step_time_s == 5 * 12.0 and predicted.global_batch == 20
+    assert predicted.kind == "predicted"
+    assert predicted.peak_memory_mib == (4 * 3 + 4 * 2,)  # parameters x 3, saved activations
+
+
+def test_model_parallel_adds_both_directions_of_every_cut_to_the_compute():
+    link = Link("slow", bandwidth_gbps=MIB / 1e9 / 0.5)  # 0.5 s per MiB
+    predicted = models.model_parallel(PROFILE, HALVES, link)
+    assert predicted.step_time_s == pytest.approx(12.0 + 2 * 0.5)
+    assert predicted.peak_memory_mib == (2 * 3 + 2 * 2, 2 * 3 + 2 * 2)
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4, 10])
+def test_both_gpipes_on_equal_stages_idle_the_closed_form_share(micro_batches):
+    expected = bubble_fraction(2, micro_batches)
+    tick = models.tick_pipeline(PROFILE, HALVES, micro_batches)
+    replayed = models.pipeline("gpipe", PROFILE, HALVES, 2, micro_batches, FREE)
+    for predicted in (tick, replayed):
+        assert predicted.bubble == pytest.approx(expected)
+        assert predicted.step_time_s == pytest.approx((micro_batches + 1) * 6.0)
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe_on_the_first_device():
+    gpipe = models.pipeline("gpipe", PROFILE, HALVES, 2, 8, FREE)
+    one_f_one_b = models.pipeline("1f1b", PROFILE, HALVES, 2, 8, FREE)
+    # Device 0: parameters of 2 blocks x 3, saved activations of 2 blocks per micro-batch held.
+    assert gpipe.peak_memory_mib[0] == 2 * 3 + 8 * 4
+    assert one_f_one_b.peak_memory_mib[0] == 2 * 3 + 2 * 4
+
+
+def test_interleaving_four_stages_on_two_devices_shrinks_the_bubble():
+    interleaved = models.pipeline("interleaved-1f1b", PROFILE, QUARTERS, 2, 4, FREE)
+    assert interleaved.bubble == pytest.approx(bubble_fraction(2, 4, 2))
+
+
+def test_a_record_is_predicted_from_its_own_cut_and_its_error_is_signed():
+    assert partition_of({"partition": "stem..a | b..head"}, NAMES).bounds == (0, 2)
+    records = pd.DataFrame([
+        dict(strategy="pipeline-gpipe", status="ok", split_size=4, micro_batches=4,
+             global_batch=16, world_size=2, partition="stem..a | b..head",
+             step_time_median_s=40.0),
+        dict(strategy="data-parallel", status="ok", global_batch=16, world_size=1,
+             partition=None, step_time_median_s=1.0),
+    ])
+    table = predicted_beside_measured(records, lambda micro_batch: PROFILE, FREE)
+    assert list(table["strategy"]) == ["pipeline-gpipe"]  # nn.DataParallel: not modelled
+    assert table.iloc[0]["predicted_step_time_s"] == pytest.approx(30.0)
+    assert table.iloc[0]["prediction_error"] == pytest.approx(30.0 / 40.0 - 1)
+
+
+def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tmp_path):
+    workload = Workload(model="resnet18", image_size=32, num_classes=10)
+    profile = load_or_profile(tmp_path, workload, micro_batch=2)
+    names = [block.name for block in profile.blocks]
+    assert names[0] == "stem" and names[-1] == "head" and len(names) == 10
+    assert all(block.forward_s > 0 and block.saved_bytes > 0 for block in profile.blocks)
+    assert profile.blocks[0].output_bytes == 2 * 64 * 8 * 8 * 4  # stem: 64 channels, 32 px / 4
+    assert sum(b.parameter_bytes for b in profile.blocks) == 4 * sum(
+        p.numel() for p in workload.build_model().parameters())
+    assert load_or_profile(tmp_path, workload, micro_batch=2) == profile  # from the cache
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_its_tail():
+    free = data_parallel.ddp(PROFILE, ranks=4, link=FREE)
+    assert free.step_time_s == pytest.approx(12.0) and free.bubble == pytest.approx(0)
+    buckets = data_parallel.bucket_ready_times(PROFILE)
+    # The first bucket of 1 MiB once the head's backward ends; the rest (under 25 MiB) at the end.
+    assert buckets == [(2.0, MIB), (8.0, 3 * MIB)]
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a ring all-reduce of 1 MiB on 2: 1 s
+    predicted = data_parallel.ddp(PROFILE, ranks=2, link=slow)
+    # The first bucket hides behind backward; the last starts as backward ends, and shows.
+    assert predicted.step_time_s == pytest.approx(4.0 + 8.0 + 3.0)
+    assert predicted.bubble == pytest.approx(3 / 15)
