@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
-from parbench.plots import write_prediction_figure
+from parbench.plots import write_predicted_timelines, write_prediction_figure
 from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
 from parbench.predict.profile import load_or_profile
 from parbench.predict.records import predicted_beside_measured
@@ -81,8 +81,11 @@ def _predict_run(args: argparse.Namespace) -> int:
     if table.empty:
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
                          "(single, model-parallel, the pipelines, ddp)")
-    atomic_write_text(folder.path / "predictions.csv", table.to_csv(index=False))
+    atomic_write_text(folder.path / "predictions.csv",
+                      table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
+                      .to_csv(index=False))
     figure = write_prediction_figure(table, folder.path, link.name)
+    timelines = write_predicted_timelines(table, folder.path)
     errors = table["prediction_error"].abs()
     print(f"PREDICTED beside measured (timing model from a profile of this device; link: "
           f"{link.name}):")
@@ -95,7 +98,9 @@ def _predict_run(args: argparse.Namespace) -> int:
     print(f"prediction error (predicted / measured step - 1): median |error| "
           f"{errors.median():.1%}, worst {errors.max():.1%} "
           f"({table.loc[errors.idxmax(), 'strategy']}) over {len(table)} configurations")
-    print(f"predictions: {folder.path / 'predictions.csv'}; figure: {figure}")
+    print(f"predictions: {folder.path / 'predictions.csv'}; figure: {figure}"
+          + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
+             if timelines else ""))
     return 0
 
 

@@ -22,7 +22,11 @@ from parbench.plots.communication import (
     write_projection_figure,
 )
 from parbench.plots.memory import plot_memory, plot_pipeline_memory
-from parbench.plots.prediction import plot_prediction, write_prediction_figure
+from parbench.plots.prediction import (
+    plot_prediction,
+    write_predicted_timelines,
+    write_prediction_figure,
+)
 from parbench.plots.throughput import plot_scaling, plot_split_sizes, plot_strategies
 from parbench.plots.timeline import plot_timeline
 
@@ -31,7 +35,7 @@ __all__ = ["FIGURES", "best_settings", "config_label", "options_text", "plot_col
            "plot_scaling",
            "plot_split_sizes", "plot_strategies", "plot_timeline", "strategy_colour",
            "strategy_marker", "write_collectives_figure", "write_figures",
-           "write_prediction_figure", "write_projection_figure"]
+           "write_predicted_timelines", "write_prediction_figure", "write_projection_figure"]
 
 
 FIGURES = {

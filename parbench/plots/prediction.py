@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from parbench.plots.common import interval_errors, save_figure, strategy_colour, title
+from parbench.plots.timeline import plot_predicted_timeline
 
-__all__ = ["plot_prediction", "write_prediction_figure"]
+__all__ = ["plot_prediction", "write_predicted_timelines", "write_prediction_figure"]
 
 
 def plot_prediction(table: pd.DataFrame, link: str):
@@ -48,3 +49,17 @@ def plot_prediction(table: pd.DataFrame, link: str):
 
 def write_prediction_figure(table: pd.DataFrame, out_dir: str | Path, link: str) -> Path:
     return save_figure(plot_prediction(table, link), out_dir, "predictions")
+
+
+def write_predicted_timelines(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """A predicted Gantt chart per pipeline configuration, named as its measured one."""
+    written = []
+    for position, row in table.iterrows():
+        spans = row.get("predicted_timeline")
+        if isinstance(spans, list) and spans and not pd.isna(row.get("micro_batches")):
+            fig = plot_predicted_timeline(row, spans, row["predicted_bubble_fraction"])
+            index = row.get("config_index")
+            index = position if index is None or pd.isna(index) else int(index)
+            name = f"predicted-timeline-{index:03d}-{row['strategy']}"
+            written.append(save_figure(fig, out_dir, name))
+    return written

@@ -1,4 +1,4 @@
-"""A measured pipeline step as a Gantt chart."""
+"""A pipeline step as a Gantt chart: measured, or predicted by the timing model."""
 
 from __future__ import annotations
 
@@ -10,18 +10,15 @@ from parbench.plots.common import (
     config_label,
 )
 
-__all__ = ["plot_timeline"]
+__all__ = ["plot_predicted_timeline", "plot_timeline"]
 
 
 _PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
 
 
-def plot_timeline(record: pd.Series):
-    """One measured pipeline step as a Gantt chart: a row per stage, a bar per micro-batch's
-    forward and backward, with the measured idle share beside the schedule's theory."""
-    spans = record.get("timeline")
-    if not isinstance(spans, list) or not spans:
-        return None
+def _gantt(spans: list):
+    """A row per stage (or rank), a bar per action: the figure, its axes, the row count, and
+    whether rows hold several model stages."""
     stages = int(max(s[0] for s in spans)) + 1
     length = max(s[4] for s in spans)
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * stages))
@@ -42,15 +39,37 @@ def plot_timeline(record: pd.Series):
     ax.legend([handles[list(_PHASE_COLOURS).index(p)] for p in present],
               [PHASES[p] for p in present], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.0, 1.0))
+    held = (f" ({len({s[5] for s in spans if len(s) > 5})} model stages, s<k> in the labels)"
+            if several else "")
+    return fig, ax, stages, row, held
+
+
+def plot_timeline(record: pd.Series):
+    """One measured pipeline step as a Gantt chart: a row per stage, a bar per micro-batch's
+    forward and backward, with the measured idle share beside the schedule's theory."""
+    spans = record.get("timeline")
+    if not isinstance(spans, list) or not spans:
+        return None
+    fig, ax, stages, row, held = _gantt(spans)
     theory = record.get("bubble_fraction")
     theory = ("no closed form for this schedule" if theory is None or pd.isna(theory)
               else f"{theory:.0%}")
-    held = (f" ({len({s[5] for s in spans if len(s) > 5})} model stages, s<k> in the labels)"
-            if several else "")
     ax.set_title(
         f"{config_label(record).replace(chr(10), ' ')}: one measured step, "
         f"{int(record['micro_batches'])} micro-batches on {stages} {row}s{held}\nidle share "
         f"measured {record['measured_bubble_fraction']:.0%} mean, "
         f"{record['measured_bubble_fraction_worst']:.0%} worst {row}; the schedule's theory "
         f"{theory}" + ("; EMULATED devices" if record.get("emulated") else ""), fontsize=9)
+    return fig
+
+
+def plot_predicted_timeline(record: pd.Series, spans: list, bubble: float):
+    """The step the timing model predicts for a record's configuration, in the same form."""
+    fig, ax, stages, row, held = _gantt(spans)
+    ax.set_title(
+        f"PREDICTED: {config_label(record).replace(chr(10), ' ')}, "
+        f"{int(record['micro_batches'])} micro-batches on {stages} {row}s{held}\n"
+        f"torch's schedule replayed with profiled times; predicted idle share {bubble:.0%}, "
+        f"step {max(s[4] for s in spans):.3g} s (measured {record['step_time_median_s']:.3g} s)",
+        fontsize=9)
     return fig

@@ -18,7 +18,7 @@ __all__ = ["PREDICTED_COLUMNS", "partition_of", "predict_record", "predicted_bes
 
 # The columns a prediction adds beside a record's own.
 PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_bubble_fraction",
-                     "predicted_peak_memory_mib")
+                     "predicted_peak_memory_mib", "predicted_timeline")
 ProfileAt = Callable[[int], Profile]  # the profile at a micro-batch size
 
 
@@ -70,7 +70,8 @@ def predicted_beside_measured(records: pd.DataFrame, profile_at: ProfileAt,
                      "predicted_step_time_s": predicted.step_time_s,
                      "prediction_error": predicted.step_time_s / measured - 1,
                      "predicted_bubble_fraction": predicted.bubble,
-                     "predicted_peak_memory_mib": list(predicted.peak_memory_mib)})
+                     "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
+                     "predicted_timeline": [list(span) for span in predicted.spans] or None})
     return pd.DataFrame(rows)
 
 

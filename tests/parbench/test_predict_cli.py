@@ -43,6 +43,8 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path,
     expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
     assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
     assert (folder.path / "predictions.png").is_file()
+    assert (folder.path / "predicted-timeline-001-pipeline-gpipe.png").is_file()
+    assert "predicted_timeline" not in table  # spans are drawn, not tabled
     assert sorted(p.name for p in cache.iterdir()) == [  # whole batch, split, per rank
         "resnet18-32px-fp32-cpu-1t-b2.json", "resnet18-32px-fp32-cpu-1t-b4.json",
         "resnet18-32px-fp32-cpu-1t-b8.json"]
