@@ -80,7 +80,7 @@ def _predict_run(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     if table.empty:
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
-                         "(single, model-parallel, the pipelines, ddp)")
+                         "(single, model-parallel, the pipelines, ddp, fsdp)")
     atomic_write_text(folder.path / "predictions.csv",
                       table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
                       .to_csv(index=False))
@@ -145,11 +145,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "predict", help="predict every strategy's step from a profile of this device "
         "(labelled PREDICTED, kept apart from measurements)",
         description="Timing models of single, model-parallel, every pipeline schedule "
-                    "(torch's own action list replayed) and ddp (bucketed all-reduce "
-                    "overlapped with backward), from a per-block profile of this device "
-                    "(cached). With a run folder: each measured record beside its prediction "
-                    "and the error (predictions.csv, predictions.png). Without: a sweep for "
-                    "--devices devices on --link, fastest first.")
+                    "(torch's own action list replayed), ddp (bucketed all-reduce overlapped "
+                    "with backward) and fsdp (per-block gathers and reductions), from a "
+                    "per-block profile of this device (cached). With a run folder: each "
+                    "measured record beside its prediction and the error (predictions.csv, "
+                    "predictions.png). Without: a sweep for --devices devices on --link, "
+                    "fastest first.")
     predict.add_argument("run", nargs="?", help="a run folder: predict its records beside them")
     predict.add_argument("--link", default="measured",
                          help="measured (parbench collectives in the run folder), "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from parbench.measure.collectives import interpolated_time_s
+from parbench.measure.collectives import bus_factor, interpolated_time_s
 from parbench.projection import LINKS, ring_allreduce_s
 
 __all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "NO_LINK"]
@@ -26,6 +26,12 @@ class Link:
     def allreduce_s(self, size_bytes: float, ranks: int) -> float:
         return ring_allreduce_s(size_bytes, ranks, self.bandwidth_gbps)
 
+    def collective_s(self, name: str, size_bytes: float, ranks: int) -> float:
+        """`name` (all_gather, reduce_scatter) of `size_bytes` in all (nccl-tests' size)."""
+        if ranks < 2:
+            return 0.0
+        return bus_factor(name, ranks) * size_bytes / (self.bandwidth_gbps * 1e9)
+
 
 @dataclass(frozen=True)
 class MeasuredLink:
@@ -40,7 +46,10 @@ class MeasuredLink:
         return self._time("all_gather", 2 * size_bytes, 2)
 
     def allreduce_s(self, size_bytes: float, ranks: int) -> float:
-        return 0.0 if ranks < 2 else self._time("all_reduce", size_bytes, ranks)
+        return self.collective_s("all_reduce", size_bytes, ranks)
+
+    def collective_s(self, name: str, size_bytes: float, ranks: int) -> float:
+        return 0.0 if ranks < 2 else self._time(name, size_bytes, ranks)
 
     def _time(self, collective: str, size_bytes: float, ranks: int) -> float:
         rows = [r for r in self.rows if r["world_size"] == ranks]

@@ -32,7 +32,7 @@ def partition_of(record: dict, block_names: tuple[str, ...]) -> Partition:
 def predict_record(record: dict, profile_at: ProfileAt,
                    link: AnyLink) -> models.Prediction | None:
     """The prediction for a measured record's configuration; None for a strategy the timing
-    models do not cover (yet: nn.DataParallel, fsdp)."""
+    models do not cover (yet: nn.DataParallel, fsdp's mixed precision)."""
     strategy = record["strategy"]
     split = _number(record.get("split_size"))
     micro_batches = int(_number(record.get("micro_batches")) or 1)
@@ -41,6 +41,13 @@ def predict_record(record: dict, profile_at: ProfileAt,
     if strategy == "ddp":
         ranks = int(record["world_size"])
         return data_parallel.ddp(profile_at(int(record["global_batch"]) // ranks), ranks, link)
+    if strategy == "fsdp":
+        ranks = int(record["world_size"])
+        options = record.get("strategy_options") or {}
+        if options.get("mixed_precision"):
+            return None  # the profile is of fp32 parameters; a policy's casts are not modelled
+        return data_parallel.fsdp(profile_at(int(record["global_batch"]) // ranks), ranks, link,
+                                  reshard=options.get("reshard_after_forward") != "no")
     if strategy not in ("model-parallel", "pipeline") and not strategy.startswith("pipeline-"):
         return None
     profile = profile_at(int(split or record["global_batch"]))

@@ -75,11 +75,12 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
             found, why = _pipelines(profile, devices, micro_batches, link)
             rows, refused = rows + found, refused + why
     if global_batch % devices:
-        refused.append(f"ddp: batch {global_batch} does not split over {devices} ranks")
+        refused.append(f"ddp, fsdp: batch {global_batch} does not split over {devices} ranks")
     else:
-        rows.append(_row(data_parallel.ddp(profile_at(global_batch // devices), devices,
-                                           link if devices > 1 else NO_LINK), devices, None,
-                         None))
+        per_rank = profile_at(global_batch // devices)
+        for model in (data_parallel.ddp, data_parallel.fsdp):
+            rows.append(_row(model(per_rank, devices, link if devices > 1 else NO_LINK),
+                             devices, None, None))
     table = pd.DataFrame(rows)
     table["speedup_vs_single"] = table["throughput_ips"] / table.iloc[0]["throughput_ips"]
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)

@@ -99,3 +99,14 @@ def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_i
     # The first bucket hides behind backward; the last starts as backward ends, and shows.
     assert predicted.step_time_s == pytest.approx(4.0 + 8.0 + 3.0)
     assert predicted.bubble == pytest.approx(3 / 15)
+
+
+def test_fsdp_hides_the_blocks_gathers_and_reductions_but_not_the_roots():
+    assert data_parallel.fsdp(PROFILE, ranks=1, link=FREE).step_time_s == pytest.approx(12.0)
+    assert data_parallel.fsdp(PROFILE, ranks=4, link=FREE).step_time_s == pytest.approx(12.0)
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a 2-rank gather of 1 MiB: 0.5 s
+    predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
+    # The root (stem and head, 2 MiB) is gathered before anything and reduce-scattered after
+    # everything: 1 s each; every block's own gathers and reductions hide behind compute.
+    assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0)
+    assert predicted.kind == "predicted" and predicted.global_batch == 8
