@@ -28,15 +28,15 @@ def _cache(args: argparse.Namespace) -> Path:
     return args.profile_cache or Path.home() / ".cache" / "parbench" / "profiles"
 
 
-def _link(name: str, collectives: list[dict], where: str) -> AnyLink:
+def _link(name: str, collectives: list[dict], where: str, backend: str | None = None) -> AnyLink:
     """`measured` (the collectives measured `where`), a name in LINKS, or a bandwidth in GB/s."""
     if name == "measured":
         if not collectives:
             raise UsageError(f"--link measured needs collectives measured in {where}: run "
-                             f"parbench collectives --collective all_gather,all_reduce --into "
+                             f"parbench collectives --into "
                              f"{where}, or name a link ({', '.join(LINKS)}) or a bandwidth in "
                              "GB/s")
-        return MeasuredLink(f"measured in {where}", tuple(collectives))
+        return MeasuredLink(f"measured in {where}", tuple(collectives), backend)
     if name in LINKS:
         return Link(name, LINKS[name])
     try:
@@ -56,7 +56,10 @@ def _profiler(cache: Path, record_like: dict):
         raise UsageError("the run was measured on cuda and this machine has no GPU: predict "
                          "it on a machine with one (the profile is taken on the device)")
     workload = Workload(model=record_like["model"], image_size=int(record_like["image_size"]),
-                        precision=record_like["precision"])
+                        precision=record_like["precision"],
+                        num_classes=int(record_like.get("num_classes") or 1000),
+                        channels_last=bool(record_like.get("channels_last")),
+                        compile=bool(record_like.get("compile")))
     threads = int(record_like.get("threads_per_device") or 1)
 
     def profile_at(micro_batch: int):
@@ -72,11 +75,13 @@ def _predict_run(args: argparse.Namespace) -> int:
     records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
     if records.empty or not (records["status"] == "ok").any():
         raise UsageError(f"{folder.path} has no measured record to predict")
-    link = _link(args.link, folder.read_collectives(), str(folder.path))
-    first = records[records["status"] == "ok"].iloc[0].to_dict()
+    backends = records["backend"].dropna() if "backend" in records else []
+    link = _link(args.link, folder.read_collectives(), str(folder.path),
+                 backends.iloc[0] if len(backends) else None)
     try:
-        table = predicted_beside_measured(records, _profiler(_cache(args), first), link)
-    except ValueError as error:  # a link without the measurement a prediction needs
+        table = predicted_beside_measured(
+            records, lambda record: _profiler(_cache(args), record), link)
+    except ValueError as error:  # a link or a record without what a prediction needs
         raise UsageError(str(error)) from None
     if table.empty:
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
@@ -125,7 +130,7 @@ def _predict_sweep(args: argparse.Namespace) -> int:
     print(f"PREDICTED, not measured: {args.model} {args.image_size}px {args.precision}, "
           f"global batch {args.batch_size} on {args.devices} devices like this "
           f"{device} (its profile), link {args.link}; fastest first:")
-    shown = table.drop(columns=["kind", "partition"])  # the header says predicted
+    shown = table.drop(columns=["kind"])  # the header says predicted
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for reason in table.attrs["refused"]:
         print(f"not predicted: {reason}")

@@ -15,21 +15,25 @@ __all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_ready_times", "ddp", "f
 BUCKET_BYTES = 25 * 2**20
 FIRST_BUCKET_BYTES = 2**20
 # Parameters, gradients, momentum, and DDP's flat bucket copy of the gradients.
-_PARAMETER_COPIES = 4
+_DDP_PARAMETER_COPIES = 4
+# Parameters, gradients and momentum (FSDP shards all three).
+_PARAMETER_COPIES = 3
 
 
 def bucket_ready_times(profile: Profile, first_bytes: int = FIRST_BUCKET_BYTES,
                        bytes_per_bucket: int = BUCKET_BYTES) -> list[tuple[float, int]]:
-    """(when, bytes) of each bucket, from the start of backward: a block's gradients are ready
-    when its backward ends (blocks run last to first); a bucket is all-reduced once full, the
-    last when backward ends."""
+    """(when, bytes) of each bucket, from the start of backward, as DDP assigns them:
+    parameters in reverse order, a bucket closed once it holds at least its cap (a tensor is
+    never split). A block's gradients are ready when its backward ends (blocks run last to
+    first); the last bucket goes when backward ends."""
     buckets, filling, clock, cap = [], 0, 0.0, first_bytes
     for block in reversed(profile.blocks):
         clock += block.input_grad_s + block.weight_grad_s
-        filling += block.parameter_bytes
-        while filling >= cap:
-            buckets.append((clock, cap))
-            filling, cap = filling - cap, bytes_per_bucket
+        for size in reversed(block.parameter_sizes):
+            filling += size
+            if filling >= cap:
+                buckets.append((clock, filling))
+                filling, cap = 0, bytes_per_bucket
     if filling:
         buckets.append((clock, filling))
     return buckets
@@ -48,34 +52,39 @@ def ddp(profile: Profile, ranks: int, link: AnyLink) -> Prediction:
     parameters = sum(block.parameter_bytes for block in profile.blocks)
     saved = sum(block.saved_bytes for block in profile.blocks)
     return Prediction("ddp", profile.micro_batch * ranks, step,
-                      (mib(_PARAMETER_COPIES * parameters + saved),) * ranks,
+                      (mib(_DDP_PARAMETER_COPIES * parameters + saved),) * ranks,
                       bubble=1 - (forward + backward) / step)
 
 
 def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True) -> Prediction:
     """FSDP2 as parbench wraps it: a unit per residual block and a root (stem and head),
     gathered once. Each unit's parameters are all-gathered before its forward and, when
-    resharded after forward, again before its backward (the next one prefetched while a
-    block computes); each unit's gradient is reduce-scattered once its backward ends, on a
-    stream of its own. The step ends when compute and the last reduce-scatter have."""
+    resharded after forward, again before its backward; each unit's gradient is
+    reduce-scattered once its backward ends, on a stream of its own. Backward prefetches the
+    next unit's gather; forward does not, but on a GPU the CPU issues it ahead of the compute
+    it queued, which overlaps the same way; on a CPU the gather waits for the block before.
+    The step ends when compute and the last reduce-scatter have."""
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
     units = range(1, len(blocks) - 1)
+    issued_ahead = profile.device.startswith("cuda")
 
     def collective(name: str, size: int) -> float:
         return link.collective_s(name, size, ranks)
 
     gathering = compute = collective("all_gather", root)  # the root first, alone
-    issued = 0.0  # when the block before started: the next gather is issued then (prefetch)
+    issued = 0.0  # when the block before started: where a gather issued ahead starts
     for i in range(len(blocks)):
         if i in units:
-            gathering = max(gathering, issued) + collective("all_gather", blocks[i].parameter_bytes)
+            start = max(gathering, issued if issued_ahead else compute)
+            gathering = start + collective("all_gather", blocks[i].parameter_bytes)
             compute = max(compute, gathering)
         issued, compute = compute, compute + blocks[i].forward_s
     reducing = 0.0
     for i in reversed(range(len(blocks))):
         if reshard and i in units:
-            gathering = max(gathering, issued) + collective("all_gather", blocks[i].parameter_bytes)
+            gathering = max(gathering, issued) + collective("all_gather",
+                                                            blocks[i].parameter_bytes)
             compute = max(compute, gathering)
         issued, compute = compute, compute + blocks[i].input_grad_s + blocks[i].weight_grad_s
         if i in units:
@@ -86,8 +95,11 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True) -> P
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
     parameters = sum(b.parameter_bytes for b in blocks)
     saved = sum(b.saved_bytes for b in blocks)
-    # Sharded parameters, gradients and momentum, the root and one unit gathered at a time.
+    # Sharded parameters, gradients and momentum, and what is gathered at once: the root and
+    # two units (one computing, the next prefetched), or every unit when none is resharded
+    # after forward (they stay gathered until their backward).
     largest = max(blocks[i].parameter_bytes for i in units)
-    memory = 3 * parameters / ranks + root + 2 * largest + saved
+    gathered = root + (2 * largest if reshard else parameters - root)
+    memory = _PARAMETER_COPIES * parameters / ranks + gathered + saved
     return Prediction("fsdp", profile.micro_batch * ranks, step,
                       (mib(memory),) * ranks, bubble=1 - busy / step)

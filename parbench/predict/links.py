@@ -41,6 +41,7 @@ class MeasuredLink:
 
     name: str
     rows: tuple[dict, ...] = field(repr=False)
+    backend: str | None = None  # only the rows measured on this process group's backend
 
     def transfer_s(self, size_bytes: float) -> float:
         return self._time("all_gather", 2 * size_bytes, 2)
@@ -52,11 +53,13 @@ class MeasuredLink:
         return 0.0 if ranks < 2 else self._time(name, size_bytes, ranks)
 
     def _time(self, collective: str, size_bytes: float, ranks: int) -> float:
-        rows = [r for r in self.rows if r["world_size"] == ranks]
+        rows = [r for r in self.rows if r["world_size"] == ranks
+                and self.backend in (None, r["backend"])]
         time_s = interpolated_time_s(rows, collective, size_bytes)
         if time_s is None:
-            raise ValueError(f"{self.name}: no {ranks}-rank {collective} was measured; run "
-                             f"`parbench collectives --collective {collective}` on {ranks} "
+            on = f" on {self.backend}" if self.backend else ""
+            raise ValueError(f"{self.name}: no {ranks}-rank {collective} was measured{on}; "
+                             f"run parbench collectives --collective {collective} on {ranks} "
                              "devices")
         return time_s
 

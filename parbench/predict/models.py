@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from parbench.predict.links import AnyLink
 from parbench.predict.profile import Profile
-from parbench.predict.schedule_replay import Replayed, replay, schedule_actions
+from parbench.predict.schedule_replay import Replayed, StageTimes, replay, schedule_actions
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
@@ -91,10 +91,17 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
     list replayed with the profiled stage times and the link's transfer times."""
     chosen = SCHEDULES[schedule]
     per_rank = partition.stages // ranks
+    if partition.stages % ranks or (per_rank > 1) != chosen.multi_stage:
+        wants = "several stages" if chosen.multi_stage else "one stage"
+        raise ValueError(f"pipeline-{schedule} runs {wants} per rank; {partition.stages} "
+                         f"stages on {ranks} ranks do not fit it")
     actions = schedule_actions(chosen.torch_class, ranks, micro_batches, per_rank)
+    times = profile.stage_times(partition)
+    if chosen.splits_backward:  # torch's first stage has no input gradient: W is all of it
+        first = times[0]
+        times[0] = StageTimes(first.forward_s, 0.0, first.input_grad_s + first.weight_grad_s)
     cut_bytes = profile.cut_bytes(partition)
-    replayed = replay(actions, profile.stage_times(partition),
-                      lambda cut: link.transfer_s(cut_bytes[cut]))
+    replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]))
     ranges = partition.stage_ranges()
     saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
     memory = []
@@ -102,16 +109,19 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
         stages = {stage for stage, _, _ in rank_actions}
         parameters = sum(profile.blocks[i].parameter_bytes for s in stages for i in ranges[s])
         memory.append(mib(_PARAMETER_COPIES * parameters
-                           + _peak_saved(replayed, rank, saved)))
+                          + _peak_saved(replayed, rank, saved)))
+    # One stage per rank: rows are stages, as in a measured timeline of such a schedule.
+    spans = replayed.spans if per_rank > 1 else tuple(span[:5] for span in replayed.spans)
     return Prediction(f"pipeline-{schedule}", profile.micro_batch * micro_batches,
-                      replayed.step_time_s, tuple(memory), replayed.bubble, replayed.spans)
+                      replayed.step_time_s, tuple(memory), replayed.bubble, spans)
 
 
 def _peak_saved(replayed: Replayed, rank: int, saved: list[int]) -> int:
     """The most activation bytes `rank` holds at once: a forward's end holds its stage's saved
-    tensors until that micro-batch's backward (B, or I, which frees most of them) ends."""
-    events = sorted((span[4], 0 if span[2] in "BI" else 1, span[5]) for span in replayed.spans
-                    if span[0] == rank and span[2] in "FBI")
+    tensors until that micro-batch's backward ends (B; where the backward is split, W: the
+    weight gradient needs the inputs the input gradient left)."""
+    events = sorted((span[4], 0 if span[2] in "BW" else 1, span[5]) for span in replayed.spans
+                    if span[0] == rank and span[2] in "FBW")
     held = peak = 0
     for _, is_forward, stage in events:
         held += saved[stage] if is_forward else -saved[stage]

@@ -18,7 +18,7 @@ from strategies.partition import Partition, resnet_blocks
 
 __all__ = ["BlockProfile", "Profile", "load_or_profile", "profile_blocks"]
 
-PROFILE_VERSION = 1  # bump when what is measured changes: older caches are measured again
+PROFILE_VERSION = 2  # bump when what is measured changes: older caches are measured again
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,14 @@ class BlockProfile:
     input_grad_s: float  # the backward to the block's input alone (I)
     weight_grad_s: float  # the full backward less I (W): what a split backward defers
     output_bytes: int  # the activation a cut after this block sends on (and its gradient back)
-    parameter_bytes: int  # also the gradient's bytes (fp32 parameters)
-    saved_bytes: int  # what autograd holds for the backward: the activation memory per batch
+    parameter_sizes: tuple[int, ...]  # bytes of each parameter (and its gradient), in order
+    # What autograd holds for the backward beyond the parameters and the block's input (which
+    # the block before holds): the activation memory of one micro-batch.
+    saved_bytes: int
+
+    @property
+    def parameter_bytes(self) -> int:
+        return sum(self.parameter_sizes)
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Profile:
     model: str
     image_size: int
     precision: str
+    num_classes: int
+    channels_last: bool
     device: str
     threads: int
     micro_batch: int
@@ -65,8 +73,9 @@ class Profile:
         return sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in self.blocks)
 
     def key(self) -> str:
-        return (f"{self.model}-{self.image_size}px-{self.precision}-{self.device}-"
-                f"{self.threads}t-b{self.micro_batch}")
+        layout = "-channels-last" if self.channels_last else ""
+        return (f"{self.model}-{self.image_size}px-{self.num_classes}cls-{self.precision}"
+                f"{layout}-{self.device}-{self.threads}t-b{self.micro_batch}")
 
 
 def _synchronize(device: torch.device) -> None:
@@ -85,18 +94,38 @@ def _median_time(run, device: torch.device, repeats: int) -> float:
     return statistics.median(times[1:])
 
 
-def _saved_bytes(block: torch.nn.Module, inputs: torch.Tensor) -> int:
-    """The bytes of the distinct tensors autograd saves for the block's backward."""
+def _saved_bytes(block: torch.nn.Module, inputs: torch.Tensor, workload: Workload,
+                 device: torch.device, skip_input: bool) -> int:
+    """The bytes of the distinct tensors autograd saves for the block's backward, less its
+    parameters (counted apart) and, where the block before holds it, its input."""
+    skipped = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    if skip_input:
+        skipped.add(inputs.untyped_storage().data_ptr())
     storages: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in skipped:
+            storages[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+            workload.autocast(device):
         block(inputs)
     return sum(storages.values())
+
+
+def _median_backward_time(forward, wanted, gradient, device, repeats: int) -> float:
+    """The backward alone to `wanted`, after an untimed forward each time."""
+    times = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        output = forward()
+        _synchronize(device)
+        start = time.perf_counter()
+        torch.autograd.grad(output, wanted, gradient)
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
 
 
 def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfile:
@@ -109,18 +138,17 @@ def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfi
     output = forward()
     gradient = torch.ones_like(output)
     forward_s = _median_time(forward, device, repeats)
-
-    def backward(wanted):
-        def run():
-            torch.autograd.grad(forward(), wanted, gradient)
-        return _median_time(run, device, repeats) - forward_s
-
-    input_only = backward([inputs])
-    full = backward([inputs, *parameters])
-    return BlockProfile(name, forward_s, max(input_only, 0.0), max(full - input_only, 0.0),
+    if inputs.requires_grad:
+        input_only = _median_backward_time(forward, [inputs], gradient, device, repeats)
+        full = _median_backward_time(forward, [inputs, *parameters], gradient, device, repeats)
+    else:  # the stem: training needs no gradient for the images, only its weights'
+        input_only = 0.0
+        full = _median_backward_time(forward, parameters, gradient, device, repeats)
+    return BlockProfile(name, forward_s, input_only, max(full - input_only, 0.0),
                         output.numel() * output.element_size(),
-                        sum(p.numel() * p.element_size() for p in parameters),
-                        _saved_bytes(block, inputs))
+                        tuple(p.numel() * p.element_size() for p in parameters),
+                        _saved_bytes(block, inputs, workload, device,
+                                     skip_input=inputs.requires_grad))
 
 
 def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | str = "cpu",
@@ -133,27 +161,33 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
         model = workload.build_model_on(device)
         images, _ = workload.make_batch(micro_batch, device)
         blocks, x = [], images
-        for name, block in resnet_blocks(model):
-            inputs = x.detach().requires_grad_(True)
+        for index, (name, block) in enumerate(resnet_blocks(model)):
+            inputs = x.detach().requires_grad_(index > 0)
             blocks.append(_profile_block(name, block, inputs, workload, device, repeats))
             with torch.no_grad(), workload.autocast(device):
                 x = block(x)
     finally:
         torch.set_num_threads(threads_before)
-    return Profile(workload.model, workload.image_size, workload.precision, str(device),
-                   threads, micro_batch, repeats, tuple(blocks))
+    return Profile(workload.model, workload.image_size, workload.precision,
+                   workload.num_classes, workload.channels_last, str(device), threads,
+                   micro_batch, repeats, tuple(blocks))
 
 
 def load_or_profile(cache: Path, workload: Workload, micro_batch: int,
                     device: str = "cpu", threads: int = 1) -> Profile:
     """The cached profile for these settings, measured and cached if there is none."""
-    wanted = Profile(workload.model, workload.image_size, workload.precision, device, threads,
+    if workload.compile:
+        raise ValueError("a profile is of the model as written: predict without --compile "
+                         "(torch.compile's fused kernels are not profiled)")
+    wanted = Profile(workload.model, workload.image_size, workload.precision,
+                     workload.num_classes, workload.channels_last, device, threads,
                      micro_batch, 3, ())
     path = cache / f"{wanted.key()}.json"
     if path.exists():
         stored = json.loads(path.read_text())
         if stored.get("version") == PROFILE_VERSION:
-            blocks = tuple(BlockProfile(**block) for block in stored["blocks"])
+            blocks = tuple(BlockProfile(**{**block, "parameter_sizes": tuple(
+                block["parameter_sizes"])}) for block in stored["blocks"])
             return Profile(**{**stored["profile"], "blocks": blocks})
     profile = profile_blocks(workload, micro_batch, device, threads)
     cache.mkdir(parents=True, exist_ok=True)

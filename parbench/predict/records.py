@@ -1,6 +1,6 @@
-"""Measured records beside their predictions: for every cut-model configuration a run measured
-(single, model-parallel, the pipelines), the step the timing model predicts from a profile of
-the same device, and the prediction's error against the measurement."""
+"""Measured records beside their predictions: for every configuration of a run the timing
+models cover, the step they predict from a profile of the same device, and the prediction's
+error against the measurement."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from parbench.predict import data_parallel, models
-from parbench.predict.links import AnyLink
+from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
@@ -19,63 +19,86 @@ __all__ = ["PREDICTED_COLUMNS", "partition_of", "predict_record", "predicted_bes
 # The columns a prediction adds beside a record's own.
 PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_bubble_fraction",
                      "predicted_peak_memory_mib", "predicted_timeline")
-ProfileAt = Callable[[int], Profile]  # the profile at a micro-batch size
+ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
+# DDP's options the model leaves at their defaults: a record that sets one is not predicted.
+_DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
+                              sync_batchnorm=False)
 
 
 def partition_of(record: dict, block_names: tuple[str, ...]) -> Partition:
     """The cut a record names ("stem..layer2.3 | layer3.0..head") as a Partition."""
     firsts = [part.strip().split("..")[0] for part in record["partition"].split("|")]
+    unknown = [name for name in firsts if name not in block_names]
+    if unknown:
+        raise ValueError(f"the record's cut {record['partition']!r} names blocks its model "
+                         f"does not have ({', '.join(unknown)})")
+    options = record.get("strategy_options") or {}
     return Partition(block_names, tuple(block_names.index(name) for name in firsts),
-                     record.get("strategy_options", {}).get("balance", "recorded"))
+                     options.get("balance", "recorded"))
+
+
+def _modelled(record: dict) -> bool:
+    """Whether the models cover the record's settings (else it is left out, not mispredicted)."""
+    options = record.get("strategy_options") or {}
+    split = _number(record.get("split_size"))
+    if record.get("compile") or (split and record["global_batch"] % split):
+        return False  # compiled kernels are not profiled; unequal micro-batches not modelled
+    if record["strategy"] == "ddp":
+        return all(options.get(k, default) == default
+                   for k, default in _DDP_MODELLED_DEFAULTS.items())
+    if record["strategy"] == "fsdp":
+        return not options.get("mixed_precision")  # the policy's casts are not modelled
+    return True
 
 
 def predict_record(record: dict, profile_at: ProfileAt,
                    link: AnyLink) -> models.Prediction | None:
-    """The prediction for a measured record's configuration; None for a strategy the timing
-    models do not cover (yet: nn.DataParallel, fsdp's mixed precision)."""
+    """The prediction for a measured record's configuration; None where the models do not
+    cover it (nn.DataParallel, ddp's hooks and ZeRO, fsdp's mixed precision, --compile)."""
     strategy = record["strategy"]
+    if not _modelled(record):
+        return None
     split = _number(record.get("split_size"))
     micro_batches = int(_number(record.get("micro_batches")) or 1)
+    ranks = int(_number(record.get("world_size")) or 1)
     if strategy == "single":
         return models.single(profile_at(int(split or record["global_batch"])), micro_batches)
-    if strategy == "ddp":
-        ranks = int(record["world_size"])
-        return data_parallel.ddp(profile_at(int(record["global_batch"]) // ranks), ranks, link)
-    if strategy == "fsdp":
-        ranks = int(record["world_size"])
+    if strategy in ("ddp", "fsdp"):
+        per_rank = profile_at(int(record["global_batch"]) // ranks)
+        if strategy == "ddp":
+            return data_parallel.ddp(per_rank, ranks, link)
         options = record.get("strategy_options") or {}
-        if options.get("mixed_precision"):
-            return None  # the profile is of fp32 parameters; a policy's casts are not modelled
-        return data_parallel.fsdp(profile_at(int(record["global_batch"]) // ranks), ranks, link,
+        return data_parallel.fsdp(per_rank, ranks, link,
                                   reshard=options.get("reshard_after_forward") != "no")
-    if strategy not in ("model-parallel", "pipeline") and not strategy.startswith("pipeline-"):
+    schedule = strategy.removeprefix("pipeline-")
+    if strategy not in ("model-parallel", "pipeline") and schedule not in SCHEDULES:
         return None
     profile = profile_at(int(split or record["global_batch"]))
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
+    # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
+    in_process = NO_LINK if record.get("device_kind") == "cpu" else link
     if strategy == "model-parallel":
-        return models.model_parallel(profile, partition, link)
+        return models.model_parallel(profile, partition, in_process)
     if strategy == "pipeline":
         return models.tick_pipeline(profile, partition, micro_batches)
-    schedule = strategy.removeprefix("pipeline-")
-    if schedule not in SCHEDULES:
-        return None
-    return models.pipeline(schedule, profile, partition, int(record["world_size"]),
-                           micro_batches, link)
+    return models.pipeline(schedule, profile, partition, ranks, micro_batches, link)
 
 
-def predicted_beside_measured(records: pd.DataFrame, profile_at: ProfileAt,
+def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
                               link: AnyLink) -> pd.DataFrame:
-    """The run's measured cut-model records, each with its prediction: `prediction_error` is
-    predicted / measured step time - 1 (negative: the model is too fast)."""
+    """The run's measured records the models cover, each with its prediction (`profiler`
+    gives a record's profiles): `prediction_error` is predicted / measured step time - 1
+    (negative: the model is too fast)."""
     rows = []
     for _, record in records[records["status"] == "ok"].iterrows():
-        predicted = predict_record(record.to_dict(), profile_at, link)
+        measured = record.to_dict()
+        predicted = predict_record(measured, profiler(measured), link)
         if predicted is None:
             continue
-        measured = record["step_time_median_s"]
-        rows.append({**record.to_dict(),
+        rows.append({**measured,
                      "predicted_step_time_s": predicted.step_time_s,
-                     "prediction_error": predicted.step_time_s / measured - 1,
+                     "prediction_error": predicted.step_time_s
+                     / measured["step_time_median_s"] - 1,
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})

@@ -55,29 +55,28 @@ def schedule_actions(torch_class, ranks: int, micro_batches: int,
     gradient reductions left out and DualPipeV's overlapped pairs run one after the other (one
     stream, as on a CPU)."""
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
     from torch.distributed.pipelining.schedules import _ComputationType as Type
 
     kinds = {Type.FORWARD: FORWARD, Type.FULL_BACKWARD: FULL_BACKWARD,
              Type.BACKWARD_INPUT: INPUT_GRAD, Type.BACKWARD_WEIGHT: WEIGHT_GRAD}
-    multi = stages_per_rank if torch_class.__name__ not in _SINGLE_STAGE else None
-    ops = get_schedule_ops(torch_class, ranks, micro_batches, num_stages_per_rank=multi)
+    single_stage = issubclass(torch_class, PipelineScheduleSingle)
+    ops = get_schedule_ops(torch_class, ranks, micro_batches,
+                           num_stages_per_rank=None if single_stage else stages_per_rank)
     per_rank = [[a for action in rank_ops if action is not None
                  for a in (action.sub_actions or (action,))
                  if a.computation_type in kinds] for rank_ops in ops]
     actions = [[(a.stage_index, kinds[a.computation_type], a.microbatch_index)
                 for a in rank_ops] for rank_ops in per_rank]
-    if torch_class.__name__ in _SINGLE_STAGE:
+    if single_stage:
         actions = [_in_micro_batch_order(rank_actions) for rank_actions in actions]
     return actions
 
 
-# Single-stage schedules run their own loop; their IR is only a picture of it, and torch
-# 2.14's numbers the last rank's 1F1B forwards from 1 (F1..F4 for 4 micro-batches). Both
-# run each kind of action in micro-batch order, so the replay renumbers them so.
-_SINGLE_STAGE = ("ScheduleGPipe", "Schedule1F1B")
-
-
 def _in_micro_batch_order(actions: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
+    """Single-stage schedules run a loop of their own; their IR is only a picture of it, and
+    torch 2.14's numbers the last rank's 1F1B forwards from 1 (F1..F4 for 4 micro-batches).
+    The loops run each kind of action in micro-batch order, so the replay renumbers them so."""
     seen: dict[str, int] = {}
     renumbered = []
     for stage, kind, _ in actions:
@@ -92,7 +91,9 @@ def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Seque
     free and its inputs are there; a forward needs the previous stage's forward of the same
     micro-batch, a backward (B or I) its own forward and the next stage's backward, a weight
     gradient its input gradient. Crossing ranks adds `transfer_s(stage)`: the time to move the
-    activation (or its gradient) at the cut after `stage`; the sender does not wait for it."""
+    activation (or its gradient) at the cut after `stage`. The sender does not wait for it
+    (torch's single-stage loops do wait for their sends, which on one link costs a transfer
+    per cut and micro-batch at most: small beside a stage's compute here)."""
     rank_of = {stage: rank for rank, rank_actions in enumerate(actions)
                for stage, _, _ in rank_actions}
     last = max(rank_of)

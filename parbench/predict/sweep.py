@@ -3,7 +3,6 @@ fastest first, every row labelled predicted."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -38,9 +37,9 @@ def _pipelines(profile: Profile, devices: int, micro_batches: int,
                link: AnyLink) -> tuple[list[dict], list[str]]:
     rows, refused = [], []
     split = profile.micro_batch
-    halves = _balanced(profile, devices)
-    rows.append(_row(models.tick_pipeline(profile, halves, micro_batches), devices, split,
-                     micro_batches, halves))
+    cut = _balanced(profile, devices)
+    rows.append(_row(models.tick_pipeline(profile, cut, micro_batches), devices, split,
+                     micro_batches, cut))
     for name, schedule in SCHEDULES.items():
         pieces = devices * (2 if schedule.multi_stage else 1)
         try:
@@ -56,8 +55,10 @@ def _pipelines(profile: Profile, devices: int, micro_batches: int,
 def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
                   profile_at: Callable[[int], Profile], link: AnyLink) -> pd.DataFrame:
     """single (whole batch, and accumulating each split), model-parallel, the tutorial's
-    pipeline and every schedule at each split on `devices` devices, and ddp: predicted,
-    fastest first, with the speedup over single. Stages are cut at equal profiled time."""
+    pipeline and every schedule at each split on `devices` devices, ddp and fsdp: predicted,
+    fastest first, with the speedup over single. Stages are cut at equal profiled time (not
+    the tutorial's cut, which parbench run uses on 2 devices by default). A schedule torch
+    refuses for a shape is listed in the table's attrs["refused"] with torch's reason."""
     if devices < 1 or global_batch < devices:
         raise ValueError(f"need at least 1 device and a global batch of at least one image per "
                          f"device, got {devices} devices and batch {global_batch}")
@@ -68,8 +69,12 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
         cut = _balanced(whole, devices)
         rows.append(_row(models.model_parallel(whole, cut, link), devices, None, None, cut))
     for split in splits or [resolve_split(global_batch, None, devices)[0]]:
+        if global_batch % split:
+            refused.append(f"split {split}: does not divide batch {global_batch} (unequal "
+                           "micro-batches are not modelled)")
+            continue
         profile = profile_at(split)
-        micro_batches = math.ceil(global_batch / split)
+        micro_batches = global_batch // split
         rows.append(_row(models.single(profile, micro_batches), 1, split, micro_batches))
         if devices > 1:
             found, why = _pipelines(profile, devices, micro_batches, link)

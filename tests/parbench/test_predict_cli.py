@@ -26,7 +26,8 @@ def _run_folder(tmp_path) -> RunFolder:
                 partition="stem..layer2.1 | layer3.0..head",
                 strategy_options={"balance": "tutorial", "split_size": 2}),
         _record("ddp", 0.04, world_size=2),
-        _record("data-parallel", 0.04, world_size=1),
+        _record("data-parallel", 0.04, world_size=1),  # the models leave these out
+        _record("ddp", 0.04, world_size=2, strategy_options={"comm_hook": "fp16"}),
     ])
     return folder
 
@@ -45,10 +46,9 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path,
     assert (folder.path / "predictions.png").is_file()
     assert (folder.path / "predicted-timeline-001-pipeline-gpipe.png").is_file()
     assert "predicted_timeline" not in table  # spans are drawn, not tabled
-    assert sorted(p.name for p in cache.iterdir()) == [  # whole batch, split, per rank
-        "resnet18-32px-fp32-cpu-1t-b2.json", "resnet18-32px-fp32-cpu-1t-b4.json",
-        "resnet18-32px-fp32-cpu-1t-b8.json"]
-    assert len(folder.read_records()) == 4  # the records are left as measured
+    assert sorted(p.name for p in cache.iterdir()) == [  # split, per rank, whole batch
+        f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
+    assert len(folder.read_records()) == 5  # the records are left as measured
 
 
 def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):

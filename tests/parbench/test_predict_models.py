@@ -1,12 +1,14 @@
 """The timing models give the known answers on a made-up profile, and a real profile of a small
 ResNet holds what a prediction needs."""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
 from parbench.predict import data_parallel, models
 from parbench.predict.links import Link
-from parbench.predict.profile import BlockProfile, Profile, load_or_profile
+from parbench.predict.profile import BlockProfile, Profile, load_or_profile, profile_blocks
 from parbench.predict.records import partition_of, predicted_beside_measured
 from parbench.workloads import Workload
 from strategies.partition import Partition
@@ -15,9 +17,9 @@ from strategies.stages import bubble_fraction
 MIB = 2**20
 NAMES = ("stem", "a", "b", "head")
 # Four blocks of 1 s forward, 1 s input gradient, 1 s weight gradient on a micro-batch.
-BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_bytes=MIB,
+BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(MIB,),
                             saved_bytes=2 * MIB) for name in NAMES)
-PROFILE = Profile("resnet18", 32, "fp32", "cpu", 1, 4, 3, BLOCKS)
+PROFILE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 4, 3, BLOCKS)
 HALVES = Partition(NAMES, (0, 2), "tutorial")
 QUARTERS = Partition(NAMES, (0, 1, 2, 3), "time")
 FREE = Link("free", float("inf"))
@@ -69,7 +71,7 @@ def test_a_record_is_predicted_from_its_own_cut_and_its_error_is_signed():
         dict(strategy="data-parallel", status="ok", global_batch=16, world_size=1,
              partition=None, step_time_median_s=1.0),
     ])
-    table = predicted_beside_measured(records, lambda micro_batch: PROFILE, FREE)
+    table = predicted_beside_measured(records, lambda record: lambda micro_batch: PROFILE, FREE)
     assert list(table["strategy"]) == ["pipeline-gpipe"]  # nn.DataParallel: not modelled
     assert table.iloc[0]["predicted_step_time_s"] == pytest.approx(30.0)
     assert table.iloc[0]["prediction_error"] == pytest.approx(30.0 / 40.0 - 1)
@@ -81,11 +83,29 @@ def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tm
     names = [block.name for block in profile.blocks]
     assert names[0] == "stem" and names[-1] == "head" and len(names) == 10
     assert all(block.forward_s > 0 and block.saved_bytes > 0 for block in profile.blocks)
+    assert profile.blocks[0].input_grad_s == 0  # no gradient for the images
     assert profile.blocks[0].output_bytes == 2 * 64 * 8 * 8 * 4  # stem: 64 channels, 32 px / 4
-    assert sum(b.parameter_bytes for b in profile.blocks) == 4 * sum(
-        p.numel() for p in workload.build_model().parameters())
+    parameters = list(workload.build_model().parameters())
+    assert [size for b in profile.blocks for size in b.parameter_sizes] == [
+        4 * p.numel() for p in parameters]
+    # The head (pool, flatten, fc) saves the pooled features, not fc's weight: 2 x 512 fp32.
+    assert profile.blocks[-1].saved_bytes < 4 * 512 * 10
     assert load_or_profile(tmp_path, workload, micro_batch=2) == profile  # from the cache
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_profile_in_bf16_runs_under_autocast():
+    profile = profile_blocks(Workload(model="resnet18", image_size=32, num_classes=10,
+                                      precision="bf16"), micro_batch=2, repeats=1)
+    assert profile.blocks[1].output_bytes == 2 * 64 * 8 * 8 * 2  # bf16 activations
+
+
+def test_fsdp_without_resharding_holds_every_unit_gathered():
+    resharded = data_parallel.fsdp(PROFILE, ranks=2, link=FREE)
+    kept = data_parallel.fsdp(PROFILE, ranks=2, link=FREE, reshard=False)
+    # Sharded state 3 x 4 MiB / 2, saved 8 MiB; gathered: root 2 + two units 2, or all 4.
+    assert resharded.peak_memory_mib[0] == 6 + 2 + 2 + 8
+    assert kept.peak_memory_mib[0] == 6 + 4 + 8
 
 
 def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_its_tail():
@@ -94,6 +114,10 @@ def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_i
     buckets = data_parallel.bucket_ready_times(PROFILE)
     # The first bucket of 1 MiB once the head's backward ends; the rest (under 25 MiB) at the end.
     assert buckets == [(2.0, MIB), (8.0, 3 * MIB)]
+    # DDP never splits a tensor: a bucket closes once it holds its cap, here the head's weight.
+    head = replace(BLOCKS[-1], parameter_sizes=(8 * MIB, 4096))  # weight, bias (last)
+    uneven = replace(PROFILE, blocks=(*BLOCKS[:-1], head))
+    assert data_parallel.bucket_ready_times(uneven)[0] == (2.0, 8 * MIB + 4096)
     slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a ring all-reduce of 1 MiB on 2: 1 s
     predicted = data_parallel.ddp(PROFILE, ranks=2, link=slow)
     # The first bucket hides behind backward; the last starts as backward ends, and shows.
@@ -105,8 +129,12 @@ def test_fsdp_hides_the_blocks_gathers_and_reductions_but_not_the_roots():
     assert data_parallel.fsdp(PROFILE, ranks=1, link=FREE).step_time_s == pytest.approx(12.0)
     assert data_parallel.fsdp(PROFILE, ranks=4, link=FREE).step_time_s == pytest.approx(12.0)
     slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a 2-rank gather of 1 MiB: 0.5 s
-    predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
+    on_gpu = data_parallel.fsdp(replace(PROFILE, device="cuda:0"), ranks=2, link=slow)
     # The root (stem and head, 2 MiB) is gathered before anything and reduce-scattered after
     # everything: 1 s each; every block's own gathers and reductions hide behind compute.
-    assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0)
+    assert on_gpu.step_time_s == pytest.approx(12.0 + 1.0 + 1.0)
+    # On a CPU nothing issues a forward gather ahead: each unit's (0.5 s) waits for the block
+    # before, and shows; backward's are prefetched and hide as on a GPU.
+    predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
+    assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0 + 2 * 0.5)
     assert predicted.kind == "predicted" and predicted.global_batch == 8

@@ -5,7 +5,6 @@ import pytest
 
 from parbench.predict.schedule_replay import StageTimes, replay, schedule_actions
 from strategies.pipeline_schedules import SCHEDULES
-from strategies.stages import bubble_fraction
 
 EQUAL = StageTimes(forward_s=1.0, input_grad_s=1.0, weight_grad_s=1.0)
 
@@ -17,12 +16,15 @@ def _replayed(schedule: str, ranks: int, micro_batches: int, times=EQUAL, **kwar
     return replay(actions, [times] * (ranks * per_rank), **kwargs), per_rank
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs",
+                                      "zero-bubble"])
 @pytest.mark.parametrize(("ranks", "micro_batches"), [(2, 4), (2, 24), (4, 8)])
 def test_equal_stages_give_the_closed_form_bubble(schedule, ranks, micro_batches):
-    """GPipe's and 1F1B's (K-1)/(M+K-1); interleaved over V stages per rank, (K-1)/(VM+K-1)."""
+    """GPipe's and 1F1B's (K-1)/(M+K-1); interleaved over V stages per rank, (K-1)/(VM+K-1);
+    ZB-H1's a third of 1F1B's with F, I and W equal."""
     predicted, per_rank = _replayed(schedule, ranks, micro_batches)
-    assert predicted.bubble == pytest.approx(bubble_fraction(ranks, micro_batches, per_rank))
+    assert predicted.bubble == pytest.approx(
+        SCHEDULES[schedule].bubble(ranks, micro_batches, per_rank))
     ideal = micro_batches * per_rank * 3.0  # F + B per micro-batch and stage, per rank
     assert predicted.step_time_s == pytest.approx(ideal / (1 - predicted.bubble))
 
@@ -41,6 +43,24 @@ def test_every_schedule_runs_every_micro_batch_through_every_stage_in_dependency
                 assert spans[(stage - 1, "F", micro_batch)][4] <= forward[3]
     busy = sum(s[4] - s[3] for s in predicted.spans)
     assert busy == pytest.approx(2 * per_rank * 4 * 3.0)  # all the work, each action once
+
+
+@pytest.mark.parametrize("schedule", [n for n, s in SCHEDULES.items() if s.multi_stage])
+def test_torch_places_the_stages_on_the_ranks_where_parbench_does(schedule):
+    chosen = SCHEDULES[schedule]
+    actions = schedule_actions(chosen.torch_class, 4, 8, 2)
+    for rank, rank_actions in enumerate(actions):
+        expected = [rank, 7 - rank] if chosen.v_shape else [rank, rank + 4]
+        assert sorted({stage for stage, _, _ in rank_actions}) == sorted(expected)
+
+
+def test_zbv_idles_one_forward_at_the_start_where_the_closed_form_says_none():
+    """ZB-V's bubble is zero in the limit; torch's order leaves the last rank waiting for the
+    first chunk's forward, which the replay shows (K=2, M=4: 0.5 s of a 12.5 s step)."""
+    predicted, _ = _replayed("zbv", ranks=2, micro_batches=4,
+                             times=StageTimes(0.5, 0.5, 0.5))
+    assert SCHEDULES["zbv"].bubble(2, 4, 2) == 0.0
+    assert predicted.step_time_s == pytest.approx(12.5)
 
 
 def test_a_zero_bubble_schedule_idles_less_than_1f1b_when_the_weight_gradient_can_wait():
