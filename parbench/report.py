@@ -10,6 +10,7 @@ import pandas as pd
 
 from parbench import stats
 from parbench.plots import config_label, options_text
+from parbench.predict.summary import prediction_section
 from parbench.record import heading
 from parbench.results import atomic_write_text, load_records
 
@@ -95,7 +96,7 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
              *[r.get(column) for column in COLUMNS]] for _, r in frame.iterrows()]
-    lines += ["", "## Records", "",
+    lines += ["", *prediction_section(folder), "## Records", "",
               markdown_table(rows, ["strategy", "model", "batch", *map(heading, COLUMNS)]),
               ""]
     failed = frame[frame["status"] != "ok"]

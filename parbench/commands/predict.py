@@ -12,16 +12,16 @@ import pandas as pd
 import torch
 
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
-from parbench.plots import write_predicted_timelines, write_prediction_figure
+from parbench.plots import options_text, write_predicted_timelines, write_prediction_figure
 from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
 from parbench.predict.profile import load_or_profile
 from parbench.predict.records import predicted_beside_measured
+from parbench.predict.summary import PREDICTIONS_FILE, error_summary, with_reader_columns
 from parbench.predict.sweep import predict_sweep
 from parbench.results import atomic_write_text
 from parbench.workloads import MODELS, PRECISIONS, Workload
 
 __all__ = ["command_predict"]
-
 
 
 def _cache(args: argparse.Namespace) -> Path:
@@ -86,12 +86,13 @@ def _predict_run(args: argparse.Namespace) -> int:
     if table.empty:
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
                          "(single, model-parallel, the pipelines, ddp, fsdp)")
-    atomic_write_text(folder.path / "predictions.csv",
+    table = with_reader_columns(table, link.name,
+                                lambda record: options_text(record.get("strategy_options")))
+    atomic_write_text(folder.path / PREDICTIONS_FILE,
                       table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
                       .to_csv(index=False))
     figure = write_prediction_figure(table, folder.path, link.name)
     timelines = write_predicted_timelines(table, folder.path)
-    errors = table["prediction_error"].abs()
     print(f"PREDICTED beside measured (timing model from a profile of this device; link: "
           f"{link.name}):")
     shown = table.assign(options=table["split_size"].map(
@@ -100,12 +101,11 @@ def _predict_run(args: argparse.Namespace) -> int:
                  "predicted_step_time_s", "prediction_error", "measured_bubble_fraction",
                  "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
-    print(f"prediction error (predicted / measured step - 1): median |error| "
-          f"{errors.median():.1%}, worst {errors.max():.1%} "
-          f"({table.loc[errors.idxmax(), 'strategy']}) over {len(table)} configurations")
-    print(f"predictions: {folder.path / 'predictions.csv'}; figure: {figure}"
+    print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
+    print(f"predictions: {folder.path / PREDICTIONS_FILE}; figure: {figure}"
           + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
-             if timelines else ""))
+             if timelines else "")
+          + f"; parbench report {folder.path} adds them to the run's README")
     return 0
 
 

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from parbench.cli import main
+from parbench.predict.summary import prediction_section
 from parbench.record import Record
 from parbench.results import RunFolder
 
@@ -21,7 +22,8 @@ def _record(strategy: str, step_s: float, **fields) -> Record:
 def _run_folder(tmp_path) -> RunFolder:
     folder = RunFolder.create(tmp_path / "results")
     folder.write_records([
-        _record("single", 0.05, world_size=1),
+        _record("single", 0.05, world_size=1,
+            intervals={"step_time_median_s": [0.045, 0.055]}),
         _record("pipeline-gpipe", 0.08, world_size=2, split_size=2, micro_batches=4,
                 partition="stem..layer2.1 | layer3.0..head",
                 strategy_options={"balance": "tutorial", "split_size": 2}),
@@ -49,6 +51,20 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path,
     assert sorted(p.name for p in cache.iterdir()) == [  # split, per rank, whole batch
         f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
     assert len(folder.read_records()) == 5  # the records are left as measured
+    assert set(table["link"]) == {"pcie4"} and set(table["kind"]) == {"predicted"}
+    assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
+
+
+def test_the_run_report_shows_the_predictions_beside_the_measurements(tmp_path, capsys):
+    folder = _run_folder(tmp_path)
+    assert main(["predict", str(folder.path), "--link", "pcie4",
+                 "--profile-cache", str(tmp_path / "profiles")]) == 0
+    section = "\n".join(prediction_section(folder.path))  # what `parbench report` writes
+    assert section.startswith("## Predicted against measured")
+    assert "PREDICTED by `parbench predict`" in section and "link: pcie4" in section
+    assert "median |error|" in section and "inside the measurement's 95% interval" in section
+    assert "| single | 1 | 0.05 [0.045, 0.055] |" in section
+    assert "| pipeline-gpipe (" in section and "![predictions](predictions.png)" in section
 
 
 def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):

@@ -1,0 +1,78 @@
+"""A run's predictions summarised: the columns predictions.csv adds for a reader (the measured
+interval, the link), and the run README's predicted-against-measured section read back from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["PREDICTIONS_FILE", "error_summary", "prediction_section", "with_reader_columns"]
+
+PREDICTIONS_FILE = "predictions.csv"
+
+
+def with_reader_columns(table: pd.DataFrame, link: str, settings) -> pd.DataFrame:
+    """The table as predictions.csv holds it: each record's settings as text, its measured
+    step's 95% interval (step_time_low_s, step_time_high_s), the link, kind=predicted."""
+    def bound(record: pd.Series, side: int) -> float | None:
+        intervals = record.get("intervals")
+        bounds = intervals.get("step_time_median_s") if isinstance(intervals, dict) else None
+        return bounds[side] if bounds else None
+
+    return table.assign(
+        settings=[settings(record) for _, record in table.iterrows()],
+        step_time_low_s=[bound(record, 0) for _, record in table.iterrows()],
+        step_time_high_s=[bound(record, 1) for _, record in table.iterrows()],
+        link=link, kind="predicted")
+
+
+def error_summary(table: pd.DataFrame) -> str:
+    """Median and worst |error|, and how many predictions fall inside the measured interval."""
+    errors = table["prediction_error"].abs()
+    worst = table.loc[errors.idxmax()]
+    text = (f"median |error| {errors.median():.1%}, worst {errors.max():.1%} "
+            f"({worst['strategy']}{_settings_suffix(worst)}) over {len(table)} configurations")
+    if {"step_time_low_s", "step_time_high_s"} <= set(table) and \
+            table["step_time_low_s"].notna().any():
+        inside = ((table["predicted_step_time_s"] >= table["step_time_low_s"])
+                  & (table["predicted_step_time_s"] <= table["step_time_high_s"])).sum()
+        text += f"; {inside} of {len(table)} inside the measurement's 95% interval"
+    return text
+
+
+def prediction_section(folder: Path) -> list[str]:
+    """The README lines for folder's predictions.csv (none when `parbench predict RUN` has not
+    been run on it)."""
+    path = Path(folder) / PREDICTIONS_FILE
+    if not path.exists():
+        return []
+    table = pd.read_csv(path)
+    if table.empty:
+        return []
+    rows = "\n".join(
+        f"| {r['strategy']}{_settings_suffix(r)} | {r['world_size']:g} | "
+        f"{_seconds(r['step_time_median_s'])}{_interval(r)} | "
+        f"{_seconds(r['predicted_step_time_s'])} | {r['prediction_error']:+.1%} |"
+        for _, r in table.iterrows())
+    return ["## Predicted against measured", "",
+            f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
+            f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
+            f"measured one: {error_summary(table)}. What the model leaves out is in "
+            "parbench's docs/prediction.md.", "",
+            "| configuration | ranks | measured step (s) [95%] | PREDICTED step (s) | error |",
+            "|---|---|---|---|---|", rows, "", "![predictions](predictions.png)", ""]
+
+
+def _settings_suffix(record: pd.Series) -> str:
+    settings = record.get("settings")
+    return f" ({settings})" if isinstance(settings, str) and settings else ""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _interval(record: pd.Series) -> str:
+    low, high = record.get("step_time_low_s"), record.get("step_time_high_s")
+    return "" if pd.isna(low) or pd.isna(high) else f" [{low:.3g}, {high:.3g}]"
