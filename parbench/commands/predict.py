@@ -17,7 +17,7 @@ from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
 from parbench.predict.profile import load_or_profile
 from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import PREDICTIONS_FILE, error_summary, with_reader_columns
-from parbench.predict.sweep import predict_sweep
+from parbench.predict.sweep import above_ideal_notes, predict_sweep
 from parbench.results import atomic_write_text
 from parbench.workloads import MODELS, PRECISIONS, Workload
 
@@ -132,6 +132,8 @@ def _predict_sweep(args: argparse.Namespace) -> int:
           f"{device} (its profile), link {args.link}; fastest first:")
     shown = table.drop(columns=["kind"])  # the header says predicted
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for line in above_ideal_notes(table, args.devices):
+        print(line)
     for reason in table.attrs["refused"]:
         print(f"not predicted: {reason}")
     if args.csv:

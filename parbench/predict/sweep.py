@@ -14,7 +14,7 @@ from strategies.partition import Partition, partition_by_cost
 from strategies.pipeline_schedules import SCHEDULES
 from strategies.stages import resolve_split
 
-__all__ = ["predict_sweep"]
+__all__ = ["above_ideal_notes", "predict_sweep"]
 
 
 def _balanced(profile: Profile, stages: int) -> Partition:
@@ -86,8 +86,33 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
         for model in (data_parallel.ddp, data_parallel.fsdp):
             rows.append(_row(model(per_rank, devices, link if devices > 1 else NO_LINK),
                              devices, None, None))
-    table = pd.DataFrame(rows)
-    table["speedup_vs_single"] = table["throughput_ips"] / table.iloc[0]["throughput_ips"]
+    table = _with_causes(pd.DataFrame(rows), global_batch, devices, profile_at)
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused
     return table
+
+
+def _with_causes(table: pd.DataFrame, global_batch: int, devices: int,
+                 profile_at: Callable[[int], Profile]) -> pd.DataFrame:
+    """The speedup over single split into its causes, as parbench run splits a measured one:
+    the micro-batch effect (single accumulating the images a device works on at once, against
+    the whole batch) x the parallel effect (the rest)."""
+    per_device = [int(split) if pd.notna(split) else
+                  global_batch // devices if strategy in ("ddp", "fsdp") else global_batch
+                  for strategy, split in zip(table["strategy"], table["split_size"], strict=True)]
+    single = table.iloc[0]["throughput_ips"]
+    rate = {size: models.single(profile_at(size), global_batch // size).throughput_ips
+            for size in set(per_device)}
+    speedup = table["throughput_ips"] / single
+    micro_batch = pd.Series([rate[size] / single for size in per_device], index=table.index)
+    return table.assign(speedup_vs_single=speedup, micro_batch_effect=micro_batch,
+                        parallel_effect=speedup / micro_batch)
+
+
+def above_ideal_notes(table: pd.DataFrame, devices: int) -> list[str]:
+    """A line for each predicted speedup above the device count, naming its cause."""
+    return [f"{row.strategy} at {row.speedup_vs_single:.2f}x is above the {devices} devices: "
+            f"the {row.micro_batch_effect:.2f}x micro-batch effect (a device works on fewer "
+            f"images at once, which this device's profile runs faster per image) x "
+            f"{row.parallel_effect:.2f}x from parallelism"
+            for row in table.itertuples() if row.speedup_vs_single > devices]

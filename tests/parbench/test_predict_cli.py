@@ -6,6 +6,7 @@ import pytest
 
 from parbench.cli import main
 from parbench.predict.summary import prediction_section
+from parbench.predict.sweep import above_ideal_notes
 from parbench.record import Record
 from parbench.results import RunFolder
 
@@ -78,6 +79,22 @@ def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):
     assert table["throughput_ips"].is_monotonic_decreasing
     assert {"single", "model-parallel", "pipeline", "pipeline-1f1b", "pipeline-zbv",
             "ddp"} <= set(table["strategy"])
+    # Each speedup splits into micro-batching x parallelism, and parallelism never beats the
+    # device count: what exceeds it is the micro-batch effect, and the output says so.
+    assert (table["micro_batch_effect"] * table["parallel_effect"]).tolist() == pytest.approx(
+        table["speedup_vs_single"].tolist())
+    assert (table["parallel_effect"] <= 2 + 1e-9).all()
+    accumulating = table[(table["strategy"] == "single") & (table["split_size"] == 4)]
+    assert accumulating["parallel_effect"].tolist() == pytest.approx([1.0])
+
+
+def test_a_predicted_speedup_above_the_devices_is_explained():
+    table = pd.DataFrame(dict(strategy=["ddp", "fsdp"], speedup_vs_single=[4.4, 3.0],
+                              micro_batch_effect=[1.1, 1.0], parallel_effect=[4.0, 3.0]))
+    assert above_ideal_notes(table, 4) == [
+        "ddp at 4.40x is above the 4 devices: the 1.10x micro-batch effect (a device works on "
+        "fewer images at once, which this device's profile runs faster per image) x 4.00x from "
+        "parallelism"]
 
 
 @pytest.mark.parametrize("argv, message", [
