@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from parbench import stats
+from parbench.markdown import cell, markdown_table
 from parbench.plots import config_label, options_text
 from parbench.predict.summary import prediction_section
 from parbench.record import heading
@@ -34,24 +35,6 @@ COLUMNS = ("status", "devices", "precision", "channels_last", "compile", "micro_
            "speedup_vs_baseline", "micro_batch_effect", "parallel_effect", "device_efficiency",
            "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance",
            "gpu_utilisation_pct", "images_per_joule")
-
-
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):  # one value per device
-        return ", ".join(_cell(v) for v in value) or "-"
-    if isinstance(value, float):
-        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(rows: list[list], header: list[str]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _environment(frame: pd.DataFrame, folder: Path) -> dict:
@@ -107,7 +90,7 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
         lines.append("")
     environment = _environment(frame, folder)
     sources = frame["memory_source"].dropna()
-    source = _cell(sources.iloc[0]) if len(sources) else "-"
+    source = cell(sources.iloc[0]) if len(sources) else "-"
     lines += ["## Environment", "",
               markdown_table([[label, environment.get(key)] for key, label in ENVIRONMENT
                               if environment.get(key) not in (None, "", [])],

@@ -5,6 +5,7 @@ device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pandas as pd
 import torch
 
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
-from parbench.plots import options_text, write_predicted_timelines, write_prediction_figure
+from parbench.plots import write_predicted_timelines, write_prediction_figure
 from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
 from parbench.predict.profile import load_or_profile
 from parbench.predict.records import predicted_beside_measured
@@ -61,13 +62,17 @@ def _profiler(cache: Path, record_like: dict):
                         channels_last=bool(record_like.get("channels_last")),
                         compile=bool(record_like.get("compile")))
     threads = int(record_like.get("threads_per_device") or 1)
+    return lambda micro_batch: _profile(cache, workload, micro_batch, kind, threads)
 
-    def profile_at(micro_batch: int):
-        print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
-              f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
-              file=sys.stderr, flush=True)
-        return load_or_profile(cache, workload, micro_batch, kind, threads)
-    return profile_at
+
+@functools.cache
+def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threads: int):
+    """A profile read (or measured) once per process, however many records and sweep rows
+    ask for it."""
+    print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
+          f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
+          file=sys.stderr, flush=True)
+    return load_or_profile(cache, workload, micro_batch, kind, threads)
 
 
 def _predict_run(args: argparse.Namespace) -> int:
@@ -86,8 +91,7 @@ def _predict_run(args: argparse.Namespace) -> int:
     if table.empty:
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
                          "(single, model-parallel, the pipelines, ddp, fsdp)")
-    table = with_reader_columns(table, link.name,
-                                lambda record: options_text(record.get("strategy_options")))
+    table = with_reader_columns(table, link.name)
     atomic_write_text(folder.path / PREDICTIONS_FILE,
                       table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
                       .to_csv(index=False))

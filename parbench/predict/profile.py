@@ -83,12 +83,14 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_time(run, device: torch.device, repeats: int) -> float:
+def _median_time(run, device: torch.device, repeats: int, prepare=None) -> float:
+    """The median time of `run()`, or of `run(prepare())` with `prepare` untimed."""
     times = []
     for _ in range(repeats + 1):  # the first is a warm-up (allocator, kernels chosen)
+        arguments = (prepare(),) if prepare else ()
         _synchronize(device)
         start = time.perf_counter()
-        run()
+        run(*arguments)
         _synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
@@ -117,15 +119,8 @@ def _saved_bytes(block: torch.nn.Module, inputs: torch.Tensor, workload: Workloa
 
 def _median_backward_time(forward, wanted, gradient, device, repeats: int) -> float:
     """The backward alone to `wanted`, after an untimed forward each time."""
-    times = []
-    for _ in range(repeats + 1):  # the first is a warm-up
-        output = forward()
-        _synchronize(device)
-        start = time.perf_counter()
-        torch.autograd.grad(output, wanted, gradient)
-        _synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return _median_time(lambda output: torch.autograd.grad(output, wanted, gradient), device,
+                        repeats, prepare=forward)
 
 
 def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfile:

@@ -7,23 +7,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from parbench.markdown import cell, markdown_table
+from parbench.plots.common import interval_of, options_text
+
 __all__ = ["PREDICTIONS_FILE", "error_summary", "prediction_section", "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
 
 
-def with_reader_columns(table: pd.DataFrame, link: str, settings) -> pd.DataFrame:
+def with_reader_columns(table: pd.DataFrame, link: str) -> pd.DataFrame:
     """The table as predictions.csv holds it: each record's settings as text, its measured
     step's 95% interval (step_time_low_s, step_time_high_s), the link, kind=predicted."""
-    def bound(record: pd.Series, side: int) -> float | None:
-        intervals = record.get("intervals")
-        bounds = intervals.get("step_time_median_s") if isinstance(intervals, dict) else None
-        return bounds[side] if bounds else None
-
+    bounds = [interval_of(record, "step_time_median_s") or (None, None)
+              for _, record in table.iterrows()]
     return table.assign(
-        settings=[settings(record) for _, record in table.iterrows()],
-        step_time_low_s=[bound(record, 0) for _, record in table.iterrows()],
-        step_time_high_s=[bound(record, 1) for _, record in table.iterrows()],
+        settings=[options_text(options) for options in table["strategy_options"]],
+        step_time_low_s=[low for low, _ in bounds], step_time_high_s=[high for _, high in bounds],
         link=link, kind="predicted")
 
 
@@ -50,18 +49,17 @@ def prediction_section(folder: Path) -> list[str]:
     table = pd.read_csv(path)
     if table.empty:
         return []
-    rows = "\n".join(
-        f"| {r['strategy']}{_settings_suffix(r)} | {r['world_size']:g} | "
-        f"{_seconds(r['step_time_median_s'])}{_interval(r)} | "
-        f"{_seconds(r['predicted_step_time_s'])} | {r['prediction_error']:+.1%} |"
-        for _, r in table.iterrows())
+    rows = [[f"{r['strategy']}{_settings_suffix(r)}", r["world_size"],
+             f"{cell(r['step_time_median_s'])}{_interval(r)}", r["predicted_step_time_s"],
+             f"{r['prediction_error']:+.1%}"] for _, r in table.iterrows()]
     return ["## Predicted against measured", "",
             f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
             f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
             f"measured one: {error_summary(table)}. What the model leaves out is in "
             "parbench's docs/prediction.md.", "",
-            "| configuration | ranks | measured step (s) [95%] | PREDICTED step (s) | error |",
-            "|---|---|---|---|---|", rows, "", "![predictions](predictions.png)", ""]
+            markdown_table(rows, ["configuration", "ranks", "measured step (s) [95%]",
+                                  "PREDICTED step (s)", "error"]),
+            "", "![predictions](predictions.png)", ""]
 
 
 def _settings_suffix(record: pd.Series) -> str:
@@ -69,10 +67,6 @@ def _settings_suffix(record: pd.Series) -> str:
     return f" ({settings})" if isinstance(settings, str) and settings else ""
 
 
-def _seconds(value: float) -> str:
-    return f"{value:.3g}"
-
-
 def _interval(record: pd.Series) -> str:
     low, high = record.get("step_time_low_s"), record.get("step_time_high_s")
-    return "" if pd.isna(low) or pd.isna(high) else f" [{low:.3g}, {high:.3g}]"
+    return "" if pd.isna(low) or pd.isna(high) else f" [{cell(low)}, {cell(high)}]"
