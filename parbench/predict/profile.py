@@ -1,13 +1,14 @@
 """A ResNet's per-block profile on the device at hand: forward, input-gradient and weight-
-gradient time at one micro-batch size, the activation each cut sends, parameter bytes and the
-activation memory each block holds per micro-batch; cached, so a prediction costs seconds."""
+gradient time at one micro-batch size (timed inside whole training steps), the activation each
+cut sends, parameter bytes and the activation memory each block holds per micro-batch; cached,
+so a prediction costs seconds."""
 
 from __future__ import annotations
 
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -16,14 +17,16 @@ from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
 from strategies.partition import Partition, resnet_blocks
 
-__all__ = ["BlockProfile", "Profile", "load_or_profile", "profile_blocks"]
+__all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
-PROFILE_VERSION = 2  # bump when what is measured changes: older caches are measured again
+PROFILE_VERSION = 3  # bump when what is measured changes: older caches are measured again
 
 
 @dataclass(frozen=True)
 class BlockProfile:
-    """One block (stem, a residual block, head) on one micro-batch."""
+    """One block (stem, a residual block, head) on one micro-batch. Its forward and backward
+    are timed inside whole training steps, so the blocks sum to a step; the backward is split
+    into I and W in the proportion the block shows when timed alone."""
 
     name: str
     forward_s: float
@@ -43,7 +46,8 @@ class BlockProfile:
 @dataclass(frozen=True)
 class Profile:
     """Every block of `model` at micro-batch `micro_batch`, timed on `device` with `threads`
-    CPU threads (the median of `repeats` timings after one warm-up)."""
+    CPU threads (the median of `repeats` timings after one warm-up); `step_s` is the whole
+    training step (forward, loss, backward) the blocks were timed in."""
 
     model: str
     image_size: int
@@ -55,6 +59,7 @@ class Profile:
     micro_batch: int
     repeats: int
     blocks: tuple[BlockProfile, ...]
+    step_s: float = 0.0
 
     def stage_times(self, partition: Partition) -> list[StageTimes]:
         """Each stage of `partition`: the sum of its blocks."""
@@ -123,7 +128,9 @@ def _median_backward_time(forward, wanted, gradient, device, repeats: int) -> fl
                         repeats, prepare=forward)
 
 
-def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfile:
+def _isolated_block(name, block, inputs, workload, device, repeats) -> BlockProfile:
+    """`block` timed alone on `inputs`: its backward to the input only (I) and in full (I + W),
+    its output and parameter sizes and what it saves for the backward."""
     parameters = [p for p in block.parameters() if p.requires_grad]
 
     def forward():
@@ -146,6 +153,62 @@ def _profile_block(name, block, inputs, workload, device, repeats) -> BlockProfi
                                      skip_input=inputs.requires_grad))
 
 
+def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload, device,
+                   repeats: int) -> tuple[list[float], list[float], float]:
+    """Each block's forward and backward time inside whole training steps (the median of
+    `repeats` after one warm-up, scaled to sum to the median step), and the whole step's.
+    Timed alone, a block runs slower than within the model (a CPU's early, large-activation
+    blocks by up to 40%), so the step's own boundaries give the times."""
+    net, marks = torch.nn.Sequential(*blocks), {}
+
+    def mark(key):
+        def hook(*_):
+            _synchronize(device)
+            marks[key] = time.perf_counter()
+        return hook
+
+    handles = [h for i, block in enumerate(blocks) for h in (
+        block.register_forward_hook(mark(("forward", i))),
+        block.register_full_backward_pre_hook(mark(("backward", i))))]
+    try:
+        timed = [_timed_step(net, images, labels, workload, device, marks)
+                 for _ in range(repeats + 1)][1:]
+    finally:
+        for handle in handles:
+            handle.remove()
+    forwards, backwards, steps = zip(*timed, strict=True)
+    forward = [statistics.median(column) for column in zip(*forwards, strict=True)]
+    backward = [statistics.median(column) for column in zip(*backwards, strict=True)]
+    step_s = statistics.median(steps)
+    to_step = step_s / (sum(forward) + sum(backward))  # the blocks' medians sum to the step's
+    return [t * to_step for t in forward], [t * to_step for t in backward], step_s
+
+
+def _timed_step(net, images, labels, workload, device, marks: dict):
+    """One forward, loss and backward of `net`, cut at its blocks' hook `marks`: a block's
+    forward ends at its forward hook (the loss is the last block's); its backward starts when
+    its output gradient is ready and ends when the block before it starts (the stem's with
+    the step)."""
+    _synchronize(device)
+    start = time.perf_counter()
+    with workload.autocast(device):
+        loss = workload.loss_fn()(net(images), labels)
+    _synchronize(device)
+    marks["loss"] = time.perf_counter()
+    loss.backward()
+    _synchronize(device)
+    end = time.perf_counter()
+    net.zero_grad(set_to_none=True)
+    last = len(net) - 1
+    forward_ends = [marks[("forward", i)] for i in range(last)] + [marks["loss"]]
+    forward_starts = [start, *forward_ends[:-1]]
+    forwards = [stop - begin for begin, stop in zip(forward_starts, forward_ends, strict=True)]
+    backward_starts = [marks[("backward", i)] for i in range(last)] + [marks["loss"]]
+    backward_ends = [end] + backward_starts[:-1]
+    backwards = [stop - begin for begin, stop in zip(backward_starts, backward_ends, strict=True)]
+    return forwards, backwards, end - start
+
+
 def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | str = "cpu",
                    threads: int = 1, repeats: int = 3) -> Profile:
     """Time every block of `workload`'s model on a micro-batch of `micro_batch` images."""
@@ -154,18 +217,26 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
     torch.set_num_threads(threads)
     try:
         model = workload.build_model_on(device)
-        images, _ = workload.make_batch(micro_batch, device)
-        blocks, x = [], images
-        for index, (name, block) in enumerate(resnet_blocks(model)):
+        images, labels = workload.make_batch(micro_batch, device)
+        named = resnet_blocks(model)
+        alone, x = [], images
+        for index, (name, block) in enumerate(named):
             inputs = x.detach().requires_grad_(index > 0)
-            blocks.append(_profile_block(name, block, inputs, workload, device, repeats))
+            alone.append(_isolated_block(name, block, inputs, workload, device, repeats))
             with torch.no_grad(), workload.autocast(device):
                 x = block(x)
+        forwards, backwards, step_s = block_times_in_step([block for _, block in named], images,
+                                                     labels, workload, device, repeats)
     finally:
         torch.set_num_threads(threads_before)
+    blocks = []
+    for block, forward_s, backward_s in zip(alone, forwards, backwards, strict=True):
+        input_share = block.input_grad_s / max(block.input_grad_s + block.weight_grad_s, 1e-12)
+        blocks.append(replace(block, forward_s=forward_s, input_grad_s=backward_s * input_share,
+                              weight_grad_s=backward_s * (1 - input_share)))
     return Profile(workload.model, workload.image_size, workload.precision,
                    workload.num_classes, workload.channels_last, str(device), threads,
-                   micro_batch, repeats, tuple(blocks))
+                   micro_batch, repeats, tuple(blocks), step_s)
 
 
 def load_or_profile(cache: Path, workload: Workload, micro_batch: int,

@@ -1,14 +1,22 @@
 """The timing models give the known answers on a made-up profile, and a real profile of a small
 ResNet holds what a prediction needs."""
 
+import time
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+import torch
 
 from parbench.predict import data_parallel, models
 from parbench.predict.links import Link
-from parbench.predict.profile import BlockProfile, Profile, load_or_profile, profile_blocks
+from parbench.predict.profile import (
+    BlockProfile,
+    Profile,
+    block_times_in_step,
+    load_or_profile,
+    profile_blocks,
+)
 from parbench.predict.records import partition_of, predicted_beside_measured
 from parbench.workloads import Workload
 from strategies.partition import Partition
@@ -84,6 +92,7 @@ def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tm
     assert names[0] == "stem" and names[-1] == "head" and len(names) == 10
     assert all(block.forward_s > 0 and block.saved_bytes > 0 for block in profile.blocks)
     assert profile.blocks[0].input_grad_s == 0  # no gradient for the images
+    assert profile.step_compute_s == pytest.approx(profile.step_s)  # the blocks sum to a step
     assert profile.blocks[0].output_bytes == 2 * 64 * 8 * 8 * 4  # stem: 64 channels, 32 px / 4
     parameters = list(workload.build_model().parameters())
     assert [size for b in profile.blocks for size in b.parameter_sizes] == [
@@ -92,6 +101,21 @@ def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tm
     assert profile.blocks[-1].saved_bytes < 4 * 512 * 10
     assert load_or_profile(tmp_path, workload, micro_batch=2) == profile  # from the cache
     assert len(list(tmp_path.iterdir())) == 1
+
+
+class _SlowForward(torch.nn.Module):
+    def forward(self, x):
+        time.sleep(0.02)
+        return x * 1.0
+
+
+def test_blocks_are_timed_at_their_own_place_inside_a_whole_step():
+    blocks = [torch.nn.Linear(4, 4), _SlowForward(), torch.nn.Linear(4, 3)]
+    workload = Workload(model="resnet18", image_size=32, num_classes=3)
+    forwards, backwards, step_s = block_times_in_step(
+        blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
+    assert forwards[1] >= 0.02 > max(forwards[0], forwards[2], *backwards)
+    assert sum(forwards) + sum(backwards) == pytest.approx(step_s)
 
 
 def test_a_profile_in_bf16_runs_under_autocast():
