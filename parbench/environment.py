@@ -13,6 +13,7 @@ import torch
 import torchvision
 
 from parbench.devices import cpu_cores
+from parbench.measure.allocator import allocator_description
 
 __all__ = ["collect_environment", "format_environment"]
 
@@ -90,6 +91,7 @@ def collect_environment() -> dict:
         "cpu_cores_available": cpu_cores(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
+        "cpu_allocator": allocator_description(),
     }
 
 

@@ -31,6 +31,7 @@ from parbench.launch.torchrun import (
     torchrun_job,
 )
 from parbench.measure import Pace
+from parbench.measure.allocator import pin_cpu_allocator
 from parbench.planning import torchrun_rank
 from parbench.worker import Measurement, Trained
 
@@ -45,6 +46,7 @@ __all__ = [
 def measure(config: Config, pace: Pace | None = None) -> Measurement | None:
     """Measure `config` with the launcher its plan names; its measurement (under torchrun on
     rank 0; other ranks get None). See `Launcher.measure` for `pace`."""
+    pin_cpu_allocator()
     return launcher_for(config).measure(config, pace)
 
 
@@ -52,6 +54,7 @@ def measure_collectives(config: Config, names, sizes, iterations: int,
                         warmup: int) -> list[dict]:
     """Time each collective at each size on the processes `config` (a data-parallel one)
     starts, with its backend: rows of collective, size_bytes and the slowest rank's time_s."""
+    pin_cpu_allocator()
     return spawn(config, Task.COLLECTIVES, (list(names), list(sizes), iterations, warmup))
 
 

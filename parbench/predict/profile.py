@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
 from strategies.partition import Partition, resnet_blocks
@@ -76,6 +77,16 @@ class Profile:
     def step_compute_s(self) -> float:
         """One micro-batch through the whole model, forward and backward."""
         return sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in self.blocks)
+
+    def scaled_to(self, step_s: float) -> Profile:
+        """This profile at another speed: every block's times scaled alike so that one
+        micro-batch's forward and backward take `step_s` (a measured step's level, this
+        profile's shape)."""
+        factor = step_s / self.step_compute_s
+        blocks = tuple(replace(b, forward_s=b.forward_s * factor,
+                               input_grad_s=b.input_grad_s * factor,
+                               weight_grad_s=b.weight_grad_s * factor) for b in self.blocks)
+        return replace(self, blocks=blocks, step_s=step_s)
 
     def key(self) -> str:
         layout = "-channels-last" if self.channels_last else ""
@@ -213,6 +224,7 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
                    threads: int = 1, repeats: int = 3) -> Profile:
     """Time every block of `workload`'s model on a micro-batch of `micro_batch` images."""
     device = torch.device(device)
+    pin_cpu_allocator()  # as the measured runs do
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
