@@ -5,8 +5,6 @@ device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
 from __future__ import annotations
 
 import argparse
-import functools
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,18 +13,19 @@ import torch
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
 from parbench.plots import write_predicted_timelines, write_prediction_figure
 from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
-from parbench.predict.profile import load_or_profile
+from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
-from parbench.predict.summary import PREDICTIONS_FILE, error_summary, with_reader_columns
+from parbench.predict.summary import (
+    PREDICTIONS_FILE,
+    error_summary,
+    trace_summary,
+    with_reader_columns,
+)
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
 from parbench.results import atomic_write_text
-from parbench.workloads import MODELS, PRECISIONS, Workload
+from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["command_predict"]
-
-
-def _cache(args: argparse.Namespace) -> Path:
-    return args.profile_cache or Path.home() / ".cache" / "parbench" / "profiles"
 
 
 def _link(name: str, collectives: list[dict], where: str, backend: str | None = None) -> AnyLink:
@@ -50,31 +49,6 @@ def _link(name: str, collectives: list[dict], where: str, backend: str | None = 
     return Link(f"{bandwidth:g} GB/s", bandwidth)
 
 
-def _profiler(cache: Path, record_like: dict):
-    """The profile at a micro-batch size for a record's workload, device and threads."""
-    kind = record_like["device_kind"]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError("the run was measured on cuda and this machine has no GPU: predict "
-                         "it on a machine with one (the profile is taken on the device)")
-    workload = Workload(model=record_like["model"], image_size=int(record_like["image_size"]),
-                        precision=record_like["precision"],
-                        num_classes=int(record_like.get("num_classes") or 1000),
-                        channels_last=bool(record_like.get("channels_last")),
-                        compile=bool(record_like.get("compile")))
-    threads = int(record_like.get("threads_per_device") or 1)
-    return lambda micro_batch: _profile(cache, workload, micro_batch, kind, threads)
-
-
-@functools.cache
-def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threads: int):
-    """A profile read (or measured) once per process, however many records and sweep rows
-    ask for it."""
-    print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
-          f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
-          file=sys.stderr, flush=True)
-    return load_or_profile(cache, workload, micro_batch, kind, threads)
-
-
 def _predict_run(args: argparse.Namespace) -> int:
     folder = open_run_folder(args.run)
     records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
@@ -85,7 +59,7 @@ def _predict_run(args: argparse.Namespace) -> int:
                  backends.iloc[0] if len(backends) else None)
     try:
         table = predicted_beside_measured(
-            records, lambda record: _profiler(_cache(args), record), link)
+            records, lambda record: profiles_for(record, args.profile_cache), link)
     except ValueError as error:  # a link or a record without what a prediction needs
         raise UsageError(str(error)) from None
     if table.empty:
@@ -106,6 +80,8 @@ def _predict_run(args: argparse.Namespace) -> int:
                  "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
+    if trace_summary(table):
+        print(f"told apart: {trace_summary(table)}")
     print(f"predictions: {folder.path / PREDICTIONS_FILE}; figure: {figure}"
           + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
              if timelines else "")
@@ -127,7 +103,7 @@ def _predict_sweep(args: argparse.Namespace) -> int:
     splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
     try:
         table = predict_sweep(args.devices, args.batch_size, splits,
-                              _profiler(_cache(args), record_like),
+                              profiles_for(record_like, args.profile_cache),
                               _link(args.link, [], ""))
     except ValueError as error:
         raise UsageError(str(error)) from None

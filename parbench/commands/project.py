@@ -1,17 +1,21 @@
-"""`parbench project RUN`: each measured ddp step projected to more ranks and to links of a
-given bus bandwidth (ring all-reduce), checked against what was measured; kept apart from the
-records and labelled projected."""
+"""`parbench project RUN`: predict's ddp case from a run's own ddp records: each measured step
+predicted at more ranks and on links of a given bus bandwidth, checked against what was
+measured; kept apart from the records and labelled predicted."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pandas as pd
+import torch
 
 import strategies
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
 from parbench.plots import write_projection_figure
-from parbench.projection import LINKS, measured_busbw_gbps, project
+from parbench.predict.links import LINKS, Link
+from parbench.predict.projection import measured_busbw_gbps, project
+from parbench.predict.record_profiles import profiles_for
 from parbench.results import atomic_write_text
 
 __all__ = ["command_project"]
@@ -35,6 +39,31 @@ def _links(text: str) -> list[str | float]:
     return links
 
 
+def _record_links(links: list[str | float], record: pd.Series,
+                  measured_bw: float | None) -> list[Link]:
+    """The links to predict a record on: `measured` where the run measured the record's own."""
+    chosen = []
+    for link in links:
+        if link == "measured":
+            if measured_bw is not None:
+                chosen.append(Link(f"measured ({record['devices']}, {record['backend']})",
+                                   measured_bw))
+        elif isinstance(link, str):
+            chosen.append(Link(link, LINKS[link]))
+        else:
+            chosen.append(Link(f"{link:g} GB/s", link))
+    return chosen
+
+
+def _shape_profile(record: pd.Series, cache):
+    """The profile of the record's model at its batch per rank, for its shape only (when in
+    backward each bucket is ready): on the record's device, or this CPU's if that is not here."""
+    kind = record["device_kind"] if record["device_kind"] != "cuda" \
+        or torch.cuda.is_available() else "cpu"
+    per_rank = int(record["global_batch"]) // int(record["world_size"])
+    return profiles_for(record.to_dict(), cache, kind)(per_rank)
+
+
 def command_project(args: argparse.Namespace) -> int:
     folder = open_run_folder(args.run)
     ranks = int_list("--ranks", args.ranks, 1)
@@ -51,40 +80,36 @@ def command_project(args: argparse.Namespace) -> int:
         raise UsageError(f"--link measured needs collectives in {folder.path}: run parbench "
                          f"collectives --into {folder.path} first, or name a link "
                          f"({', '.join(LINKS)}) or a bandwidth in GB/s")
-    rows, checks = [], []
-    for _, record in ddp.iterrows():
-        measured_bw = measured_busbw_gbps(collectives, record)
-        for link in links:
-            if link == "measured":
-                if measured_bw is None:
-                    continue
-                name, bandwidth = f"measured ({record['devices']}, {record['backend']})", \
-                    measured_bw
-            else:
-                name, bandwidth = (link, LINKS[link]) if isinstance(link, str) \
-                    else (f"{link:g} GB/s", link)
-            rows += [project(record, n, name, bandwidth) for n in ranks]
-        if measured_bw is not None:  # the projection at the measured size, against itself
-            at_home = project(record, int(record["world_size"]), "measured", measured_bw)
-            step = record["step_time_median_s"]
-            checks.append(
-                f"check: ddp on {record['devices']} ({record['global_batch']} images): "
-                f"measured step {step:.3f} s; projected {at_home['step_no_overlap_s']:.3f} s "
-                f"with no overlap ({at_home['step_no_overlap_s'] / step - 1:+.0%}), "
-                f"{at_home['step_full_overlap_s']:.3f} s with full overlap "
-                f"({at_home['step_full_overlap_s'] / step - 1:+.0%})")
-    table = pd.DataFrame(rows)
-    if table.empty:
+    chosen = [(record, measured_busbw_gbps(collectives, record)) for _, record in ddp.iterrows()]
+    chosen = [(record, bandwidth, _record_links(links, record, bandwidth))
+              for record, bandwidth in chosen]
+    if not any(record_links for _, _, record_links in chosen):
         raise UsageError(f"the collectives in {folder.path} were measured on other devices, "
                          "ranks or backend than its ddp records; measure them on the same "
                          "(parbench collectives --devices ... --into RUN) or name a link")
+    rows, checks = [], []
+    for record, measured_bw, record_links in chosen:
+        profile = _shape_profile(record, args.profile_cache)
+        rows += [project(record, n, link, profile) for link in record_links for n in ranks]
+        if measured_bw is not None:  # the prediction at the measured size, against itself
+            home = project(record, int(record["world_size"]), Link("measured", measured_bw),
+                           profile)
+            step = record["step_time_median_s"]
+            checks.append(
+                f"check: ddp on {record['devices']} ({record['global_batch']} images): "
+                f"measured step {step:.3f} s; predicted {home['predicted_step_time_s']:.3f} s "
+                f"({home['predicted_step_time_s'] / step - 1:+.0%}), between "
+                f"{home['step_full_overlap_s']:.3f} s (full overlap) and "
+                f"{home['step_no_overlap_s']:.3f} s (none)")
+    table = pd.DataFrame(rows)
     atomic_write_text(folder.path / "projection.csv", table.to_csv(index=False))
     figure = write_projection_figure(table, folder.path)
-    print("PROJECTED (ring all-reduce model from measured compute and gradient bytes; batch "
-          "per rank fixed; not measured):")
+    print("PREDICTED, not measured (predict's ddp model on each record's measured compute and "
+          "gradient bytes: buckets all-reduced as backward fills them, ring all-reduce on the "
+          "link; batch per rank fixed):")
     shown = table[["strategy", "model", "batch_per_rank", "ranks", "link", "busbw_gbps",
-                   "step_no_overlap_s", "step_full_overlap_s", "efficiency_no_overlap",
-                   "efficiency_full_overlap"]]
+                   "predicted_step_time_s", "efficiency", "efficiency_full_overlap",
+                   "efficiency_no_overlap"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(*checks, sep="\n")
     if not checks:
@@ -97,13 +122,15 @@ def command_project(args: argparse.Namespace) -> int:
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """`parbench project`: its parser and arguments."""
     projection = commands.add_parser(
-        "project", help="project a run's ddp step to more ranks and other links (labelled "
-        "projected, kept apart from measurements)",
-        description="From each ddp record's measured compute time and gradient bytes, the "
-                    "step at N ranks on a link of a given bus bandwidth under the ring "
-                    "all-reduce model, with no overlap and with full overlap; checked against "
-                    "the measured step where `parbench collectives --into RUN` measured the "
-                    "link. Writes projection.csv and projection.png into the run folder.")
+        "project", help="predict a run's ddp step at more ranks and on other links (labelled "
+        "predicted, kept apart from measurements)",
+        description="predict's ddp case: from each ddp record's measured compute time and "
+                    "gradient bytes, the step at N ranks on a link of a given bus bandwidth "
+                    "(DDP's buckets all-reduced in a ring as backward fills them, overlapped; "
+                    "a profile of the model gives when each is ready), between its bounds of "
+                    "no overlap and full overlap; checked against the measured step where "
+                    "`parbench collectives --into RUN` measured the link. Writes "
+                    "projection.csv and projection.png into the run folder.")
     projection.add_argument("run", help="a run folder with ddp records")
     projection.add_argument("--ranks", default="2,4,8,16,32",
                             help="rank counts (default 2,4,8,16,32)")
@@ -111,4 +138,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                             help="links: measured (parbench collectives in the run folder), "
                                  + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
                                  + ", or a bus bandwidth in GB/s (default: all of them)")
+    projection.add_argument("--profile-cache", type=Path,
+                            help="where profiles are kept (default ~/.cache/parbench/profiles)")
     projection.set_defaults(handler=command_project)

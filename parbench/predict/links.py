@@ -7,9 +7,19 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from parbench.measure.collectives import bus_factor, interpolated_time_s
-from parbench.projection import LINKS, ring_allreduce_s
 
-__all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "NO_LINK"]
+__all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "NO_LINK", "ring_allreduce_s"]
+
+# Bus bandwidth of common links in GB/s, as typically achieved (not the links' peak): what a
+# reader without the hardware can predict for.
+LINKS = {"nvlink4": 370.0, "pcie4": 25.0, "ethernet100": 12.0}
+
+
+def ring_allreduce_s(size_bytes: float, ranks: int, busbw_gbps: float) -> float:
+    """A ring all-reduce of `size_bytes` on `ranks`: each link carries 2(n-1)/n of it."""
+    if ranks < 2:
+        return 0.0
+    return bus_factor("all_reduce", ranks) * size_bytes / (busbw_gbps * 1e9)
 
 
 @dataclass(frozen=True)

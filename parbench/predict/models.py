@@ -13,7 +13,7 @@ from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
 __all__ = ["KIND", "Prediction", "mib", "model_parallel", "pipeline", "single",
-           "tick_pipeline"]
+           "tick_pipeline", "tick_step_s"]
 
 KIND = "predicted"
 # What each parameter costs in memory beyond itself: its gradient and SGD's momentum.
@@ -70,11 +70,7 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
     micro-batch t - k, and a tick ends when its slowest stage does; all forwards, then all
     backwards from the last stage. Its stages pass tensors within one process: no link."""
     times = profile.stage_times(partition)
-    stages, ticks = len(times), micro_batches + len(times) - 1
-    active = [[k for k in range(stages) if 0 <= t - k < micro_batches] for t in range(ticks)]
-    step = sum(max(times[k].forward_s for k in ks) for ks in active)
-    step += sum(max(times[stages - 1 - k].input_grad_s + times[stages - 1 - k].weight_grad_s
-                    for k in ks) for ks in active)
+    stages, step = len(times), tick_step_s(times, micro_batches)
     busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
     ranges = partition.stage_ranges()
     memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
@@ -82,6 +78,16 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
                    for r in ranges)
     return Prediction("pipeline", profile.micro_batch * micro_batches, step, memory,
                       1 - busy / (stages * step))
+
+
+def tick_step_s(times: list[StageTimes], micro_batches: int) -> float:
+    """The tick pipeline's step: each tick as long as its slowest stage, forwards then
+    backwards from the last stage."""
+    stages, ticks = len(times), micro_batches + len(times) - 1
+    active = [[k for k in range(stages) if 0 <= t - k < micro_batches] for t in range(ticks)]
+    step = sum(max(times[k].forward_s for k in ks) for ks in active)
+    return step + sum(max(times[stages - 1 - k].input_grad_s + times[stages - 1 - k].weight_grad_s
+                          for k in ks) for ks in active)
 
 
 def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,

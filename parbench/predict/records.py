@@ -11,6 +11,7 @@ import pandas as pd
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
+from parbench.predict.trace_check import replayed_trace
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
@@ -18,7 +19,8 @@ __all__ = ["PREDICTED_COLUMNS", "partition_of", "predict_record", "predicted_bes
 
 # The columns a prediction adds beside a record's own.
 PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_bubble_fraction",
-                     "predicted_peak_memory_mib", "predicted_timeline")
+                     "predicted_peak_memory_mib", "predicted_timeline", "traced_step_s",
+                     "trace_replayed_step_s", "trace_replay_error")
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
 _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
@@ -95,7 +97,7 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
         predicted = predict_record(measured, profiler(measured), link)
         if predicted is None:
             continue
-        rows.append({**measured,
+        rows.append({**measured, **_trace_check(measured, profiler(measured), link),
                      "predicted_step_time_s": predicted.step_time_s,
                      "prediction_error": predicted.step_time_s
                      / measured["step_time_median_s"] - 1,
@@ -103,6 +105,21 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})
     return pd.DataFrame(rows)
+
+
+def _trace_check(record: dict, profile_at: ProfileAt, link: AnyLink) -> dict:
+    """For a pipeline record with a measured timeline: the schedule model replayed with the
+    timeline's own compute times, against the traced step (the profile left out)."""
+    if not str(record["strategy"]).startswith("pipeline"):
+        return {}
+    profile = profile_at(int(_number(record.get("split_size")) or record["global_batch"]))
+    partition = partition_of(record, tuple(block.name for block in profile.blocks))
+    checked = replayed_trace(record, profile.cut_bytes(partition), link)
+    if checked is None:
+        return {}
+    replayed, traced = checked
+    return dict(traced_step_s=traced, trace_replayed_step_s=replayed,
+                trace_replay_error=replayed / traced - 1)
 
 
 def _number(value) -> float | None:

@@ -10,7 +10,8 @@ import pandas as pd
 from parbench.markdown import cell, markdown_table
 from parbench.plots.common import interval_of, options_text
 
-__all__ = ["PREDICTIONS_FILE", "error_summary", "prediction_section", "with_reader_columns"]
+__all__ = ["PREDICTIONS_FILE", "error_summary", "prediction_section", "trace_summary",
+           "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -40,6 +41,18 @@ def error_summary(table: pd.DataFrame) -> str:
     return text
 
 
+def trace_summary(table: pd.DataFrame) -> str | None:
+    """The schedule model's own error: the pipelines replayed with their traced step's compute
+    times against that step (None without such a record)."""
+    if "trace_replay_error" not in table or table["trace_replay_error"].isna().all():
+        return None
+    errors = table["trace_replay_error"].dropna()
+    return (f"the schedule model alone (each pipeline's action order replayed with its traced "
+            f"step's own compute times, against that step): median |error| "
+            f"{errors.abs().median():.1%}, worst {errors.abs().max():.1%} over {len(errors)} "
+            f"pipelines (median {errors.median():+.1%})")
+
+
 def prediction_section(folder: Path) -> list[str]:
     """The README lines for folder's predictions.csv (none when `parbench predict RUN` has not
     been run on it)."""
@@ -56,7 +69,8 @@ def prediction_section(folder: Path) -> list[str]:
             f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
             f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
             f"measured one: {error_summary(table)}. What the model leaves out is in "
-            "parbench's docs/prediction.md.", "",
+            "parbench's docs/prediction.md."
+            + (f" Told apart: {trace_summary(table)}." if trace_summary(table) else ""), "",
             markdown_table(rows, ["configuration", "ranks", "measured step (s) [95%]",
                                   "PREDICTED step (s)", "error"]),
             "", "![predictions](predictions.png)", ""]
