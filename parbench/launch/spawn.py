@@ -136,7 +136,9 @@ def _root_failure(context, index: int, message: str) -> tuple[int, str]:
         time.sleep(0.05)
     failures = {index: message}
     for other, path in enumerate(context.error_files):
-        if other != index and os.path.getsize(path) > 0:
+        # A file torch has already read and removed is gone: that rank's failure was the one
+        # reported, or it left none.
+        if other != index and os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
                 failures[other] = pickle.load(file)
     cause = root_cause(failures)

@@ -8,7 +8,7 @@ import ctypes
 import os
 import platform
 
-__all__ = ["SETTINGS", "allocator_description", "pin_cpu_allocator"]
+__all__ = ["SETTINGS", "allocator_description", "pin_cpu_allocator", "unpad_heap"]
 
 # glibc's own names for them (read from the environment when a process starts; mallopt's
 # parameter numbers for this one). By default the mmap threshold moves with what a process has
@@ -42,6 +42,18 @@ def pin_cpu_allocator() -> None:
     for name, value in _values().items():
         os.environ[name] = str(value)
         libc.mallopt(SETTINGS[name][0], value)
+
+
+def unpad_heap() -> None:
+    """Give back the heap's unused top and grow it by what is asked only (glibc's default
+    128 KiB pad) from now on, not by the pinned 1 GiB: a memory cap counts what a process
+    holds, so the pad held already would raise the cap by a GiB, and one taken later would
+    fail a small allocation (even torch's error-file write) in place of the one that exceeds
+    it."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(SETTINGS["MALLOC_TOP_PAD_"][0], 128 * 2**10)
+        libc.malloc_trim(0)
 
 
 def allocator_description() -> str:

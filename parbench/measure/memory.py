@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from parbench.devices import DeviceSet
+from parbench.measure.allocator import unpad_heap
 
 __all__ = ["MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap", "memory_growth"]
 
@@ -27,11 +28,13 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
     (`torch.cuda.set_per_process_memory_fraction`: beyond it allocations raise
     torch.OutOfMemoryError), so a card of 80 GB can run out at a size a test chooses; on CPU,
     the process's data segment (Linux RLIMIT_DATA: beyond it allocations fail as out of
-    memory, as on a GPU)."""
+    memory, as on a GPU), the heap no longer padded (`unpad_heap`)."""
     if mib and devices is not None and devices.kind == "cuda":
         with _cuda_memory_cap(mib, devices.physical):
             yield
         return
+    if mib:
+        unpad_heap()  # before reading what the process holds
     data_kib = _read_status_kib("VmData") if mib else None
     if data_kib is None:
         yield

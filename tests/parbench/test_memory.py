@@ -41,11 +41,14 @@ def test_a_rank_that_runs_out_of_memory_makes_the_configuration_oom(tiny_workloa
 @pytest.mark.timeout(180)
 def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap(tiny_workload):
     # Each trial is a fresh capped process (seconds each): start below the boundary (about
-    # batch 83 here, measured; a busy machine has moved it below 64).
+    # batch 132 here with malloc's thresholds fixed, measured; a busy machine has moved it
+    # below 64).
     config = Config("single", tiny_workload, 32, parse_devices("cpu"), warmup=1, steps=1,
                     memory_cap_mib=250)
     batch, limited, trials = find_max_batch(config, limit=4096)
-    assert not limited and batch > 32
+    # The cap binds: the heap's pinned 1 GiB pad, held when the cap was set, once raised it
+    # to batch 1263.
+    assert not limited and 32 < batch < 512
     outcome = {r.global_batch: r.status for r in trials}
     assert outcome[batch] == "ok" and outcome[batch + 1] == "oom"
     assert list(outcome)[:2] == [32, 64]  # doubling first
