@@ -9,7 +9,7 @@ import strategies
 from parbench import stats
 from parbench.record import Record
 
-__all__ = ["add_comparisons", "per_round"]
+__all__ = ["add_comparisons", "is_baseline", "comparison_key", "per_round"]
 
 # The fields add_comparisons sets (and their intervals): recomputed from scratch every time.
 _COMPARED = ("speedup_vs_baseline", "device_efficiency", "scaling_efficiency",
@@ -25,7 +25,7 @@ def per_round(record: Record, twin: bool = False) -> dict[int, float]:
             if t["status"] == "ok" and t["twin"] == twin}
 
 
-def _comparison_key(record: Record) -> tuple:
+def comparison_key(record: Record) -> tuple:
     """What records compared with each other share: the workload, the device type, and the
     batch (the global batch; under weak scaling, the batch per device)."""
     batch = (record.global_batch // max(record.device_count, 1) if record.scaling == "weak"
@@ -35,10 +35,16 @@ def _comparison_key(record: Record) -> tuple:
             record.device_kind)
 
 
+def is_baseline(record: Record) -> bool:
+    """Whether `record` is a baseline others are compared with: the baseline strategy with
+    its default options (the whole batch at once)."""
+    return record.strategy == strategies.BASELINE and not record.strategy_options
+
+
 def _scaling_key(record: Record) -> tuple:
     """The same strategy with the same options, whatever its number of devices."""
     options = {k: v for k, v in (record.strategy_options or {}).items() if k != "world_size"}
-    return (*_comparison_key(record), record.strategy, repr(sorted(options.items())))
+    return (*comparison_key(record), record.strategy, repr(sorted(options.items())))
 
 
 def _set(record: Record, name: str, ratios: list[float], scale: float = 1.0,
@@ -67,9 +73,9 @@ def add_comparisons(records: list[Record]) -> None:
     ok = [r for r in records if r.ok]
     baselines = {}  # the first baseline of each workload and batch (the one with an A/A twin)
     for r in ok:
-        if r.strategy == strategies.BASELINE and not r.strategy_options:
-            baselines.setdefault(_comparison_key(r), r)
-    accumulating = {(*_comparison_key(r), r.split_size): r for r in ok
+        if is_baseline(r):
+            baselines.setdefault(comparison_key(r), r)
+    accumulating = {(*comparison_key(r), r.split_size): r for r in ok
                     if r.strategy == strategies.BASELINE and r.split_size}
     one_device = {_scaling_key(r): r for r in ok if r.device_count == 1}
     for record in records:
@@ -81,7 +87,7 @@ def add_comparisons(records: list[Record]) -> None:
         record.intervals.pop("aa_ratio", None)
         if not record.ok or record.throughput_ips is None or math.isnan(record.throughput_ips):
             continue
-        _compare(record, baselines.get(_comparison_key(record)),
+        _compare(record, baselines.get(comparison_key(record)),
                  accumulating, one_device.get(_scaling_key(record)))
 
 
@@ -102,7 +108,7 @@ def _compare(record: Record, baseline: Record | None, accumulating: dict,
         record.verdict = stats.verdict(record.intervals.get("speedup_vs_baseline"))
     if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
         return  # not a cut model: its causes are another decomposition's (data parallel)
-    same_split = (accumulating.get((*_comparison_key(record), record.split_size))
+    same_split = (accumulating.get((*comparison_key(record), record.split_size))
                   if record.split_size and (record.micro_batches or 1) > 1 else baseline)
     if same_split:
         _set(record, "micro_batch_effect",

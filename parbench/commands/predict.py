@@ -12,12 +12,14 @@ import torch
 
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
 from parbench.plots import write_predicted_timelines, write_prediction_figure
-from parbench.predict.links import LINKS, AnyLink, Link, MeasuredLink
+from parbench.predict.links import LINKS, AnyLink, MeasuredLink, links_help, named_link
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import (
     PREDICTIONS_FILE,
     error_summary,
+    memory_summary,
+    speedup_summary,
     trace_summary,
     with_reader_columns,
 )
@@ -37,16 +39,10 @@ def _link(name: str, collectives: list[dict], where: str, backend: str | None = 
                              f"{where}, or name a link ({', '.join(LINKS)}) or a bandwidth in "
                              "GB/s")
         return MeasuredLink(f"measured in {where}", tuple(collectives), backend)
-    if name in LINKS:
-        return Link(name, LINKS[name])
     try:
-        bandwidth = float(name)
-    except ValueError:
-        bandwidth = 0.0
-    if bandwidth <= 0:
-        raise UsageError(f"--link {name!r}: give measured, {', '.join(LINKS)}, or a bandwidth "
-                         "in GB/s above 0")
-    return Link(f"{bandwidth:g} GB/s", bandwidth)
+        return named_link(name)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _predict_run(args: argparse.Namespace) -> int:
@@ -72,16 +68,24 @@ def _predict_run(args: argparse.Namespace) -> int:
     figure = write_prediction_figure(table, folder.path, link.name)
     timelines = write_predicted_timelines(table, folder.path)
     print(f"PREDICTED beside measured (timing model from a profile of this device; link: "
-          f"{link.name}):")
+          f"{link.describe()}):")
     shown = table.assign(options=table["split_size"].map(
         lambda split: "" if pd.isna(split) else f"split {split:g}"))
     print(shown[["strategy", "options", "world_size", "step_time_median_s",
-                 "predicted_step_time_s", "prediction_error", "measured_bubble_fraction",
+                 "predicted_step_time_s", "prediction_error", "speedup_vs_baseline",
+                 "predicted_speedup", "speedup_error", "measured_bubble_fraction",
                  "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
+    if speedup_summary(table):
+        print(f"speedup error (predicted / measured speedup over single on the whole batch - "
+              f"1; the machine's drift between the profile and the run cancels): "
+              f"{speedup_summary(table)}")
     if trace_summary(table):
         print(f"told apart: {trace_summary(table)}")
+    if memory_summary(table):
+        print(f"peak memory on the fullest device, predicted against measured: "
+              f"{memory_summary(table)}")
     print(f"predictions: {folder.path / PREDICTIONS_FILE}; figure: {figure}"
           + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
              if timelines else "")
@@ -102,14 +106,14 @@ def _predict_sweep(args: argparse.Namespace) -> int:
                        device_kind=device, threads_per_device=args.threads)
     splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
     try:
+        link = _link(args.link, [], "")
         table = predict_sweep(args.devices, args.batch_size, splits,
-                              profiles_for(record_like, args.profile_cache),
-                              _link(args.link, [], ""))
+                              profiles_for(record_like, args.profile_cache), link)
     except ValueError as error:
         raise UsageError(str(error)) from None
     print(f"PREDICTED, not measured: {args.model} {args.image_size}px {args.precision}, "
           f"global batch {args.batch_size} on {args.devices} devices like this "
-          f"{device} (its profile), link {args.link}; fastest first:")
+          f"{device} (its profile), link {link.describe()}; fastest first:")
     shown = table.drop(columns=["kind"])  # the header says predicted
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for line in above_ideal_notes(table, args.devices):
@@ -141,8 +145,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("run", nargs="?", help="a run folder: predict its records beside them")
     predict.add_argument("--link", default="measured",
                          help="measured (parbench collectives in the run folder), "
-                              + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
-                              + ", or a bandwidth in GB/s (default: measured)")
+                              + links_help() + ", or a bus bandwidth in GB/s without latency "
+                              "(default: measured)")
     predict.add_argument("--devices", type=int, help="devices to predict for (no run folder)")
     predict.add_argument("--batch-size", type=int, help="global batch (no run folder)")
     predict.add_argument("--split-size", help="micro-batch sizes for the pipelines and the "

@@ -13,7 +13,7 @@ import torch
 import strategies
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
 from parbench.plots import write_projection_figure
-from parbench.predict.links import LINKS, Link
+from parbench.predict.links import LINKS, Link, links_help, named_link
 from parbench.predict.projection import measured_busbw_gbps, project
 from parbench.predict.record_profiles import profiles_for
 from parbench.results import atomic_write_text
@@ -21,37 +21,27 @@ from parbench.results import atomic_write_text
 __all__ = ["command_project"]
 
 
-def _links(text: str) -> list[str | float]:
-    """`measured`, a name in LINKS, or a bus bandwidth in GB/s."""
+def _links(text: str) -> list[str | Link]:
+    """`measured`, or a link named_link reads (a name in LINKS, a bus bandwidth in GB/s)."""
     links = []
     for item in comma_list(text):
-        if item == "measured" or item in LINKS:
-            links.append(item)
-            continue
         try:
-            value = float(item)
-        except ValueError:
-            value = 0.0
-        if value <= 0:
-            raise UsageError(f"--link {item!r}: give measured, {', '.join(LINKS)}, or a bus "
-                             "bandwidth in GB/s above 0")
-        links.append(value)
+            links.append(item if item == "measured" else named_link(item))
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     return links
 
 
-def _record_links(links: list[str | float], record: pd.Series,
+def _record_links(links: list[str | Link], record: pd.Series,
                   measured_bw: float | None) -> list[Link]:
     """The links to predict a record on: `measured` where the run measured the record's own."""
     chosen = []
     for link in links:
-        if link == "measured":
-            if measured_bw is not None:
-                chosen.append(Link(f"measured ({record['devices']}, {record['backend']})",
-                                   measured_bw))
-        elif isinstance(link, str):
-            chosen.append(Link(link, LINKS[link]))
-        else:
-            chosen.append(Link(f"{link:g} GB/s", link))
+        if link != "measured":
+            chosen.append(link)
+        elif measured_bw is not None:
+            chosen.append(Link(f"measured ({record['devices']}, {record['backend']})",
+                               measured_bw))
     return chosen
 
 
@@ -61,7 +51,8 @@ def _shape_profile(record: pd.Series, cache):
     kind = record["device_kind"] if record["device_kind"] != "cuda" \
         or torch.cuda.is_available() else "cpu"
     per_rank = int(record["global_batch"]) // int(record["world_size"])
-    return profiles_for(record.to_dict(), cache, kind)(per_rank)
+    # Only the shape is used: the level is the record's measured compute, contention and all.
+    return profiles_for({**record.to_dict(), "emulated": False}, cache, kind)(per_rank)
 
 
 def command_project(args: argparse.Namespace) -> int:
@@ -136,8 +127,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                             help="rank counts (default 2,4,8,16,32)")
     projection.add_argument("--link", default="measured," + ",".join(LINKS),
                             help="links: measured (parbench collectives in the run folder), "
-                                 + ", ".join(f"{k} (~{v:g} GB/s)" for k, v in LINKS.items())
-                                 + ", or a bus bandwidth in GB/s (default: all of them)")
+                                 + links_help() + ", or a bus bandwidth in GB/s without "
+                                 "latency (default: all of them)")
     projection.add_argument("--profile-cache", type=Path,
                             help="where profiles are kept (default ~/.cache/parbench/profiles)")
     projection.set_defaults(handler=command_project)

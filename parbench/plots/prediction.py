@@ -16,9 +16,31 @@ __all__ = ["plot_prediction", "write_predicted_timelines", "write_prediction_fig
 
 
 def plot_prediction(table: pd.DataFrame, link: str):
-    """Predicted against measured step time per configuration, on log axes."""
-    fig, ax = plt.subplots(figsize=(8, 6.5))
-    measured, predicted = table["step_time_median_s"], table["predicted_step_time_s"]
+    """Predicted against measured step time per configuration, on log axes; beside it, where
+    the run has a baseline, the speedups over it (drift between profile and run cancels)."""
+    speedups = table[table["speedup_error"].notna()] if "speedup_error" in table else table[:0]
+    fig, axes = plt.subplots(1, 2 if len(speedups) else 1, squeeze=False,
+                             figsize=(14 if len(speedups) else 8, 6.5))
+    errors = table["prediction_error"].abs()
+    _against(axes[0][0], table, "step_time_median_s", "predicted_step_time_s",
+             "measured step time (s; whiskers: 95% interval over trials)",
+             "PREDICTED step time (s)",
+             f"step: median |error| {errors.median():.0%}, worst {errors.max():.0%}")
+    if len(speedups):
+        errors = speedups["speedup_error"].abs()
+        _against(axes[0][1], speedups, "speedup_vs_baseline", "predicted_speedup",
+                 "measured speedup over single, whole batch (paired by round; 95% interval)",
+                 "PREDICTED speedup", f"speedup: median |error| {errors.median():.0%}, "
+                                      f"worst {errors.max():.0%}")
+    fig.suptitle(title(table, f"PREDICTED vs measured (link: {link})"), fontsize=9)
+    return fig
+
+
+def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, xlabel: str,
+             ylabel: str, heading: str) -> None:
+    """One panel: each configuration's prediction against its measurement, on log axes, with
+    the measurement's interval and bands of 10% and 25% error."""
+    measured, predicted = table[measured_name], table[predicted_name]
     low, high = min(measured.min(), predicted.min()) / 1.5, max(measured.max(),
                                                                  predicted.max()) * 1.5
     line = np.array([low, high])
@@ -28,23 +50,18 @@ def plot_prediction(table: pd.DataFrame, link: str):
                 label=f"{share:.0%} error")
         ax.plot(line, line * (1 - share), color="0.6", ls=style, lw=1)
     for strategy, group in table.groupby("strategy", sort=False):
-        errors = interval_errors(group, "step_time_median_s")
-        ax.errorbar(group["step_time_median_s"], group["predicted_step_time_s"], xerr=errors,
-                    fmt="o", color=strategy_colour(strategy), capsize=3, label=strategy)
+        ax.errorbar(group[measured_name], group[predicted_name],
+                    xerr=interval_errors(group, measured_name), fmt="o",
+                    color=strategy_colour(strategy), capsize=3, label=strategy)
         for _, row in group.iterrows():
             if not pd.isna(row.get("split_size")):
-                ax.annotate(f"{row['split_size']:g}", (row["step_time_median_s"],
-                                                       row["predicted_step_time_s"]),
+                ax.annotate(f"{row['split_size']:g}", (row[measured_name], row[predicted_name]),
                             textcoords="offset points", xytext=(5, 3), fontsize=7)
-    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high),
-           xlabel="measured step time (s; whiskers: 95% interval over trials)",
-           ylabel="PREDICTED step time (s)")
-    errors = table["prediction_error"].abs()
-    ax.set_title(title(table, f"PREDICTED vs measured step (link: {link}); median |error| "
-                              f"{errors.median():.0%}, worst {errors.max():.0%}"), fontsize=9)
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel=xlabel,
+           ylabel=ylabel)
+    ax.set_title(heading, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
-    return fig
 
 
 def write_prediction_figure(table: pd.DataFrame, out_dir: str | Path, link: str) -> Path:

@@ -1,7 +1,9 @@
 """Data-parallel steps predicted from a profile and a link: every rank computes its share of
 the batch. DDP all-reduces gradient buckets as backward fills them, behind the rest of
 backward; FSDP all-gathers each block's parameters before use and reduce-scatters its
-gradients after, each on a stream of its own. Only what compute cannot hide shows."""
+gradients after, each on a stream of its own. Only what compute cannot hide shows, except
+where the ranks share a CPU's every core: there a collective's work takes the cores from the
+compute, and none of it is hidden."""
 
 from __future__ import annotations
 
@@ -39,31 +41,36 @@ def bucket_ready_times(profile: Profile, first_bytes: int = FIRST_BUCKET_BYTES,
     return buckets
 
 
-def ddp(profile: Profile, ranks: int, link: AnyLink) -> Prediction:
+def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False) -> Prediction:
     """`ranks` ranks each on the profiled micro-batch (the global batch's share): forward, then
-    backward with the buckets' all-reduces overlapped; the step ends when both have."""
+    backward with the buckets' all-reduces overlapped (after it, with `shared_cores`); the step
+    ends when both have, and each rank steps the optimiser over every parameter."""
     forward = sum(block.forward_s for block in profile.blocks)
     backward = sum(block.input_grad_s + block.weight_grad_s for block in profile.blocks)
-    communication_end = 0.0
-    for ready, size in bucket_ready_times(profile):
-        start = max(ready, communication_end)
-        communication_end = start + (link.allreduce_s(size, ranks) if ranks > 1 else 0.0)
-    step = forward + max(backward, communication_end)
-    parameters = sum(block.parameter_bytes for block in profile.blocks)
+    buckets = bucket_ready_times(profile)
+    allreduces = [link.allreduce_s(size, ranks) if ranks > 1 else 0.0 for _, size in buckets]
+    communication_end = backward + sum(allreduces) if shared_cores else 0.0
+    if not shared_cores:
+        for (ready, _), allreduce in zip(buckets, allreduces, strict=True):
+            communication_end = max(ready, communication_end) + allreduce
+    step = forward + max(backward, communication_end) + profile.optimizer_s
     saved = sum(block.saved_bytes for block in profile.blocks)
     return Prediction("ddp", profile.micro_batch * ranks, step,
-                      (mib(_DDP_PARAMETER_COPIES * parameters + saved),) * ranks,
-                      bubble=1 - (forward + backward) / step)
+                      (mib(_DDP_PARAMETER_COPIES * profile.parameter_bytes + saved),) * ranks,
+                      bubble=max(0.0, 1 - (forward + backward + profile.optimizer_s) / step))
 
 
-def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True) -> Prediction:
+def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
+         shared_cores: bool = False) -> Prediction:
     """FSDP2 as parbench wraps it: a unit per residual block and a root (stem and head),
     gathered once. Each unit's parameters are all-gathered before its forward and, when
     resharded after forward, again before its backward; each unit's gradient is
     reduce-scattered once its backward ends, on a stream of its own. Backward prefetches the
     next unit's gather; forward does not, but on a GPU the CPU issues it ahead of the compute
     it queued, which overlaps the same way; on a CPU the gather waits for the block before.
-    The step ends when compute and the last reduce-scatter have."""
+    The step ends when compute and the last reduce-scatter have (with `shared_cores`: every
+    collective after the other, none hidden), then each rank steps the optimiser over its
+    shard."""
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
     units = range(1, len(blocks) - 1)
@@ -91,8 +98,14 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True) -> P
             reducing = max(reducing, compute) + collective("reduce_scatter",
                                                            blocks[i].parameter_bytes)
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
-    step = max(compute, reducing)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
+    step = max(compute, reducing)
+    if shared_cores:
+        step = busy + sum(collective("all_gather", blocks[i].parameter_bytes) * (1 + reshard)
+                          + collective("reduce_scatter", blocks[i].parameter_bytes)
+                          for i in units) + collective("all_gather", root) \
+            + collective("reduce_scatter", root)
+    step += profile.optimizer_s / ranks
     parameters = sum(b.parameter_bytes for b in blocks)
     saved = sum(b.saved_bytes for b in blocks)
     # Sharded parameters, gradients and momentum, and what is gathered at once: the root and
@@ -101,5 +114,6 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True) -> P
     largest = max(blocks[i].parameter_bytes for i in units)
     gathered = root + (2 * largest if reshard else parameters - root)
     memory = _PARAMETER_COPIES * parameters / ranks + gathered + saved
-    return Prediction("fsdp", profile.micro_batch * ranks, step,
-                      (mib(memory),) * ranks, bubble=1 - busy / step)
+    busy += profile.optimizer_s / ranks
+    return Prediction("fsdp", profile.micro_batch * ranks, step, (mib(memory),) * ranks,
+                      bubble=max(0.0, 1 - busy / step))

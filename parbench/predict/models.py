@@ -45,20 +45,22 @@ def mib(size_bytes: float) -> float:
 
 def single(profile: Profile, micro_batches: int) -> Prediction:
     """One device running `micro_batches` micro-batches of the profiled size one after the other,
-    accumulating their gradients (one micro-batch: the whole batch at once)."""
-    parameters = sum(b.parameter_bytes for b in profile.blocks)
+    accumulating their gradients (one micro-batch: the whole batch at once), then the
+    optimiser's step."""
     saved = sum(b.saved_bytes for b in profile.blocks)
     return Prediction("single", profile.micro_batch * micro_batches,
-                      micro_batches * profile.step_compute_s,
-                      (mib(_PARAMETER_COPIES * parameters + saved),))
+                      micro_batches * profile.step_compute_s + profile.optimizer_s,
+                      (mib(_PARAMETER_COPIES * profile.parameter_bytes + saved),))
 
 
 def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Prediction:
     """The stages one after the other on the whole batch (the profile's micro-batch): forward
-    through every stage, then backward; each cut sends the activation and returns its gradient."""
+    through every stage, then backward; each cut sends the activation and returns its gradient;
+    then one process steps every stage's optimiser."""
     times = profile.stage_times(partition)
     transfers = sum(2 * link.transfer_s(size) for size in profile.cut_bytes(partition))
-    step = sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times) + transfers
+    step = (sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times) + transfers
+            + profile.optimizer_s)
     ranges = partition.stage_ranges()
     memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
                             + profile.blocks[i].saved_bytes for i in r)) for r in ranges)
@@ -68,9 +70,11 @@ def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Pre
 def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) -> Prediction:
     """parbench's `pipeline` (the tutorial's, in one process): in clock tick t stage k works on
     micro-batch t - k, and a tick ends when its slowest stage does; all forwards, then all
-    backwards from the last stage. Its stages pass tensors within one process: no link."""
+    backwards from the last stage, then the optimiser (one process). Its stages pass tensors
+    within one process: no link."""
     times = profile.stage_times(partition)
-    stages, step = len(times), tick_step_s(times, micro_batches)
+    stages = len(times)
+    step = tick_step_s(times, micro_batches) + profile.optimizer_s
     busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
     ranges = partition.stage_ranges()
     memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
@@ -110,16 +114,19 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
     replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]))
     ranges = partition.stage_ranges()
     saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
-    memory = []
+    memory, ends = [], []
     for rank, rank_actions in enumerate(actions):
         stages = {stage for stage, _, _ in rank_actions}
         parameters = sum(profile.blocks[i].parameter_bytes for s in stages for i in ranges[s])
         memory.append(mib(_PARAMETER_COPIES * parameters
                           + _peak_saved(replayed, rank, saved)))
+        # Each rank steps its own stages' optimiser once its last action is done.
+        last = max(span[4] for span in replayed.spans if span[0] == rank)
+        ends.append(last + profile.optimizer_share_s(parameters))
     # One stage per rank: rows are stages, as in a measured timeline of such a schedule.
     spans = replayed.spans if per_rank > 1 else tuple(span[:5] for span in replayed.spans)
-    return Prediction(f"pipeline-{schedule}", profile.micro_batch * micro_batches,
-                      replayed.step_time_s, tuple(memory), replayed.bubble, spans)
+    return Prediction(f"pipeline-{schedule}", profile.micro_batch * micro_batches, max(ends),
+                      tuple(memory), replayed.bubble, spans)
 
 
 def _peak_saved(replayed: Replayed, rank: int, saved: list[int]) -> int:

@@ -6,6 +6,7 @@ so a prediction costs seconds."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -20,7 +21,13 @@ from strategies.partition import Partition, resnet_blocks
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
-PROFILE_VERSION = 4  # bump when what is measured changes: older caches are measured again
+PROFILE_VERSION = 5  # bump when what is measured changes: older caches are measured again
+# Whole steps are timed until about this many seconds have passed (at least `repeats`, at
+# most MAX_STEPS): this VM's speed moves by 10 to 30% for seconds at a time, so a median of 3
+# steps moved a profile by up to 20% between two takes minutes apart (resnet50, micro-batch 5:
+# 0.56, 0.67 and 0.59 s a step).
+STEP_TIMING_S = 10.0
+MAX_STEPS = 15
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class Profile:
     repeats: int
     blocks: tuple[BlockProfile, ...]
     step_s: float = 0.0
+    optimizer_s: float = 0.0  # the workload's optimiser stepping every parameter once
 
     def stage_times(self, partition: Partition) -> list[StageTimes]:
         """Each stage of `partition`: the sum of its blocks."""
@@ -78,15 +86,25 @@ class Profile:
         """One micro-batch through the whole model, forward and backward."""
         return sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in self.blocks)
 
+    @property
+    def parameter_bytes(self) -> int:
+        return sum(block.parameter_bytes for block in self.blocks)
+
+    def optimizer_share_s(self, parameter_bytes: float) -> float:
+        """The optimiser's step over `parameter_bytes` of the model's parameters (it reads and
+        writes each parameter, gradient and momentum once: time in proportion)."""
+        return self.optimizer_s * parameter_bytes / self.parameter_bytes
+
     def scaled_to(self, step_s: float) -> Profile:
-        """This profile at another speed: every block's times scaled alike so that one
-        micro-batch's forward and backward take `step_s` (a measured step's level, this
-        profile's shape)."""
+        """This profile at another speed: every block's times (and the optimiser's) scaled
+        alike so that one micro-batch's forward and backward take `step_s` (a measured step's
+        level, this profile's shape)."""
         factor = step_s / self.step_compute_s
         blocks = tuple(replace(b, forward_s=b.forward_s * factor,
                                input_grad_s=b.input_grad_s * factor,
                                weight_grad_s=b.weight_grad_s * factor) for b in self.blocks)
-        return replace(self, blocks=blocks, step_s=step_s)
+        return replace(self, blocks=blocks, step_s=step_s,
+                       optimizer_s=self.optimizer_s * factor)
 
     def key(self) -> str:
         layout = "-channels-last" if self.channels_last else ""
@@ -165,11 +183,12 @@ def _isolated_block(name, block, inputs, workload, device, repeats) -> BlockProf
 
 
 def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload, device,
-                   repeats: int) -> tuple[list[float], list[float], float]:
-    """Each block's forward and backward time inside whole training steps (the median of
-    `repeats` after one warm-up, scaled to sum to the median step), and the whole step's.
-    Timed alone, a block runs slower than within the model (a CPU's early, large-activation
-    blocks by up to 40%), so the step's own boundaries give the times."""
+                        repeats: int) -> tuple[list[float], list[float], float]:
+    """Each block's forward and backward time inside whole training steps (the median of at
+    least `repeats` steps after one warm-up, more until about STEP_TIMING_S have passed,
+    scaled to sum to the median step), and the whole step's. Timed alone, a block runs slower
+    than within the model (a CPU's early, large-activation blocks by up to 40%), so the
+    step's own boundaries give the times."""
     net, marks = torch.nn.Sequential(*blocks), {}
 
     def mark(key):
@@ -182,8 +201,10 @@ def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload,
         block.register_forward_hook(mark(("forward", i))),
         block.register_full_backward_pre_hook(mark(("backward", i))))]
     try:
+        warm_up = _timed_step(net, images, labels, workload, device, marks)[2]
+        steps = min(max(repeats, math.ceil(STEP_TIMING_S / max(warm_up, 1e-6))), MAX_STEPS)
         timed = [_timed_step(net, images, labels, workload, device, marks)
-                 for _ in range(repeats + 1)][1:]
+                 for _ in range(steps)]
     finally:
         for handle in handles:
             handle.remove()
@@ -238,7 +259,8 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
             with torch.no_grad(), workload.autocast(device):
                 x = block(x)
         forwards, backwards, step_s = block_times_in_step([block for _, block in named], images,
-                                                     labels, workload, device, repeats)
+                                                          labels, workload, device, repeats)
+        optimizer_s = _optimizer_time(model, images, labels, workload, device, repeats)
     finally:
         torch.set_num_threads(threads_before)
     blocks = []
@@ -248,7 +270,16 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
                               weight_grad_s=backward_s * (1 - input_share)))
     return Profile(workload.model, workload.image_size, workload.precision,
                    workload.num_classes, workload.channels_last, str(device), threads,
-                   micro_batch, repeats, tuple(blocks), step_s)
+                   micro_batch, repeats, tuple(blocks), step_s, optimizer_s)
+
+
+def _optimizer_time(model, images, labels, workload, device, repeats: int) -> float:
+    """The median time of the workload's optimiser stepping the model, its gradients set."""
+    with workload.autocast(device):
+        loss = workload.loss_fn()(model(images), labels)
+    loss.backward()
+    optimizer = workload.make_optimizer(model.parameters())
+    return _median_time(optimizer.step, device, repeats)
 
 
 def load_or_profile(cache: Path, workload: Workload, micro_batch: int,

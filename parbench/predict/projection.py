@@ -55,7 +55,8 @@ def project(record: pd.Series, ranks: int, link: Link, profile: Profile) -> dict
         kind="predicted", strategy=record["strategy"], model=record["model"],
         batch_per_rank=per_rank, from_run=record.get("run_id"),
         from_world_size=int(record["world_size"]), ranks=ranks, link=link.name,
-        busbw_gbps=link.bandwidth_gbps, compute_time_s=compute,
+        busbw_gbps=link.bandwidth_gbps, latency_us=link.latency_s * 1e6,
+        compute_time_s=compute,
         allreduce_bytes=record["allreduce_bytes"], allreduce_time_s=allreduce,
         predicted_step_time_s=step, efficiency=compute / step,
         throughput_ips=ranks * per_rank / step,
@@ -64,9 +65,10 @@ def project(record: pd.Series, ranks: int, link: Link, profile: Profile) -> dict
 
 
 def _as_measured(profile: Profile, compute_s: float, gradient_bytes: float) -> Profile:
-    """`profile`'s shape at the record's measured compute time and gradient bytes."""
-    factor = gradient_bytes / sum(block.parameter_bytes for block in profile.blocks)
-    timed = profile.scaled_to(compute_s)
+    """`profile`'s shape at the record's measured compute time (the optimiser's step in it)
+    and gradient bytes."""
+    factor = gradient_bytes / profile.parameter_bytes
+    timed = replace(profile.scaled_to(compute_s), optimizer_s=0.0)
     return replace(timed, blocks=tuple(
         replace(block, parameter_sizes=tuple(round(size * factor)
                                              for size in block.parameter_sizes))

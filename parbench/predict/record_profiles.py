@@ -1,5 +1,6 @@
 """The profiles a record's predictions need (its workload, device and threads at a micro-batch
-size), each read from the cache, or measured, once per process."""
+size, slowed as much as its emulated devices slow each other computing at once on one CPU),
+each read from the cache, or measured, once per process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from parbench.predict.contention import load_or_measure_slowdown
 from parbench.predict.profile import Profile, load_or_profile
 from parbench.workloads import Workload
 
@@ -32,15 +34,32 @@ def profiles_for(record_like: dict, cache: Path | None = None,
                         channels_last=bool(record_like.get("channels_last")),
                         compile=bool(record_like.get("compile")))
     threads = int(record_like.get("threads_per_device") or 1)
+    at_once = _devices_computing_at_once(record_like) if kind == "cpu" else 1
     return functools.partial(_profile, cache or DEFAULT_CACHE, workload, kind=kind,
-                             threads=threads)
+                             threads=threads, at_once=at_once)
+
+
+def _devices_computing_at_once(record: dict) -> int:
+    """How many of the record's logical devices compute at the same time on its one CPU: all
+    of them, but for single and model-parallel (one stage after the other)."""
+    if not record.get("emulated") or record.get("strategy") in ("single", "model-parallel"):
+        return 1
+    return len(str(record.get("devices") or "cpu").split(","))
 
 
 @functools.cache
-def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threads: int):
+def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threads: int,
+             at_once: int = 1) -> Profile:
     """A profile read (or measured) once per process, however many records and sweep rows
-    ask for it."""
+    ask for it; where `at_once` devices share the CPU, slowed by what that costs each."""
     print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
           f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
           file=sys.stderr, flush=True)
-    return load_or_profile(cache, workload, micro_batch, kind, threads)
+    profile = load_or_profile(cache, workload, micro_batch, kind, threads)
+    if at_once == 1:
+        return profile
+    slowdown = load_or_measure_slowdown(cache, workload, micro_batch, at_once, threads)
+    print(f"contention: {at_once} processes computing at once on this CPU each take "
+          f"{slowdown:.3f}x as long (micro-batch {micro_batch}; measured once, cached)",
+          file=sys.stderr, flush=True)
+    return profile.scaled_to(profile.step_compute_s * slowdown)

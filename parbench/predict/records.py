@@ -8,19 +8,22 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from parbench.comparisons import comparison_key, is_baseline
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
 from parbench.predict.trace_check import replayed_trace
+from parbench.record import Record
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
 __all__ = ["PREDICTED_COLUMNS", "partition_of", "predict_record", "predicted_beside_measured"]
 
 # The columns a prediction adds beside a record's own.
-PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_bubble_fraction",
-                     "predicted_peak_memory_mib", "predicted_timeline", "traced_step_s",
-                     "trace_replayed_step_s", "trace_replay_error")
+PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_speedup",
+                     "speedup_error", "predicted_bubble_fraction", "predicted_peak_memory_mib",
+                     "memory_error", "predicted_timeline", "traced_step_s", "trace_replayed_step_s",
+                     "trace_replay_error")
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
 _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
@@ -67,10 +70,11 @@ def predict_record(record: dict, profile_at: ProfileAt,
         return models.single(profile_at(int(split or record["global_batch"])), micro_batches)
     if strategy in ("ddp", "fsdp"):
         per_rank = profile_at(int(record["global_batch"]) // ranks)
+        shared = _cores_shared(record)
         if strategy == "ddp":
-            return data_parallel.ddp(per_rank, ranks, link)
+            return data_parallel.ddp(per_rank, ranks, link, shared_cores=shared)
         options = record.get("strategy_options") or {}
-        return data_parallel.fsdp(per_rank, ranks, link,
+        return data_parallel.fsdp(per_rank, ranks, link, shared_cores=shared,
                                   reshard=options.get("reshard_after_forward") != "no")
     schedule = strategy.removeprefix("pipeline-")
     if strategy not in ("model-parallel", "pipeline") and schedule not in SCHEDULES:
@@ -86,11 +90,23 @@ def predict_record(record: dict, profile_at: ProfileAt,
     return models.pipeline(schedule, profile, partition, ranks, micro_batches, link)
 
 
+def _cores_shared(record: dict) -> bool:
+    """Whether the record's ranks computed on every core of one CPU (emulated devices, as many
+    threads as cores or more): then a collective's work takes the cores from the compute."""
+    if not record.get("emulated") or record.get("device_kind") != "cpu":
+        return False
+    threads = int(_number(record.get("threads_per_device")) or 1) * int(
+        _number(record.get("world_size")) or 1)
+    cores = _number(record.get("cpu_cores_available"))
+    return cores is None or threads >= cores
+
+
 def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
                               link: AnyLink) -> pd.DataFrame:
     """The run's measured records the models cover, each with its prediction (`profiler`
     gives a record's profiles): `prediction_error` is predicted / measured step time - 1
-    (negative: the model is too fast)."""
+    (negative: the model is too fast); `speedup_error` is the predicted speedup over the run's
+    baseline against the measured one (see `_with_speedups`)."""
     rows = []
     for _, record in records[records["status"] == "ok"].iterrows():
         measured = record.to_dict()
@@ -103,8 +119,39 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      / measured["step_time_median_s"] - 1,
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
+                     "memory_error": _memory_error(predicted, measured),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})
-    return pd.DataFrame(rows)
+    return _with_speedups(pd.DataFrame(rows))
+
+
+def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:
+    """The fullest device's predicted peak memory over its measured one, less 1."""
+    peak = _number(measured.get("peak_memory_max_mib"))
+    return max(predicted.peak_memory_mib) / peak - 1 if peak else None
+
+
+def _with_speedups(table: pd.DataFrame) -> pd.DataFrame:
+    """Each prediction's speedup over its baseline (single on the whole batch, as the run
+    compares them: the same workload and batch), both predicted, beside the measured speedup,
+    whose trials were paired by round. `speedup_error` = predicted / measured speedup - 1
+    (positive: the model promises more than was measured); none for a baseline itself. Where
+    the machine ran at another speed during the profile than during the run, a step's error
+    has that in it, its speedup's not."""
+    if table.empty:
+        return table
+    records = [Record.from_dict(row) for row in table.to_dict("records")]
+    keys = [comparison_key(record) for record in records]
+    rates = (table["global_batch"] / table["predicted_step_time_s"]).tolist()
+    baselines: dict[tuple, float] = {}
+    for key, record, rate in zip(keys, records, rates, strict=True):
+        if is_baseline(record):
+            baselines.setdefault(key, rate)
+    predicted = [None if is_baseline(record) or key not in baselines else rate / baselines[key]
+                 for key, record, rate in zip(keys, records, rates, strict=True)]
+    predicted = pd.Series(predicted, index=table.index, dtype=float)
+    measured = table.get("speedup_vs_baseline", pd.Series(index=table.index, dtype=float))
+    return table.assign(predicted_speedup=predicted,
+                        speedup_error=predicted / measured.astype(float) - 1)
 
 
 def _trace_check(record: dict, profile_at: ProfileAt, link: AnyLink) -> dict:

@@ -1,14 +1,22 @@
 """`parbench predict`: beside a run's records (their error, a file and a figure apart from the
 records), or a sweep for devices not at hand; bad input in one line."""
 
+import json
+
 import pandas as pd
 import pytest
 
 from parbench.cli import main
+from parbench.predict import models, record_profiles
+from parbench.predict.contention import CONTENTION_VERSION, slowdown_path
+from parbench.predict.links import Link
+from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.summary import prediction_section
 from parbench.predict.sweep import above_ideal_notes
 from parbench.record import Record
 from parbench.results import RunFolder
+from parbench.workloads import Workload
+from strategies.partition import Partition
 
 SMALL = dict(model="resnet18", image_size=32, precision="fp32", devices="cpu,cpu",
              physical_devices="cpu", device_kind="cpu", emulated=True, threads_per_device=1,
@@ -20,6 +28,26 @@ def _record(strategy: str, step_s: float, **fields) -> Record:
                   step_time_median_s=step_s, **{**SMALL, **fields})
 
 
+def _traced_gpipe() -> list[list]:
+    """A 2-rank GPipe step of 4 micro-batches as a measured timeline holds it (forward 10 ms,
+    backward 20 ms on each stage)."""
+    blocks = tuple(BlockProfile(name, 0.01, 0.02, 0.0, 1, (1,), 1) for name in ("a", "b"))
+    profile = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 2, 1, blocks)
+    predicted = models.pipeline("gpipe", profile, Partition(("a", "b"), (0, 1), "time"), 2, 4,
+                                Link("free", float("inf")))
+    return [list(span) for span in predicted.spans]
+
+
+def _contention(cache, slowdown: float) -> None:
+    """The cached slowdown of two processes computing at once, at the micro-batches the
+    emulated records use (the pipeline's 2, ddp's 4 per rank): measured elsewhere."""
+    workload = Workload(model="resnet18", image_size=32)
+    for micro_batch in (2, 4):
+        path = slowdown_path(cache, workload, micro_batch, processes=2)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"version": CONTENTION_VERSION, "slowdown": slowdown}))
+
+
 def _run_folder(tmp_path) -> RunFolder:
     folder = RunFolder.create(tmp_path / "results")
     folder.write_records([
@@ -27,7 +55,8 @@ def _run_folder(tmp_path) -> RunFolder:
             intervals={"step_time_median_s": [0.045, 0.055]}),
         _record("pipeline-gpipe", 0.08, world_size=2, split_size=2, micro_batches=4,
                 partition="stem..layer2.1 | layer3.0..head",
-                strategy_options={"balance": "tutorial", "split_size": 2}),
+                strategy_options={"balance": "tutorial", "split_size": 2},
+                timeline=_traced_gpipe()),
         _record("ddp", 0.04, world_size=2),
         _record("data-parallel", 0.04, world_size=1),  # the models leave these out
         _record("ddp", 0.04, world_size=2, strategy_options={"comm_hook": "fp16"}),
@@ -38,6 +67,7 @@ def _run_folder(tmp_path) -> RunFolder:
 def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path, capsys):
     folder = _run_folder(tmp_path)
     cache = tmp_path / "profiles"
+    _contention(cache, 1.0)
     assert main(["predict", str(folder.path), "--link", "pcie4",
                  "--profile-cache", str(cache)]) == 0
     out = capsys.readouterr().out
@@ -49,15 +79,38 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path,
     assert (folder.path / "predictions.png").is_file()
     assert (folder.path / "predicted-timeline-001-pipeline-gpipe.png").is_file()
     assert "predicted_timeline" not in table  # spans are drawn, not tabled
-    assert sorted(p.name for p in cache.iterdir()) == [  # split, per rank, whole batch
+    # The schedule model alone, on the trace's own times: its step (0.15 s), give or take the
+    # link's transfer of a 32 px activation.
+    assert "told apart: the schedule model alone" in out
+    assert table["traced_step_s"].iloc[1] == pytest.approx(0.15)
+    assert abs(table["trace_replay_error"].iloc[1]) < 0.01
+    assert sorted(p.name for p in cache.glob("resnet*")) == [  # split, per rank, whole batch
         f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
     assert len(folder.read_records()) == 5  # the records are left as measured
     assert set(table["link"]) == {"pcie4"} and set(table["kind"]) == {"predicted"}
     assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
 
 
+def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, capsys):
+    steps = {}
+    for slowdown in (1.0, 1.5):
+        record_profiles._profile.cache_clear()  # a profile is otherwise read once per process
+        folder = _run_folder(tmp_path / str(slowdown))
+        _contention(tmp_path / "profiles", slowdown)
+        assert main(["predict", str(folder.path), "--link", "nvlink4",
+                     "--profile-cache", str(tmp_path / "profiles")]) == 0
+        steps[slowdown] = pd.read_csv(folder.path / "predictions.csv").set_index("strategy")[
+            "predicted_step_time_s"]
+    assert "contention: 2 processes computing at once" in capsys.readouterr().err
+    assert steps[1.5]["single"] == steps[1.0]["single"]  # one device: nothing shared
+    # Two stages computing at once: 1.5x the compute, give or take NVLink's transfers.
+    assert steps[1.5]["pipeline-gpipe"] / steps[1.0]["pipeline-gpipe"] == pytest.approx(
+        1.5, rel=0.01)
+
+
 def test_the_run_report_shows_the_predictions_beside_the_measurements(tmp_path, capsys):
     folder = _run_folder(tmp_path)
+    _contention(tmp_path / "profiles", 1.0)
     assert main(["predict", str(folder.path), "--link", "pcie4",
                  "--profile-cache", str(tmp_path / "profiles")]) == 0
     section = "\n".join(prediction_section(folder.path))  # what `parbench report` writes

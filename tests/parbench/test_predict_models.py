@@ -85,6 +85,40 @@ def test_a_record_is_predicted_from_its_own_cut_and_its_error_is_signed():
     assert table.iloc[0]["prediction_error"] == pytest.approx(30.0 / 40.0 - 1)
 
 
+def test_a_predicted_speedup_is_against_the_predicted_baseline_of_the_same_workload():
+    # The machine ran the run twice as fast as the profile: every step is predicted 2x too
+    # slow, but the speedup over the baseline, both sides from one source, is right.
+    common = dict(status="ok", model="resnet18", image_size=32, num_classes=10,
+                  precision="fp32", scaling="strong", device_kind="cpu", global_batch=16)
+    records = pd.DataFrame([
+        dict(strategy="single", strategy_options={}, step_time_median_s=6.0,
+             speedup_vs_baseline=1.0, devices="cpu", world_size=1, **common),
+        dict(strategy="single", strategy_options={"accumulation_split": 4}, split_size=4,
+             micro_batches=4, step_time_median_s=24.0, speedup_vs_baseline=0.25,
+             devices="cpu", world_size=1, **common),
+        dict(strategy="pipeline-gpipe", strategy_options={}, split_size=4, micro_batches=4,
+             world_size=2,
+             partition="stem..a | b..head", step_time_median_s=15.0, devices="cpu,cpu",
+             speedup_vs_baseline=0.4, **common),
+    ])
+    # PROFILE at every size: the whole batch 12 s, 4 micro-batches one after the other 48 s,
+    # GPipe on two devices 30 s.
+    table = predicted_beside_measured(records, lambda record: lambda micro_batch: PROFILE, FREE)
+    assert table["prediction_error"].tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert table["predicted_speedup"].isna().tolist() == [True, False, False]  # the baseline
+    assert table["predicted_speedup"].iloc[1:].tolist() == pytest.approx([12 / 48, 12 / 30])
+    assert table["speedup_error"].iloc[1:].tolist() == pytest.approx([0.0, 0.0])
+
+
+def test_a_link_pays_its_latency_once_a_message():
+    link = Link("slow", bandwidth_gbps=MIB / 1e9, latency_s=0.25)  # 1 s per MiB
+    assert link.transfer_s(MIB) == pytest.approx(1.25)
+    # A ring all-reduce on 4 ranks: 6 messages in a row, 2 x 3/4 of the bytes on each link.
+    assert link.allreduce_s(MIB, 4) == pytest.approx(6 * 0.25 + 1.5)
+    assert link.collective_s("all_gather", MIB, 4) == pytest.approx(3 * 0.25 + 0.75)
+    assert link.allreduce_s(MIB, 1) == 0.0
+
+
 def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tmp_path):
     workload = Workload(model="resnet18", image_size=32, num_classes=10)
     profile = load_or_profile(tmp_path, workload, micro_batch=2)
@@ -162,3 +196,24 @@ def test_fsdp_hides_the_blocks_gathers_and_reductions_but_not_the_roots():
     predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
     assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0 + 2 * 0.5)
     assert predicted.kind == "predicted" and predicted.global_batch == 8
+
+
+def test_ranks_sharing_a_cpus_cores_hide_none_of_their_communication():
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a 2-rank all-reduce of 1 MiB: 1 s
+    # DDP's buckets of 1 and 3 MiB: 4 s of all-reduce after 12 s of compute, none hidden.
+    assert data_parallel.ddp(PROFILE, 2, slow, shared_cores=True).step_time_s == \
+        pytest.approx(12.0 + 4.0)
+    # FSDP: each unit gathered twice (forward, backward) and reduce-scattered, 0.5 s each for
+    # its 1 MiB; the root's 2 MiB gathered and reduce-scattered, 1 s each.
+    assert data_parallel.fsdp(PROFILE, 2, slow, shared_cores=True).step_time_s == \
+        pytest.approx(12.0 + 2 * 3 * 0.5 + 2 * 1.0)
+
+
+def test_each_device_steps_the_optimiser_over_the_parameters_it_holds():
+    stepping = replace(PROFILE, optimizer_s=2.0)  # all 4 MiB of parameters
+    assert models.single(stepping, 5).step_time_s == pytest.approx(5 * 12.0 + 2.0)
+    # Two stages of 2 MiB: the rank that ends last steps its half, 1 s.
+    assert models.pipeline("gpipe", stepping, HALVES, 2, 4, FREE).step_time_s == \
+        pytest.approx(models.pipeline("gpipe", PROFILE, HALVES, 2, 4, FREE).step_time_s + 1.0)
+    assert data_parallel.ddp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 2.0)
+    assert data_parallel.fsdp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 1.0)

@@ -1,0 +1,100 @@
+"""How much slower a step computes when several emulated devices compute at once on one CPU:
+the whole training step timed in one process alone and in N processes together, in
+interleaved rounds in the same processes (so the machine's drift falls on both alike), with
+the threads and the allocator a run's workers have; cached like a profile."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from parbench.measure.allocator import pin_cpu_allocator
+from parbench.workloads import Workload
+
+__all__ = ["CONTENTION_VERSION", "load_or_measure_slowdown", "measure_slowdown",
+           "slowdown_path"]
+
+CONTENTION_VERSION = 2  # bump when what is measured changes: older caches are measured again
+
+
+def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps: int,
+            rounds: int, barrier, results) -> None:
+    """Each round: rank 0 steps alone while the others wait, then every rank steps together
+    (each step started at once); rank 0 sends (alone, together) medians for every round."""
+    pin_cpu_allocator()
+    torch.set_num_threads(threads)
+    model = workload.build_model_on("cpu")
+    images, labels = workload.make_batch(micro_batch, "cpu")
+    loss_fn = workload.loss_fn()
+
+    def step() -> float:
+        start = time.perf_counter()
+        with workload.autocast("cpu"):
+            loss = loss_fn(model(images), labels)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    step()  # warm-up: kernels chosen, memory mapped
+    for _ in range(rounds):
+        barrier.wait()
+        alone = [step() for _ in range(steps)] if rank == 0 else []
+        together = []
+        for _ in range(steps):
+            barrier.wait()
+            together.append(step())
+        if rank == 0:
+            results.put((statistics.median(alone), statistics.median(together)))
+
+
+def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
+                     steps: int = 3, rounds: int = 3, timeout_s: float = 900.0) -> float:
+    """The median over `rounds` of a step's time with `processes` processes computing at once
+    over its time alone, each process with `threads` threads (a queue.Empty where the
+    processes have not answered within `timeout_s`)."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    children = [context.Process(target=_worker, daemon=True, args=(
+        rank, workload, micro_batch, threads, steps, rounds, barrier, results))
+        for rank in range(processes)]
+    for child in children:
+        child.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        pairs = [results.get(timeout=max(deadline - time.monotonic(), 1.0))
+                 for _ in range(rounds)]
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=10)
+    return statistics.median(together / alone for alone, together in pairs)
+
+
+def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: int,
+                  threads: int = 1) -> Path:
+    """Where the slowdown for these settings is cached."""
+    layout = "-channels-last" if workload.channels_last else ""
+    return cache / (f"contention-{workload.model}-{workload.image_size}px-"
+                    f"{workload.num_classes}cls-{workload.precision}{layout}-cpu-{threads}t-"
+                    f"b{micro_batch}-x{processes}.json")
+
+
+def load_or_measure_slowdown(cache: Path, workload: Workload, micro_batch: int,
+                             processes: int, threads: int = 1) -> float:
+    """The cached slowdown for these settings, measured and cached if there is none."""
+    path = slowdown_path(cache, workload, micro_batch, processes, threads)
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("version") == CONTENTION_VERSION:
+            return stored["slowdown"]
+    slowdown = measure_slowdown(workload, micro_batch, processes, threads)
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": CONTENTION_VERSION, "slowdown": slowdown}))
+    return slowdown
