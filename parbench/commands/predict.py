@@ -79,7 +79,7 @@ def _predict_run(args: argparse.Namespace) -> int:
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
     if speedup_summary(table):
         print(f"speedup error (predicted / measured speedup over single on the whole batch - "
-              f"1; the machine's drift between the profile and the run cancels): "
+              f"1; a drift of the machine that slowed every profile alike cancels): "
               f"{speedup_summary(table)}")
     if trace_summary(table):
         print(f"told apart: {trace_summary(table)}")

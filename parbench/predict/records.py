@@ -135,8 +135,8 @@ def _with_speedups(table: pd.DataFrame) -> pd.DataFrame:
     compares them: the same workload and batch), both predicted, beside the measured speedup,
     whose trials were paired by round. `speedup_error` = predicted / measured speedup - 1
     (positive: the model promises more than was measured); none for a baseline itself. Where
-    the machine ran at another speed during the profile than during the run, a step's error
-    has that in it, its speedup's not."""
+    the machine ran at another speed during the profiles than during the run, a step's error
+    has that in it, its speedup's not (unless the profiles of two sizes drifted apart)."""
     if table.empty:
         return table
     records = [Record.from_dict(row) for row in table.to_dict("records")]

@@ -104,8 +104,8 @@ def prediction_section(folder: Path) -> list[str]:
             f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
             f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
             f"measured one: {error_summary(table)}."
-            + (f" Speedups over single on the whole batch, both sides from their own run "
-               f"(a drift of the machine's speed between the profile and the run cancels): "
+            + (f" Speedups over single on the whole batch, each side from its own source (a "
+               f"drift of the machine that slowed every profile alike cancels): "
                f"{speedup_summary(table)}." if speedups else "")
             + (f" Told apart: {trace_summary(table)}." if trace_summary(table) else "")
             + (f" Peak memory on the fullest device: {memory_summary(table)}."
