@@ -28,16 +28,17 @@ def test_the_dry_run_prints_every_chunk_in_priority_order_and_runs_nothing(tmp_p
     assert done.returncode == 0, done.stderr
     out = done.stdout
     names = ["gpu-tests", "resnet50-224", "resnet50-224-large", "tutorial", "data-parallel",
-             "pytest-benchmark", "asv"]
+             "pytest-benchmark", "asv", "predicted"]
     positions = [out.index(f"chunk {n} {name}:") for n, name in enumerate(names, 1)]
     assert positions == sorted(positions)
     assert "-m pytest -m gpu tests/gpu" in out
+    assert "predict --profile-device cuda" in out and "--devices 2,4,8" in out
     assert "--split-size 1,3,5,8,10,12,20,40,60" in out and "--devices cuda:0,cuda:0" in out
     assert "--batch-size '<max-batch'\"'\"'s answer>'" in out  # filled in at run time
     assert "[skipped: timm's benchmark.py is a script in timm's repository" in out
     estimates = [int(line.split()[1]) for line in out.splitlines()
                  if line.startswith("  estimated ")]
-    assert len(estimates) == 7 and max(estimates) < 600  # each chunk inside 10 minutes
+    assert len(estimates) == 8 and max(estimates) < 600  # each chunk inside 10 minutes
     assert f"total estimated {sum(estimates)} s" in out
     assert "within 27 minutes: chunks 1,2,3,4,5." in out
     assert list(tmp_path.iterdir()) == []
@@ -47,7 +48,7 @@ def test_unknown_chunks_are_refused(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--chunks", "2,9"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.splitlines()[-1].endswith("--chunks: there are chunks 1 to 7, got 2,9")
+    assert done.stderr.splitlines()[-1].endswith("--chunks: there are chunks 1 to 8, got 2,9")
 
 
 def test_a_chunk_keeps_each_step_and_stops_a_step_at_its_time_limit(reference, tmp_path,

@@ -116,7 +116,22 @@ def _throughputs(chunk_folder: Path) -> dict:
 
 def chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
     """The reference run, in priority order."""
-    return _one_gpu_chunks(device, timm_benchmark) + _emulated_chunks(f"{device},{device}")
+    return (_one_gpu_chunks(device, timm_benchmark) + _emulated_chunks(f"{device},{device}")
+            + [_prediction_chunk()])
+
+
+def _prediction_chunk() -> Chunk:
+    """Chunk 8: from this GPU's profile, the tutorial's job PREDICTED on 2, 4 and 8 such GPUs
+    over NVLink: each schedule's best split, ddp and fsdp (issue 24's part 6)."""
+    return Chunk(8, "predicted", "the tutorial's job (resnet50, batch 120, 128 px) PREDICTED "
+                 f"on 2, 4 and 8 of this GPU over nvlink4 at splits {SPLITS}, from a "
+                 "profile of this GPU", (
+                     Step("predicted-sweep", _parbench(
+                         "predict", "--profile-device", "cuda", "--model", "resnet50",
+                         "--image-size", "128", "--batch-size", "120", "--devices", "2,4,8",
+                         "--split-size", SPLITS, "--link", "nvlink4", "--profile-cache",
+                         "{folder}/profiles", "--csv", "{folder}/predicted-sweep.csv",
+                         "--figure", "{folder}/predicted-sweep.png"), 240),))
 
 
 def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:

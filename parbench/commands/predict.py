@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from parbench.commands.arguments import UsageError, int_list, open_run_folder
-from parbench.plots import write_predicted_timelines, write_prediction_figure
+from parbench.plots import write_predicted_timelines, write_prediction_figure, write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, MeasuredLink, links_help, named_link
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
@@ -101,28 +101,40 @@ def _predict_sweep(args: argparse.Namespace) -> int:
     if args.link == "measured":
         raise UsageError("--link measured reads a run folder's collectives: give the run "
                          f"folder, or name a link ({', '.join(LINKS)}) or a bandwidth in GB/s")
+    device_counts = int_list("--devices", args.devices, 1)
     device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
     record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
                        device_kind=device, threads_per_device=args.threads)
     splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
     try:
         link = _link(args.link, [], "")
-        table = predict_sweep(args.devices, args.batch_size, splits,
-                              profiles_for(record_like, args.profile_cache), link)
+        tables = [predict_sweep(count, args.batch_size, splits,
+                                profiles_for(record_like, args.profile_cache), link)
+                  for count in device_counts]
     except ValueError as error:
         raise UsageError(str(error)) from None
-    print(f"PREDICTED, not measured: {args.model} {args.image_size}px {args.precision}, "
-          f"global batch {args.batch_size} on {args.devices} devices like this "
-          f"{device} (its profile), link {link.describe()}; fastest first:")
-    shown = table.drop(columns=["kind"])  # the header says predicted
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    for line in above_ideal_notes(table, args.devices):
-        print(line)
-    for reason in table.attrs["refused"]:
-        print(f"not predicted: {reason}")
+    setting = (f"{args.model} {args.image_size}px {args.precision}, global batch "
+               f"{args.batch_size}, devices like this {device} (its profile), link "
+               f"{link.describe()}")
+    for count, table in zip(device_counts, tables, strict=True):
+        # Several device counts: each strategy at its fastest setting, without its cut (in
+        # the CSV); one: every setting.
+        shown = table if len(device_counts) == 1 else table.drop_duplicates("strategy").drop(
+            columns=["partition"])
+        print(f"PREDICTED, not measured: {setting}, {count} devices; fastest first"
+              + ("" if shown is table else ", each strategy at its fastest split") + ":")
+        print(shown.drop(columns=["kind"]).to_string(  # the header says predicted
+            index=False, float_format=lambda v: f"{v:.3g}"))
+        for line in above_ideal_notes(table, count):
+            print(line)
+        for reason in table.attrs["refused"]:
+            print(f"not predicted: {reason}")
+    every = pd.concat(tables, ignore_index=True)
     if args.csv:
-        atomic_write_text(Path(args.csv), table.to_csv(index=False))
+        atomic_write_text(Path(args.csv), every.to_csv(index=False))
         print(f"predictions: {args.csv}")
+    if args.figure:
+        print(f"figure: {write_sweep_figure(every, Path(args.figure), setting)}")
     return 0
 
 
@@ -147,7 +159,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                          help="measured (parbench collectives in the run folder), "
                               + links_help() + ", or a bus bandwidth in GB/s without latency "
                               "(default: measured)")
-    predict.add_argument("--devices", type=int, help="devices to predict for (no run folder)")
+    predict.add_argument("--devices", help="device counts to predict for, comma-separated (no "
+                         "run folder)")
     predict.add_argument("--batch-size", type=int, help="global batch (no run folder)")
     predict.add_argument("--split-size", help="micro-batch sizes for the pipelines and the "
                          "accumulating single, comma-separated (default: 4 per device)")
@@ -165,4 +178,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--profile-cache", type=Path,
                          help="where profiles are kept (default ~/.cache/parbench/profiles)")
     predict.add_argument("--csv", help="also write the sweep's predictions to this file")
+    predict.add_argument("--figure", help="also draw the sweep (throughput against split size "
+                         "per device count) to this PNG, an SVG beside it")
     predict.set_defaults(handler=command_predict)

@@ -1,8 +1,10 @@
 """The timing model checked: each measured step against its prediction (labelled PREDICTED),
-with the measurement's interval over trials and bands of 10% and 25% error."""
+with the measurement's interval over trials and bands of 10% and 25% error; and a sweep not
+run, drawn as what it is: predicted throughput against split size per device count."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -12,7 +14,8 @@ import pandas as pd
 from parbench.plots.common import interval_errors, save_figure, strategy_colour, title
 from parbench.plots.timeline import plot_predicted_timeline
 
-__all__ = ["plot_prediction", "write_predicted_timelines", "write_prediction_figure"]
+__all__ = ["plot_prediction", "plot_sweep", "write_predicted_timelines",
+           "write_prediction_figure", "write_sweep_figure"]
 
 
 def plot_prediction(table: pd.DataFrame, link: str):
@@ -80,3 +83,38 @@ def write_predicted_timelines(table: pd.DataFrame, out_dir: str | Path) -> list[
             name = f"predicted-timeline-{index:03d}-{row['strategy']}"
             written.append(save_figure(fig, out_dir, name))
     return written
+
+
+def plot_sweep(table: pd.DataFrame, setting: str):
+    """`parbench predict --devices`'s rows: per device count, each strategy's PREDICTED
+    throughput against its split size (a line), or at the whole batch (a dotted level)."""
+    counts = sorted(table.loc[table["strategy"] != "single", "devices"].unique())
+    fig, axes = plt.subplots(1, len(counts), squeeze=False, sharey=True,
+                             figsize=(5.5 * len(counts), 6))
+    for ax, count in zip(axes[0], counts, strict=True):
+        # single runs on one device: drawn in every panel as the reference.
+        rows = table[(table["devices"] == count) | (table["strategy"] == "single")]
+        rows = rows.drop_duplicates(["strategy", "split_size"])
+        for strategy, group in rows.groupby("strategy", sort=False):
+            colour = strategy_colour(strategy)
+            split = group[group["split_size"].notna()].sort_values("split_size")
+            if len(split):
+                ax.plot(split["split_size"], split["throughput_ips"], marker="o", ms=3,
+                        color=colour, label=strategy + (" accumulating" if strategy == "single"
+                                                        else ""))
+            for level in group[group["split_size"].isna()]["throughput_ips"]:
+                ax.axhline(level, color=colour, ls=":", label=f"{strategy} (whole batch)")
+        ax.set(xscale="log", xlabel="split size (images per micro-batch, log scale)",
+               title=f"{count} devices")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("PREDICTED throughput (img/s)")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle("\n".join(textwrap.wrap(
+        f"PREDICTED, not measured: {setting}. Stages cut at equal profiled time; no "
+        "contention between devices (real devices do not share)", 140)), fontsize=9)
+    return fig
+
+
+def write_sweep_figure(table: pd.DataFrame, path: Path, setting: str) -> Path:
+    """The sweep's figure at `path` (PNG, an SVG beside it)."""
+    return save_figure(plot_sweep(table, setting), path.parent, path.stem)

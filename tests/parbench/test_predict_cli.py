@@ -141,6 +141,22 @@ def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):
     assert accumulating["parallel_effect"].tolist() == pytest.approx([1.0])
 
 
+def test_a_sweep_over_device_counts_shows_each_strategys_fastest_split_and_draws_it(
+        tmp_path, capsys):
+    csv, figure = tmp_path / "sweep.csv", tmp_path / "sweep.png"
+    assert main(["predict", "--model", "resnet18", "--image-size", "32", "--devices", "2,4",
+                 "--batch-size", "8", "--split-size", "2,4", "--link", "ethernet100",
+                 "--profile-cache", str(tmp_path / "profiles"), "--csv", str(csv),
+                 "--figure", str(figure)]) == 0
+    out = capsys.readouterr().out
+    assert "2 devices; fastest first, each strategy at its fastest split" in out
+    assert "4 devices; fastest first" in out and "30 us a message" in out
+    table = pd.read_csv(csv)
+    assert set(table["devices"]) == {1, 2, 4}  # single on one, the rest on 2 and 4
+    assert set(table.loc[table["strategy"] == "pipeline-gpipe", "split_size"]) == {2, 4}
+    assert figure.is_file() and figure.with_suffix(".svg").is_file()
+
+
 def test_a_predicted_speedup_above_the_devices_is_explained():
     table = pd.DataFrame(dict(strategy=["ddp", "fsdp"], speedup_vs_single=[4.4, 3.0],
                               micro_batch_effect=[1.1, 1.0], parallel_effect=[4.0, 3.0]))
