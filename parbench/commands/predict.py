@@ -117,10 +117,12 @@ def _predict_sweep(args: argparse.Namespace) -> int:
                f"{args.batch_size}, devices like this {device} (its profile), link "
                f"{link.describe()}")
     for count, table in zip(device_counts, tables, strict=True):
-        # Several device counts: each strategy at its fastest setting, without its cut (in
-        # the CSV); one: every setting.
-        shown = table if len(device_counts) == 1 else table.drop_duplicates("strategy").drop(
-            columns=["partition"])
+        # Several device counts: each strategy at its fastest setting (single also on the
+        # whole batch, the baseline of every speedup), without its cut (in the CSV); one:
+        # every setting.
+        shown = table if len(device_counts) == 1 else table.assign(
+            whole=table["split_size"].isna()).drop_duplicates(["strategy", "whole"]).drop(
+            columns=["whole", "partition"])
         print(f"PREDICTED, not measured: {setting}, {count} devices; fastest first"
               + ("" if shown is table else ", each strategy at its fastest split") + ":")
         print(shown.drop(columns=["kind"]).to_string(  # the header says predicted
@@ -129,7 +131,9 @@ def _predict_sweep(args: argparse.Namespace) -> int:
             print(line)
         for reason in table.attrs["refused"]:
             print(f"not predicted: {reason}")
-    every = pd.concat(tables, ignore_index=True)
+    # single runs on one device whatever the count: once in the file.
+    every = pd.concat(tables, ignore_index=True).drop_duplicates(
+        ["strategy", "devices", "split_size"], ignore_index=True)
     if args.csv:
         atomic_write_text(Path(args.csv), every.to_csv(index=False))
         print(f"predictions: {args.csv}")
@@ -139,7 +143,14 @@ def _predict_sweep(args: argparse.Namespace) -> int:
 
 
 def command_predict(args: argparse.Namespace) -> int:
-    return _predict_run(args) if args.run else _predict_sweep(args)
+    if args.run:
+        sweep_only = [flag for flag, value in (("--devices", args.devices), ("--batch-size",
+                      args.batch_size), ("--csv", args.csv), ("--figure", args.figure)) if value]
+        if sweep_only:
+            raise UsageError(f"{', '.join(sweep_only)} describe a sweep not run: give them "
+                             f"without a run folder, or the run folder alone")
+        return _predict_run(args)
+    return _predict_sweep(args)
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:

@@ -136,11 +136,14 @@ def _root_failure(context, index: int, message: str) -> tuple[int, str]:
         time.sleep(0.05)
     failures = {index: message}
     for other, path in enumerate(context.error_files):
-        # A file torch has already read and removed is gone: that rank's failure was the one
-        # reported, or it left none.
-        if other != index and os.path.exists(path) and os.path.getsize(path) > 0:
-            with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
-                failures[other] = pickle.load(file)
+        if other == index:
+            continue
+        try:
+            if os.path.getsize(path) > 0:
+                with open(path, "rb") as file:  # torch's own hand-over of a child's traceback
+                    failures[other] = pickle.load(file)
+        except FileNotFoundError:  # torch read and removed it already, or the rank left none
+            continue
     cause = root_cause(failures)
     return cause, failures[cause]
 

@@ -102,8 +102,10 @@ def plot_sweep(table: pd.DataFrame, setting: str):
                 ax.plot(split["split_size"], split["throughput_ips"], marker="o", ms=3,
                         color=colour, label=strategy + (" accumulating" if strategy == "single"
                                                         else ""))
+            whole = "whole batch" if strategy in ("single", "model-parallel") else \
+                "its share of the batch on each device"
             for level in group[group["split_size"].isna()]["throughput_ips"]:
-                ax.axhline(level, color=colour, ls=":", label=f"{strategy} (whole batch)")
+                ax.axhline(level, color=colour, ls=":", label=f"{strategy} ({whole})")
         ax.set(xscale="log", xlabel="split size (images per micro-batch, log scale)",
                title=f"{count} devices")
         ax.grid(True, which="both", alpha=0.3)

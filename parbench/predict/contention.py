@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import queue
 import statistics
 import time
 from pathlib import Path
@@ -55,19 +56,17 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
 def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
                      steps: int = 3, rounds: int = 3, timeout_s: float = 900.0) -> float:
     """The median over `rounds` of a step's time with `processes` processes computing at once
-    over its time alone, each process with `threads` threads (a queue.Empty where the
-    processes have not answered within `timeout_s`)."""
+    over its time alone, each process with `threads` threads (a RuntimeError where one dies,
+    or they have not answered within `timeout_s`); every process is ended on return."""
     context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(processes), context.Queue()
+    barrier, results = context.Barrier(processes, timeout=timeout_s), context.Queue()
     children = [context.Process(target=_worker, daemon=True, args=(
         rank, workload, micro_batch, threads, steps, rounds, barrier, results))
         for rank in range(processes)]
     for child in children:
         child.start()
     try:
-        deadline = time.monotonic() + timeout_s
-        pairs = [results.get(timeout=max(deadline - time.monotonic(), 1.0))
-                 for _ in range(rounds)]
+        pairs = _answers(results, children, rounds, time.monotonic() + timeout_s)
     finally:
         for child in children:
             child.join(timeout=10)
@@ -75,6 +74,22 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
                 child.terminate()
                 child.join(timeout=10)
     return statistics.median(together / alone for alone, together in pairs)
+
+
+def _answers(results, children, rounds: int, deadline: float) -> list[tuple[float, float]]:
+    """Rank 0's (alone, together) pair of every round, as they come; a RuntimeError as soon as
+    a process has died, or at the deadline."""
+    pairs = []
+    while len(pairs) < rounds:
+        try:
+            pairs.append(results.get(timeout=1.0))
+        except queue.Empty:
+            died = [child.exitcode for child in children if child.exitcode not in (None, 0)]
+            if died or time.monotonic() > deadline:
+                raise RuntimeError("measuring contention: " + (
+                    f"a process exited with {died[0]}" if died else
+                    "the processes did not answer in time")) from None
+    return pairs
 
 
 def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: int,

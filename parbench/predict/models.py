@@ -73,15 +73,15 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
     backwards from the last stage, then the optimiser (one process). Its stages pass tensors
     within one process: no link."""
     times = profile.stage_times(partition)
-    stages = len(times)
-    step = tick_step_s(times, micro_batches) + profile.optimizer_s
+    stages, schedule = len(times), tick_step_s(times, micro_batches)
     busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
     ranges = partition.stage_ranges()
     memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
                             + micro_batches * profile.blocks[i].saved_bytes for i in r))
                    for r in ranges)
-    return Prediction("pipeline", profile.micro_batch * micro_batches, step, memory,
-                      1 - busy / (stages * step))
+    # The bubble is the schedule's idle share, the optimiser apart (as a measured timeline's).
+    return Prediction("pipeline", profile.micro_batch * micro_batches,
+                      schedule + profile.optimizer_s, memory, 1 - busy / (stages * schedule))
 
 
 def tick_step_s(times: list[StageTimes], micro_batches: int) -> float:

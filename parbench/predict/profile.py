@@ -22,10 +22,10 @@ from strategies.partition import Partition, resnet_blocks
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
 PROFILE_VERSION = 5  # bump when what is measured changes: older caches are measured again
-# Whole steps are timed until about this many seconds have passed (at least `repeats`, at
-# most MAX_STEPS): this VM's speed moves by 10 to 30% for seconds at a time, so a median of 3
-# steps moved a profile by up to 20% between two takes minutes apart (resnet50, micro-batch 5:
-# 0.56, 0.67 and 0.59 s a step).
+# Whole steps are timed as many times as take about this many seconds by the warm-up step's
+# time (at least `repeats`, at most MAX_STEPS): this VM's speed moves by 10 to 30% for seconds
+# at a time, so a median of 3 steps moved a profile by up to 20% between two takes minutes
+# apart (resnet50, micro-batch 5: 0.56, 0.67 and 0.59 s a step).
 STEP_TIMING_S = 10.0
 MAX_STEPS = 15
 
@@ -184,11 +184,11 @@ def _isolated_block(name, block, inputs, workload, device, repeats) -> BlockProf
 
 def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload, device,
                         repeats: int) -> tuple[list[float], list[float], float]:
-    """Each block's forward and backward time inside whole training steps (the median of at
-    least `repeats` steps after one warm-up, more until about STEP_TIMING_S have passed,
-    scaled to sum to the median step), and the whole step's. Timed alone, a block runs slower
-    than within the model (a CPU's early, large-activation blocks by up to 40%), so the
-    step's own boundaries give the times."""
+    """Each block's forward and backward time inside whole training steps (the median of as
+    many steps after one warm-up as take about STEP_TIMING_S by its time, at least `repeats`
+    and at most MAX_STEPS, scaled to sum to the median step), and the whole step's. Timed
+    alone, a block runs slower than within the model (a CPU's early, large-activation blocks
+    by up to 40%), so the step's own boundaries give the times."""
     net, marks = torch.nn.Sequential(*blocks), {}
 
     def mark(key):
@@ -202,9 +202,9 @@ def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload,
         block.register_full_backward_pre_hook(mark(("backward", i))))]
     try:
         warm_up = _timed_step(net, images, labels, workload, device, marks)[2]
-        steps = min(max(repeats, math.ceil(STEP_TIMING_S / max(warm_up, 1e-6))), MAX_STEPS)
+        count = min(max(repeats, math.ceil(STEP_TIMING_S / max(warm_up, 1e-6))), MAX_STEPS)
         timed = [_timed_step(net, images, labels, workload, device, marks)
-                 for _ in range(steps)]
+                 for _ in range(count)]
     finally:
         for handle in handles:
             handle.remove()

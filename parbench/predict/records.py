@@ -92,7 +92,8 @@ def predict_record(record: dict, profile_at: ProfileAt,
 
 def _cores_shared(record: dict) -> bool:
     """Whether the record's ranks computed on every core of one CPU (emulated devices, as many
-    threads as cores or more): then a collective's work takes the cores from the compute."""
+    threads as cores or more; a record that does not say how many cores it had is taken to
+    use them all): then a collective's work takes the cores from the compute."""
     if not record.get("emulated") or record.get("device_kind") != "cpu":
         return False
     threads = int(_number(record.get("threads_per_device")) or 1) * int(
@@ -125,7 +126,8 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
 
 
 def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:
-    """The fullest device's predicted peak memory over its measured one, less 1."""
+    """The fullest device's predicted peak memory over its measured one, less 1 (for ddp and
+    fsdp the prediction counts what the measured figure leaves out: see memory_summary)."""
     peak = _number(measured.get("peak_memory_max_mib"))
     return max(predicted.peak_memory_mib) / peak - 1 if peak else None
 

@@ -2,6 +2,8 @@
 end, and read back from the cache."""
 
 import json
+import multiprocessing
+import time
 
 import pytest
 
@@ -13,8 +15,20 @@ TINY = Workload(model="resnet18", image_size=32, num_classes=10)
 
 def test_two_processes_at_once_are_timed_against_one_alone():
     slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=2, steps=1,
-                                           timeout_s=120)
-    assert 0.3 < slowdown < 10  # a ratio of two real step times, not a default
+                                           rounds=2, timeout_s=120)
+    assert 0.3 < slowdown < 10 and slowdown != 1.0  # a ratio of two real step times
+    assert multiprocessing.active_children() == []  # every process it started has ended
+
+
+def test_a_process_that_dies_is_reported_at_once_not_at_the_timeout():
+    broken = Workload(model="resnet18", image_size=32, num_classes=10)
+    object.__setattr__(broken, "image_size", 0)  # past the check: the workers' forward fails
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="a process exited with"):
+        contention.measure_slowdown(broken, micro_batch=2, processes=2, steps=1,
+                                    timeout_s=300)
+    assert time.monotonic() - start < 120
+    assert multiprocessing.active_children() == []
 
 
 def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from parbench.cli import main
+from parbench.comparisons import add_comparisons
 from parbench.predict import models, record_profiles
 from parbench.predict.contention import CONTENTION_VERSION, slowdown_path
 from parbench.predict.links import Link
@@ -50,9 +51,9 @@ def _contention(cache, slowdown: float) -> None:
 
 def _run_folder(tmp_path) -> RunFolder:
     folder = RunFolder.create(tmp_path / "results")
-    folder.write_records([
-        _record("single", 0.05, world_size=1,
-            intervals={"step_time_median_s": [0.045, 0.055]}),
+    records = [
+        _record("single", 0.05, world_size=1, peak_memory_max_mib=100.0,
+                intervals={"step_time_median_s": [0.045, 0.055]}),
         _record("pipeline-gpipe", 0.08, world_size=2, split_size=2, micro_batches=4,
                 partition="stem..layer2.1 | layer3.0..head",
                 strategy_options={"balance": "tutorial", "split_size": 2},
@@ -60,7 +61,9 @@ def _run_folder(tmp_path) -> RunFolder:
         _record("ddp", 0.04, world_size=2),
         _record("data-parallel", 0.04, world_size=1),  # the models leave these out
         _record("ddp", 0.04, world_size=2, strategy_options={"comm_hook": "fp16"}),
-    ])
+    ]
+    add_comparisons(records)  # each speedup over single, as a run has them
+    folder.write_records(records)
     return folder
 
 
@@ -119,6 +122,15 @@ def test_the_run_report_shows_the_predictions_beside_the_measurements(tmp_path, 
     assert "median |error|" in section and "inside the measurement's 95% interval" in section
     assert "| single | 1 | 0.05 [0.045, 0.055] |" in section
     assert "| pipeline-gpipe (" in section and "![predictions](predictions.png)" in section
+    # Beside each step, its speedup over single, predicted and measured, and the memory check.
+    assert "PREDICTED speedup" in section and "Speedups over single" in section
+    assert "Peak memory on the fullest device: median |error|" in section
+    table = pd.read_csv(folder.path / "predictions.csv").set_index("strategy")
+    assert table.loc["pipeline-gpipe", "speedup_vs_baseline"] == pytest.approx(0.05 / 0.08)
+    assert table.loc["pipeline-gpipe", "speedup_error"] == pytest.approx(
+        table.loc["pipeline-gpipe", "predicted_speedup"] / (0.05 / 0.08) - 1)
+    predicted_peak = max(json.loads(table.loc["single", "predicted_peak_memory_mib"]))
+    assert table.loc["single", "memory_error"] == pytest.approx(predicted_peak / 100.0 - 1)
 
 
 def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):
@@ -151,8 +163,13 @@ def test_a_sweep_over_device_counts_shows_each_strategys_fastest_split_and_draws
     out = capsys.readouterr().out
     assert "2 devices; fastest first, each strategy at its fastest split" in out
     assert "4 devices; fastest first" in out and "30 us a message" in out
+    # single on one device (whole batch first: every speedup's baseline), the rest on 2 and 4
+    singles = [line.split()[2] for line in out.splitlines() if line.split()[:1] == ["single"]]
+    assert len(singles) == 4 and singles.count("NaN") == 2  # whole and accumulating, twice
     table = pd.read_csv(csv)
-    assert set(table["devices"]) == {1, 2, 4}  # single on one, the rest on 2 and 4
+    assert set(table["devices"]) == {1, 2, 4}
+    assert not table.duplicated(["strategy", "devices", "split_size"]).any()
+    assert (table["strategy"] == "single").sum() == 3  # whole batch, splits 2 and 4: once
     assert set(table.loc[table["strategy"] == "pipeline-gpipe", "split_size"]) == {2, 4}
     assert figure.is_file() and figure.with_suffix(".svg").is_file()
 

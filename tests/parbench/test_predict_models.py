@@ -101,13 +101,21 @@ def test_a_predicted_speedup_is_against_the_predicted_baseline_of_the_same_workl
              partition="stem..a | b..head", step_time_median_s=15.0, devices="cpu,cpu",
              speedup_vs_baseline=0.4, **common),
     ])
+    # Another workload's baseline, twice as slow, in the same run: not resnet18's.
+    records = pd.concat([pd.DataFrame([{**records.iloc[0].to_dict(), "model": "resnet34",
+                                        "step_time_median_s": 12.0}]), records],
+                        ignore_index=True)
+    slower = replace(PROFILE, blocks=tuple(replace(b, forward_s=2.0, input_grad_s=2.0,
+                                                   weight_grad_s=2.0) for b in BLOCKS))
     # PROFILE at every size: the whole batch 12 s, 4 micro-batches one after the other 48 s,
     # GPipe on two devices 30 s.
-    table = predicted_beside_measured(records, lambda record: lambda micro_batch: PROFILE, FREE)
-    assert table["prediction_error"].tolist() == pytest.approx([1.0, 1.0, 1.0])
-    assert table["predicted_speedup"].isna().tolist() == [True, False, False]  # the baseline
-    assert table["predicted_speedup"].iloc[1:].tolist() == pytest.approx([12 / 48, 12 / 30])
-    assert table["speedup_error"].iloc[1:].tolist() == pytest.approx([0.0, 0.0])
+    table = predicted_beside_measured(
+        records, lambda record: lambda micro_batch: slower if record["model"] == "resnet34"
+        else PROFILE, FREE)
+    assert table["prediction_error"].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert table["predicted_speedup"].isna().tolist() == [True, True, False, False]
+    assert table["predicted_speedup"].iloc[2:].tolist() == pytest.approx([12 / 48, 12 / 30])
+    assert table["speedup_error"].iloc[2:].tolist() == pytest.approx([0.0, 0.0])
 
 
 def test_a_link_pays_its_latency_once_a_message():
@@ -211,6 +219,13 @@ def test_ranks_sharing_a_cpus_cores_hide_none_of_their_communication():
 
 def test_each_device_steps_the_optimiser_over_the_parameters_it_holds():
     stepping = replace(PROFILE, optimizer_s=2.0)  # all 4 MiB of parameters
+    # Stages of 2 and 6 MiB: GPipe's first rank ends last by its 4 s backward, but the second
+    # steps three quarters of the optimiser (6 s against 2 s): both end 2 s after the schedule.
+    uneven = replace(PROFILE, optimizer_s=8.0, blocks=tuple(
+        replace(block, parameter_sizes=(size * MIB,))
+        for block, size in zip(BLOCKS, (1, 1, 3, 3), strict=True)))
+    assert models.pipeline("gpipe", uneven, HALVES, 2, 4, FREE).step_time_s == \
+        pytest.approx(models.pipeline("gpipe", PROFILE, HALVES, 2, 4, FREE).step_time_s + 2.0)
     assert models.single(stepping, 5).step_time_s == pytest.approx(5 * 12.0 + 2.0)
     # Two stages of 2 MiB: the rank that ends last steps its half, 1 s.
     assert models.pipeline("gpipe", stepping, HALVES, 2, 4, FREE).step_time_s == \
