@@ -253,9 +253,10 @@ def _nudge_gradients(parameters: list[torch.Tensor], generator: torch.Generator)
     """Move every gradient backward computes one ulp up or down at random: the difference
     another summation order makes to a gradient (an exact zero stays zero, as it would)."""
     def nudge(grad: torch.Tensor) -> torch.Tensor:
-        up = torch.rand(grad.shape, generator=generator) < 0.5
-        nudged = torch.nextafter(grad, torch.where(up, math.inf, -math.inf).to(grad))
-        return torch.where(grad == 0, grad, nudged)
+        # A random bit a gradient, as bytes: half the time of comparing floats from rand().
+        up = torch.empty(grad.shape, dtype=torch.uint8).random_(2, generator=generator)
+        towards = up.to(grad.dtype).sub_(0.5).mul_(math.inf)  # +inf or -inf
+        return torch.nextafter(grad, towards).masked_fill_(grad == 0, 0)
 
     for p in parameters:  # the hooks go with the model, at the end of train_steps
         if p.requires_grad:

@@ -57,6 +57,7 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     assert "single" in can_run and "ddp" in can_run and "data-parallel" not in can_run
     frame = load_records(_run_folder(out))
     assert list(dict.fromkeys(frame["strategy"])) == can_run
+    assert set(frame["repeats"]) == {3}  # the quick comparison's trials, for its intervals
     # Beside single with the whole batch, single accumulating the pipelines' micro-batches.
     single = frame["strategy"] == "single"
     assert (set(frame.loc[single, "split_size"].dropna())
@@ -289,8 +290,10 @@ def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path)
 
 def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skipped(
         capsys, tmp_path):
+    # One trial (the quick comparison's default of 3 is the test above's): fp16 is slow here.
     status, out, err = _run(capsys, "run", "--precision", "fp16", "--devices", "cpu,cpu",
-                            "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
+                            "--repeats", "1", "--batch-size", "4", "--results-dir",
+                            str(tmp_path), *TINY)
     assert status == 0, err
     frame = load_records(_run_folder(out)).set_index("strategy")
     for name in ("pipeline-gpipe", "pipeline-1f1b"):
