@@ -17,6 +17,7 @@ __all__ = ["SETTINGS", "allocator_description", "pin_cpu_allocator", "unpad_heap
 SETTINGS = {"MALLOC_MMAP_THRESHOLD_": (-3, 32 * 2**20),  # glibc's largest on 64 bits
             "MALLOC_TRIM_THRESHOLD_": (-1, 2**31 - 1),
             "MALLOC_TOP_PAD_": (-2, 2**30)}
+UNPADDED_TOP_PAD = 128 * 2**10  # glibc's default, under a memory cap (`unpad_heap`)
 
 
 def _glibc():
@@ -52,7 +53,7 @@ def unpad_heap() -> None:
     it."""
     libc = _glibc()
     if libc is not None:
-        libc.mallopt(SETTINGS["MALLOC_TOP_PAD_"][0], 128 * 2**10)
+        libc.mallopt(SETTINGS["MALLOC_TOP_PAD_"][0], UNPADDED_TOP_PAD)
         libc.malloc_trim(0)
 
 
@@ -61,4 +62,5 @@ def allocator_description() -> str:
     if _glibc() is None:
         return "the platform's default (not glibc: thresholds not fixed)"
     return "glibc malloc, thresholds fixed: " + ", ".join(
-        f"{name}={value}" for name, value in _values().items())
+        f"{name}={value}" for name, value in _values().items()) + (
+        f"; under a memory cap MALLOC_TOP_PAD_={UNPADDED_TOP_PAD}")

@@ -17,13 +17,8 @@ from parbench.record import Record
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
-__all__ = ["PREDICTED_COLUMNS", "partition_of", "predict_record", "predicted_beside_measured"]
+__all__ = ["partition_of", "predict_record", "predicted_beside_measured"]
 
-# The columns a prediction adds beside a record's own.
-PREDICTED_COLUMNS = ("predicted_step_time_s", "prediction_error", "predicted_speedup",
-                     "speedup_error", "predicted_bubble_fraction", "predicted_peak_memory_mib",
-                     "memory_error", "predicted_timeline", "traced_step_s", "trace_replayed_step_s",
-                     "trace_replay_error")
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
 _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
