@@ -53,11 +53,12 @@ def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
 
 @pytest.mark.timeout(240)
 def test_real_strategies_stay_within_the_grown_tolerance(workload):
+    steps = STEPS // 2  # enough for the tolerance to grow; the rounding twins cost the time
     verdicts = verify(workload, CPU2, ["model-parallel", "pipeline"], 8, {"split_size": 2},
-                      tolerance=1e-5, steps=STEPS)
+                      tolerance=1e-5, steps=steps)
     for verdict in verdicts:
         assert verdict.ok, verdict
-        assert len(verdict.losses) == len(verdict.reference_losses) == STEPS
+        assert len(verdict.losses) == len(verdict.reference_losses) == steps
         # the losses really moved, and the tolerance grew from one step's
         assert verdict.reference_losses[-1] != pytest.approx(verdict.reference_losses[0])
         assert verdict.loss_tolerances[-1] > verdict.loss_tolerances[0]
