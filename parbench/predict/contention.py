@@ -5,7 +5,6 @@ the threads and the allocator a run's workers have; cached like a profile."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import queue
 import statistics
@@ -15,6 +14,7 @@ from pathlib import Path
 import torch
 
 from parbench.measure.allocator import pin_cpu_allocator
+from parbench.predict.cache import cached, settings_key
 from parbench.workloads import Workload
 
 __all__ = ["CONTENTION_VERSION", "load_or_measure_slowdown", "measure_slowdown",
@@ -95,21 +95,13 @@ def _answers(results, children, rounds: int, deadline: float) -> list[tuple[floa
 def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: int,
                   threads: int = 1) -> Path:
     """Where the slowdown for these settings is cached."""
-    layout = "-channels-last" if workload.channels_last else ""
-    return cache / (f"contention-{workload.model}-{workload.image_size}px-"
-                    f"{workload.num_classes}cls-{workload.precision}{layout}-cpu-{threads}t-"
-                    f"b{micro_batch}-x{processes}.json")
+    settings = settings_key(workload, "cpu", threads, micro_batch)
+    return cache / f"contention-{settings}-x{processes}.json"
 
 
 def load_or_measure_slowdown(cache: Path, workload: Workload, micro_batch: int,
                              processes: int, threads: int = 1) -> float:
     """The cached slowdown for these settings, measured and cached if there is none."""
     path = slowdown_path(cache, workload, micro_batch, processes, threads)
-    if path.exists():
-        stored = json.loads(path.read_text())
-        if stored.get("version") == CONTENTION_VERSION:
-            return stored["slowdown"]
-    slowdown = measure_slowdown(workload, micro_batch, processes, threads)
-    cache.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"version": CONTENTION_VERSION, "slowdown": slowdown}))
-    return slowdown
+    return cached(path, CONTENTION_VERSION, lambda: {"slowdown": measure_slowdown(
+        workload, micro_batch, processes, threads)})["slowdown"]

@@ -5,7 +5,6 @@ so a prediction costs seconds."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import torch
 
 from parbench.measure.allocator import pin_cpu_allocator
+from parbench.predict.cache import cached, settings_key
 from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
 from strategies.partition import Partition, resnet_blocks
@@ -107,9 +107,7 @@ class Profile:
                        optimizer_s=self.optimizer_s * factor)
 
     def key(self) -> str:
-        layout = "-channels-last" if self.channels_last else ""
-        return (f"{self.model}-{self.image_size}px-{self.num_classes}cls-{self.precision}"
-                f"{layout}-{self.device}-{self.threads}t-b{self.micro_batch}")
+        return settings_key(self, self.device, self.threads, self.micro_batch)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -288,19 +286,13 @@ def load_or_profile(cache: Path, workload: Workload, micro_batch: int,
     if workload.compile:
         raise ValueError("a profile is of the model as written: predict without --compile "
                          "(torch.compile's fused kernels are not profiled)")
-    wanted = Profile(workload.model, workload.image_size, workload.precision,
-                     workload.num_classes, workload.channels_last, device, threads,
-                     micro_batch, 3, ())
-    path = cache / f"{wanted.key()}.json"
-    if path.exists():
-        stored = json.loads(path.read_text())
-        if stored.get("version") == PROFILE_VERSION:
-            blocks = tuple(BlockProfile(**{**block, "parameter_sizes": tuple(
-                block["parameter_sizes"])}) for block in stored["blocks"])
-            return Profile(**{**stored["profile"], "blocks": blocks})
-    profile = profile_blocks(workload, micro_batch, device, threads)
-    cache.mkdir(parents=True, exist_ok=True)
-    fields = {k: v for k, v in asdict(profile).items() if k != "blocks"}
-    path.write_text(json.dumps({"version": PROFILE_VERSION, "profile": fields,
-                                "blocks": [asdict(b) for b in profile.blocks]}, indent=1))
-    return profile
+    def measure() -> dict:
+        profile = profile_blocks(workload, micro_batch, device, threads)
+        return {"profile": {k: v for k, v in asdict(profile).items() if k != "blocks"},
+                "blocks": [asdict(b) for b in profile.blocks]}
+
+    path = cache / f"{settings_key(workload, device, threads, micro_batch)}.json"
+    stored = cached(path, PROFILE_VERSION, measure)
+    blocks = tuple(BlockProfile(**{**block, "parameter_sizes": tuple(block["parameter_sizes"])})
+                   for block in stored["blocks"])
+    return Profile(**{**stored["profile"], "blocks": blocks})
