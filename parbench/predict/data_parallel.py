@@ -49,8 +49,10 @@ def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False)
     backward = sum(block.input_grad_s + block.weight_grad_s for block in profile.blocks)
     buckets = bucket_ready_times(profile)
     allreduces = [link.allreduce_s(size, ranks) if ranks > 1 else 0.0 for _, size in buckets]
-    communication_end = backward + sum(allreduces) if shared_cores else 0.0
-    if not shared_cores:
+    if shared_cores:
+        communication_end = backward + sum(allreduces)
+    else:
+        communication_end = 0.0
         for (ready, _), allreduce in zip(buckets, allreduces, strict=True):
             communication_end = max(ready, communication_end) + allreduce
     step = forward + max(backward, communication_end) + profile.optimizer_s
@@ -76,8 +78,11 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
     units = range(1, len(blocks) - 1)
     issued_ahead = profile.device.startswith("cuda")
 
+    spent = []  # every collective's time, as issued
+
     def collective(name: str, size: int) -> float:
-        return link.collective_s(name, size, ranks)
+        spent.append(link.collective_s(name, size, ranks))
+        return spent[-1]
 
     gathering = compute = collective("all_gather", root)  # the root first, alone
     issued = 0.0  # when the block before started: where a gather issued ahead starts
@@ -99,13 +104,8 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
                                                            blocks[i].parameter_bytes)
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
-    step = max(compute, reducing)
-    if shared_cores:
-        step = busy + sum(collective("all_gather", blocks[i].parameter_bytes) * (1 + reshard)
-                          + collective("reduce_scatter", blocks[i].parameter_bytes)
-                          for i in units) + collective("all_gather", root) \
-            + collective("reduce_scatter", root)
-    step += profile.optimizer_s / ranks
+    step = (busy + sum(spent) if shared_cores else max(compute, reducing)) \
+        + profile.optimizer_s / ranks
     parameters = sum(b.parameter_bytes for b in blocks)
     saved = sum(b.saved_bytes for b in blocks)
     # Sharded parameters, gradients and momentum, and what is gathered at once: the root and
