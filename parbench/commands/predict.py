@@ -77,15 +77,15 @@ def _predict_run(args: argparse.Namespace) -> int:
                  "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
-    if speedup_summary(table):
+    speedups, traced, memory = (speedup_summary(table), trace_summary(table),
+                                memory_summary(table))
+    if speedups:
         print(f"speedup error (predicted / measured speedup over single on the whole batch - "
-              f"1; a drift of the machine that slowed every profile alike cancels): "
-              f"{speedup_summary(table)}")
-    if trace_summary(table):
-        print(f"told apart: {trace_summary(table)}")
-    if memory_summary(table):
-        print(f"peak memory on the fullest device, predicted against measured: "
-              f"{memory_summary(table)}")
+              f"1; a drift of the machine that slowed every profile alike cancels): {speedups}")
+    if traced:
+        print(f"told apart: {traced}")
+    if memory:
+        print(f"peak memory on the fullest device, predicted against measured: {memory}")
     print(f"predictions: {folder.path / PREDICTIONS_FILE}; figure: {figure}"
           + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
              if timelines else "")
@@ -107,9 +107,9 @@ def _predict_sweep(args: argparse.Namespace) -> int:
                        device_kind=device, threads_per_device=args.threads)
     splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
     try:
-        link = _link(args.link, [], "")
-        tables = [predict_sweep(count, args.batch_size, splits,
-                                profiles_for(record_like, args.profile_cache), link)
+        link, profile_at = _link(args.link, [], ""), profiles_for(record_like,
+                                                                  args.profile_cache)
+        tables = [predict_sweep(count, args.batch_size, splits, profile_at, link)
                   for count in device_counts]
     except ValueError as error:
         raise UsageError(str(error)) from None

@@ -11,8 +11,7 @@ from parbench.markdown import cell, markdown_table
 from parbench.plots.common import interval_of, options_text
 
 __all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "prediction_section",
-           "speedup_summary",
-           "trace_summary", "with_reader_columns"]
+           "speedup_summary", "trace_summary", "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -105,6 +104,7 @@ def prediction_section(folder: Path) -> list[str]:
     headings = ["configuration", "ranks", "measured step (s) [95%]", "PREDICTED step (s)",
                 "error"] + (["measured speedup [95%]", "PREDICTED speedup", "error"]
                             if speedups else [])
+    traced, memory = trace_summary(table), memory_summary(table)
     return ["## Predicted against measured", "",
             f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
             f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
@@ -112,9 +112,8 @@ def prediction_section(folder: Path) -> list[str]:
             + (f" Speedups over single on the whole batch, each side from its own source (a "
                f"drift of the machine that slowed every profile alike cancels): "
                f"{speedup_summary(table)}." if speedups else "")
-            + (f" Told apart: {trace_summary(table)}." if trace_summary(table) else "")
-            + (f" Peak memory on the fullest device: {memory_summary(table)}."
-               if memory_summary(table) else "")
+            + (f" Told apart: {traced}." if traced else "")
+            + (f" Peak memory on the fullest device: {memory}." if memory else "")
             + " What the model leaves out is in parbench's docs/prediction.md.", "",
             markdown_table(rows, headings), "", "![predictions](predictions.png)", ""]
 
