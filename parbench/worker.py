@@ -255,7 +255,7 @@ def _nudge_gradients(parameters: list[torch.Tensor], generator: torch.Generator)
     def nudge(grad: torch.Tensor) -> torch.Tensor:
         # A random bit a gradient, as bytes: half the time of comparing floats from rand().
         up = torch.empty(grad.shape, dtype=torch.uint8).random_(2, generator=generator)
-        towards = up.to(grad.dtype).sub_(0.5).mul_(math.inf)  # +inf or -inf
+        towards = up.to(grad).sub_(0.5).mul_(math.inf)  # +inf or -inf, on grad's device
         return torch.nextafter(grad, towards).masked_fill_(grad == 0, 0)
 
     for p in parameters:  # the hooks go with the model, at the end of train_steps
