@@ -11,6 +11,7 @@ import pandas as pd
 from parbench import stats
 from parbench.markdown import cell, markdown_table
 from parbench.plots import config_label, options_text
+from parbench.plots.common import interval_of
 from parbench.predict.summary import prediction_section
 from parbench.record import heading
 from parbench.results import atomic_write_text, load_records
@@ -210,7 +211,7 @@ def _from_ideal(record: pd.Series, devices: int) -> str:
 def _above_ideal(record: pd.Series, name: str, causes: str) -> str:
     """An efficiency above 1 is a finding to explain where its interval excludes 1, noise
     where it does not, and unknown with one trial."""
-    efficiency, bounds = record.get(name), _bounds(record, name)
+    efficiency, bounds = record.get(name), interval_of(record, name)
     if efficiency is None or efficiency != efficiency or efficiency <= 1:
         return ""
     if bounds is None:
@@ -242,11 +243,6 @@ def answers(frame: pd.DataFrame) -> list[str]:
                 f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} MiB "
                 f"(max/mean {leanest['memory_imbalance']:.2f})")
     return lines
-
-
-def _bounds(record: pd.Series, name: str) -> list | None:
-    intervals = record.get("intervals")
-    return intervals.get(name) if isinstance(intervals, dict) else None
 
 
 def _rounds(record: pd.Series) -> dict[int, float]:
@@ -284,7 +280,7 @@ def _fastest(ranked: pd.DataFrame) -> str:
 
 def _with_interval(record: pd.Series, name: str) -> str:
     """A figure of merit with its 95% interval where it has one: `137 [121, 150]`."""
-    value, bounds = record.get(name), _bounds(record, name)
+    value, bounds = record.get(name), interval_of(record, name)
     text = _format_number(value) if value is not None and value == value else "-"
     if bounds:
         text += f" [{_format_number(bounds[0])}, {_format_number(bounds[1])}]"
@@ -298,7 +294,7 @@ def noise_floor(frame: pd.DataFrame) -> list[str]:
         return []
     lines = []
     for _, row in frame[frame["aa_ratio"].notna()].iterrows():
-        bounds = _bounds(row, "aa_ratio")
+        bounds = interval_of(row, "aa_ratio")
         if not bounds:
             continue
         spread = max(abs(bounds[0] - 1), abs(bounds[1] - 1))
