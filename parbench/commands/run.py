@@ -82,7 +82,7 @@ def build_configs(args: argparse.Namespace,
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
     _check(configs, args.data, requested)
-    _refuse_or_skip(configs)
+    _refuse_or_skip(configs, requested)
     if args.accumulation_split is None:
         configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
@@ -123,17 +123,20 @@ def _available_strategies(configs: list[Config]) -> list[Config]:
     return [c for c in configs if c.strategy in names or c.strategy == strategies.BASELINE]
 
 
-def _refuse_or_skip(configs: list[Config]) -> None:
-    """A strategy that refuses every combination of the sweep is a usage error; one that
-    refuses only some (a schedule's micro-batch count, say) has those recorded as skipped,
-    with its reason, and the sweep measures the rest."""
+def _refuse_or_skip(configs: list[Config], requested: bool) -> None:
+    """A strategy named with --strategy that refuses every combination of the sweep is a usage
+    error; in the comparison of every strategy (nothing `requested`) it is recorded as skipped
+    with its reason (the V schedules cannot cut resnet18's 10 blocks into 2 x 8 stages, say),
+    and the others are measured. One that refuses only some (a schedule's micro-batch count,
+    say) has those recorded as skipped, and the sweep measures the rest."""
     for name in dict.fromkeys(c.strategy for c in configs if c.refusal()):
         reasons = [c.refusal() for c in configs if c.strategy == name]
-        if all(reasons):
+        if all(reasons) and requested:
             raise UsageError(reasons[0])
-        print(f"note: {name} refuses {sum(map(bool, reasons))} of its {len(reasons)} "
-              f"configurations, recorded as skipped; the first: {next(filter(None, reasons))}",
-              file=sys.stderr)
+        what = ("every one" if all(reasons) else
+                f"{sum(map(bool, reasons))}") + f" of its {len(reasons)} configurations"
+        print(f"note: {name} refuses {what}, recorded as skipped; the first: "
+              f"{next(filter(None, reasons))}", file=sys.stderr)
 
 
 def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:

@@ -338,3 +338,41 @@ def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
     args.split_size = "4"  # refused in every combination: a usage error
     with pytest.raises(cli.UsageError, match="got 2; use a smaller --split-size"):
         build_configs(args)
+
+
+EIGHT_CPUS = ",".join(["cpu"] * 8)
+
+
+def test_the_comparison_on_many_devices_skips_a_strategy_they_cannot_cut_for(capsys):
+    """8 devices: the V schedules would cut resnet18 (10 blocks) into 16 pieces. The
+    comparison of every strategy records them as skipped with the reason and plans the rest,
+    as it does for data-parallel on CPU; named with --strategy, the same is a usage error."""
+    from parbench import cli, runner
+    from parbench.commands.run import build_configs
+
+    args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, *TINY])
+    configs = build_configs(args)
+    notes = capsys.readouterr().err
+    by_name = {c.strategy: c for c in configs if not c.options.get("accumulate")}
+    for name in ("pipeline-zbv", "pipeline-dualpipev"):
+        assert f"note: {name} refuses every one of its 1 configurations" in notes
+        record = runner.run_config(by_name[name], measure=lambda c: pytest.fail("measured"))
+        assert record.status == "skipped"
+        assert "cannot cut 10 blocks into 16 stages" in record.reason
+    assert by_name["pipeline-1f1b"].plan.runs and by_name["ddp"].plan.runs
+    args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, "--strategy",
+                                    "pipeline-zbv", *TINY])
+    with pytest.raises(cli.UsageError, match="cannot cut 10 blocks into 16 stages"):
+        build_configs(args)
+
+
+def test_verify_on_many_devices_leaves_out_what_they_cannot_cut_for(capsys):
+    from parbench.commands.verify import _runnable_strategies
+    from parbench.devices import parse_devices
+
+    names = _runnable_strategies(Workload(model="resnet18", image_size=64, num_classes=10), 8,
+                                 parse_devices(EIGHT_CPUS), {"split_size": 2})
+    assert "pipeline-zbv" not in names and "pipeline-dualpipev" not in names
+    assert {"model-parallel", "pipeline-1f1b", "ddp", "fsdp"} <= set(names)
+    assert "note: not verified here: pipeline-zbv: cannot cut 10 blocks" in (
+        capsys.readouterr().err)
