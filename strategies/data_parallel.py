@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from strategies.rank_parallel import SplitBatch
 
-__all__ = ["DataParallel"]
+if TYPE_CHECKING:
+    from parbench.workloads import Workload
+
+__all__ = ["AutocastForward", "DataParallel"]
+
+
+class AutocastForward(nn.Module):
+    """`model` with the workload's autocast entered inside its forward, in the thread that runs
+    it: DataParallel runs each replica's forward in a thread of its own, where torch's
+    parallel_apply enters autocast again without a dtype (autocast's dtype is per thread), so
+    on CUDA a bf16 run would compute in fp16, CUDA's default, while its record said bf16."""
+
+    def __init__(self, model: nn.Module, workload: Workload) -> None:
+        super().__init__()
+        self.model = model
+        self.workload = workload  # copied into each replica with the module's attributes
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        with self.workload.autocast(images.device):
+            return self.model(images)
 
 
 class DataParallel(SplitBatch):
@@ -32,8 +53,8 @@ class DataParallel(SplitBatch):
     def setup(self) -> None:
         device = self.devices[0]
         self._model = self.workload.build_model_on(device)
-        self._parallel = nn.DataParallel(self._model, device_ids=list(self.devices),
-                                         output_device=device)
+        self._parallel = nn.DataParallel(AutocastForward(self._model, self.workload),
+                                         device_ids=list(self.devices), output_device=device)
         self.prepare_training(self._model.parameters(), device)
 
     @property
@@ -42,7 +63,7 @@ class DataParallel(SplitBatch):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
-        # autocast is thread-local: DataParallel's replica threads inherit it from here.
+        # The replicas' forward enters autocast itself (AutocastForward); this one is the loss's.
         with self.workload.autocast(self.devices[0]):
             loss = self.loss_fn(self._parallel(images), labels)
         self.scaler.scale(loss).backward()

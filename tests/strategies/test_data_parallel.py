@@ -1,5 +1,6 @@
 """Data-parallel strategies' rules: where they run, how the batch divides, what they equal."""
 
+import threading
 from dataclasses import replace
 
 import pytest
@@ -61,3 +62,33 @@ def test_fsdp_takes_fp16_and_its_mixed_precision_policy_needs_a_lower_precision(
     _plan("fsdp", 4, (CPU, CPU), replace(tiny_workload, precision="fp16"))
     with pytest.raises(StrategyError, match="give --precision bf16 or fp16"):
         _plan("fsdp", 4, (CPU, CPU), tiny_workload, mixed_precision=True)
+
+
+def _forward_dtype_in_a_replica_thread(module, images) -> torch.dtype:
+    """The dtype `module` computes in, run as torch's parallel_apply runs a DataParallel
+    replica: in a thread of its own that enters autocast again without a dtype."""
+    seen = []
+
+    def replica():
+        with torch.amp.autocast("cpu", enabled=True):  # parallel_apply's re-entry
+            seen.append(module(images).dtype)
+
+    thread = threading.Thread(target=replica)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_data_parallel_replicas_compute_in_the_precision_asked(tiny_workload):
+    """A replica thread's autocast falls back to the device's default dtype (bf16 on CPU,
+    fp16 on CUDA): the replicated module enters the workload's own."""
+    from strategies.data_parallel import AutocastForward
+
+    workload = replace(tiny_workload, precision="fp16")  # not the default here, as bf16 on CUDA
+    model = workload.build_model_on(CPU)
+    images, _ = workload.make_batch(2, CPU)
+    assert _forward_dtype_in_a_replica_thread(model, images) == torch.bfloat16  # the bug
+    assert _forward_dtype_in_a_replica_thread(AutocastForward(model, workload),
+                                              images) == torch.float16
+    fp32 = AutocastForward(model, replace(tiny_workload, precision="fp32"))
+    assert fp32(images).dtype == torch.float32
