@@ -5,6 +5,7 @@ must say why in their record. Sized to finish in a few minutes on one H100.
 """
 
 import json
+import math
 import os
 import re
 import shutil
@@ -17,10 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from parbench import cli, worker
+from parbench import cli
 from parbench.config import Config
 from parbench.devices import DeviceSet, parse_devices, synchronize
-from parbench.measure import peak_tflops, time_steps
+from parbench.measure import peak_tflops, probes, time_steps
+from parbench.measure.sampling import GpuSampler
+from parbench.record import Record
 from parbench.runner import run_config
 from parbench.workloads import Workload
 
@@ -34,16 +37,16 @@ RESNET50_STATE_MIB = 3 * 25.557e6 * 4 / 2**20
 
 
 def _run(strategy: str, devices: str = GPU, batch: int = 32, steps: int = 5, warmup: int = 2,
-         workload: Workload = WORKLOAD, **fields) -> dict:
+         workload: Workload = WORKLOAD, **fields) -> Record:
     config = Config(strategy, workload, batch, parse_devices(devices), warmup=warmup,
                     steps=steps, timeout_s=300, **fields)
     return run_config(config)
 
 
-def _ok(record: dict) -> dict:
+def _ok(record: Record) -> Record:
     assert record.status == "ok", record.reason
-    assert record.throughput_ips > 0
-    assert record.loss_last == pytest.approx(record.loss_last)  # not nan
+    assert record.throughput_ips is not None and record.throughput_ips > 0
+    assert record.loss_last is not None and math.isfinite(record.loss_last)
     return record
 
 
@@ -179,39 +182,26 @@ def test_gpu_utilisation_memory_and_energy_are_sampled():
             64 * 30 / record.gpu_energy_j)
 
 
-class _NoSampler:
-    source = "not sampled (cost check)"
-    energy_j: dict = {}
+class _NoSampler(GpuSampler):
+    """The sampler with its reader closed before it starts: it samples nothing, and answers
+    every call the worker makes as a sampler that found no GPU (it is one, so it cannot drift
+    from the interface)."""
 
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def start_energy(self):
-        pass
-
-    def stop_energy(self):
-        pass
-
-    def mean_utilisation(self):
-        return []
-
-    def max_memory_used_mib(self):
-        return []
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = None
+        self.source = "not sampled (cost check)"
 
 
 def test_sampling_costs_less_than_one_percent(monkeypatch):
     sampled, unsampled = [], []
     for _ in range(3):  # alternate, so drift hits both alike
-        sampled.append(_ok(_run("single", batch=64, steps=30))["step_time_median_s"])
+        sampled.append(_ok(_run("single", batch=64, steps=30)).step_time_median_s)
         with monkeypatch.context() as patch:
-            patch.setattr(worker, "GpuSampler", _NoSampler)
-            unsampled.append(_ok(_run("single", batch=64, steps=30))["step_time_median_s"])
+            patch.setattr(probes, "GpuSampler", _NoSampler)  # what Probes.open builds
+            unsampled.append(_ok(_run("single", batch=64, steps=30)).step_time_median_s)
     cost = min(sampled) / min(unsampled) - 1
     assert cost < 0.01, f"sampling slowed the step by {cost:.1%}"
 
@@ -220,10 +210,10 @@ def test_compile_is_kept_out_of_the_measured_steps():
     workload = replace(WORKLOAD, precision="bf16", channels_last=True)
     eager = _ok(_run("single", workload=workload, steps=10))
     compiled = _ok(_run("single", workload=replace(workload, compile=True), steps=10))
-    assert compiled["compile"] is True
-    assert compiled["compile_time_s"] > 1  # inductor took seconds on the first warm-up step
-    assert compiled["step_time_max_s"] < compiled["first_step_time_s"] / 5
-    assert compiled["throughput_ips"] > 0.9 * eager["throughput_ips"]
+    assert compiled.compile is True
+    assert compiled.compile_time_s > 1  # inductor took seconds on the first warm-up step
+    assert compiled.step_time_max_s < compiled.first_step_time_s / 5
+    assert compiled.throughput_ips > 0.9 * eager.throughput_ips
 
 
 def test_a_batch_larger_than_the_gpu_is_refused_before_anything_runs(tmp_path, capsys):
