@@ -125,7 +125,7 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
         probes = Probes.open(devices, strategy.placed_modules())
         losses: list[torch.Tensor] = []
         # The last measured step of a model cut into stages is timed action by action as well.
-        timeline = Timeline(strategy.input_device) if strategy.pipeline_stages > 1 else None
+        timeline = Timeline(devices.logical) if strategy.pipeline_stages > 1 else None
         traced = config.warmup + config.steps - 1
 
         def step(i: int) -> None:

@@ -17,6 +17,7 @@ from strategies.options import Options
 from strategies.stages import bubble_fraction, micro_batch_sizes
 
 if TYPE_CHECKING:
+    from parbench.measure.timeline import Timeline
     from parbench.workloads import Workload
 
 __all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
@@ -73,7 +74,7 @@ class Strategy(ABC):
     allreduces_gradients: ClassVar[bool] = False
 
     # Set by the harness for a step it times action by action (parbench.measure.timeline).
-    timeline = None
+    timeline: Timeline | None = None
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -170,11 +171,11 @@ class Strategy(ABC):
     def action(self, stage: int, micro_batch: int, phase: str, model_stage: int | None = None):
         """Wraps one micro-batch's forward ("F") or backward ("B"; "I" and "W" where it is split
         into input- and weight-gradient halves) on a stage (a rank that holds several model
-        stages gives the one it runs as `model_stage`), for the harness to time; a no-op
-        unless it set `timeline`."""
+        stages gives the one it runs as `model_stage`), for the harness to time on the stage's
+        device, `devices[stage]` (stage k's, or rank k's); a no-op unless it set `timeline`."""
         if self.timeline is None:
             return contextlib.nullcontext()
-        return self.timeline.span(stage, micro_batch, phase, model_stage)
+        return self.timeline.span(stage, micro_batch, phase, model_stage, self.devices[stage])
 
     def bubble_fraction(self) -> float | None:
         """The theoretical idle share of a step: GPipe's (K-1)/(M+K-1) for K stages and M

@@ -8,7 +8,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -24,49 +24,76 @@ class Timeline:
     """Spans `[stage, micro_batch, phase, start_s, end_s]` of one step, relative to `start()`,
     with a sixth item, the model stage, where a rank (the row, `stage`) holds several.
 
-    Strategies mark their actions with `span` (a no-op until the worker starts a timeline);
-    on CUDA each span is a pair of events, read once the step is synchronised."""
+    Strategies mark their actions with `span`, naming the device the action ran on (a no-op
+    until the worker starts a timeline). On CUDA each span is a pair of events recorded on
+    that device's current stream, read once the step is synchronised against an origin event
+    of the same device (CUDA times events of one device only)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self._cuda = device.type == "cuda"
+    def __init__(self, devices: Sequence[torch.device]) -> None:
+        """`devices`: those this process drives (a span runs on one of them)."""
+        self._devices = tuple(dict.fromkeys(_indexed(d) for d in devices))
+        self._cuda = self._devices[0].type == "cuda"
         self._lock = threading.Lock()
         self._pending: list = []
-        self._origin = None
+        self._origins: dict[torch.device, torch.cuda.Event] = {}
+        self._origin = 0.0
 
     def start(self) -> None:
         with self._lock:
             self._pending = []
         if self._cuda:
-            self._origin = torch.cuda.Event(enable_timing=True)
-            self._origin.record()
+            # Every device is idle here (the harness synchronises them after each step), so
+            # origins recorded one after the other on each device mark the same instant.
+            self._origins = {}
+            for device in self._devices:
+                origin = torch.cuda.Event(enable_timing=True)
+                origin.record(torch.cuda.current_stream(device))
+                self._origins[device] = origin
         else:
             self._origin = time.perf_counter()
 
     @contextlib.contextmanager
-    def span(self, stage: int, micro_batch: int, phase: str,
-             model_stage: int | None = None) -> Iterator[None]:
-        if self._cuda:
-            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            begin.record()
-            yield
-            end.record()
-        else:
-            begin = time.perf_counter()
-            yield
-            end = time.perf_counter()
+    def span(self, stage: int, micro_batch: int, phase: str, model_stage: int | None = None,
+             device: torch.device | None = None) -> Iterator[None]:
+        """Time what runs inside on `device` (by default the first this process drives)."""
         extra = () if model_stage is None else (model_stage,)
+        if self._cuda:
+            device = _indexed(device) if device is not None else self._devices[0]
+            if device not in self._origins:
+                raise ValueError(f"a span on {device}, which this timeline does not drive "
+                                 f"({', '.join(map(str, self._devices))})")
+            stream = torch.cuda.current_stream(device)  # where this thread queues its work
+            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            begin.record(stream)
+            yield
+            end.record(stream)
+            marks: tuple = (device, begin, end)
+        else:
+            start = time.perf_counter()
+            yield
+            marks = (None, start, time.perf_counter())
         with self._lock:
-            self._pending.append((stage, micro_batch, phase, begin, end, *extra))
+            self._pending.append((stage, micro_batch, phase, *marks, *extra))
 
     def spans(self) -> list[list]:
         """The step's spans in seconds from its start (call after the step is synchronised)."""
-        def seconds(mark) -> float:
+        def seconds(device, mark) -> float:
             if self._cuda:
-                return self._origin.elapsed_time(mark) / 1e3
+                return self._origins[device].elapsed_time(mark) / 1e3
             return mark - self._origin
 
-        return sorted([stage, micro_batch, phase, seconds(begin), seconds(end), *extra]
-                      for stage, micro_batch, phase, begin, end, *extra in self._pending)
+        return sorted([stage, micro_batch, phase, seconds(device, begin),
+                       seconds(device, end), *extra]
+                      for stage, micro_batch, phase, device, begin, end, *extra
+                      in self._pending)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """`cuda` as the device it means (`cuda:N`, the current one), so that names compare."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _busy(intervals: list[tuple[float, float]]) -> float:

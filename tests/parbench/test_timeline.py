@@ -1,5 +1,6 @@
 """A pipeline step's measured timeline: spans, idle share per stage, the Chrome trace."""
 
+import contextlib
 import json
 import time
 
@@ -20,7 +21,7 @@ def test_idle_share_per_stage_is_what_its_spans_leave_of_the_step():
 
 
 def test_spans_are_seconds_from_the_start_in_order():
-    timeline = Timeline(torch.device("cpu"))
+    timeline = Timeline([torch.device("cpu")])
     timeline.start()
     with timeline.span(1, 0, "F"):
         time.sleep(0.01)
@@ -53,7 +54,7 @@ def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_k():
 
 
 def test_a_rank_holding_several_model_stages_names_the_one_each_span_ran():
-    timeline = Timeline(torch.device("cpu"))
+    timeline = Timeline([torch.device("cpu")])
     timeline.start()
     with timeline.span(0, 1, "I", model_stage=3):
         pass
@@ -64,3 +65,73 @@ def test_a_rank_holding_several_model_stages_names_the_one_each_span_ran():
     [event] = [e for e in json.loads(chrome_trace([marked], "zbv"))["traceEvents"]
                if e["ph"] == "X"]
     assert event["name"] == "I1 s3" and event["args"]["model_stage"] == 3
+
+
+class _FakeEvent:
+    """A CUDA event as the timeline uses one: recorded on a stream of one device at the fake
+    clock's time; `elapsed_time` refuses an event of another device, as CUDA does."""
+
+    clock = [0.0]
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.device = self.at_ms = None
+
+    def record(self, stream) -> None:
+        self.device, self.at_ms = stream.device, self.clock[0]
+
+    def elapsed_time(self, end: "_FakeEvent") -> float:
+        if end.device != self.device:
+            raise RuntimeError("events on different devices")
+        return end.at_ms - self.at_ms
+
+
+class _FakeStream:
+    def __init__(self, device) -> None:
+        self.device = device
+
+
+def test_each_span_is_timed_on_its_own_gpu_against_that_gpu_origin(monkeypatch):
+    """Stages on two GPUs: each span recorded on its stage's device stream, measured from that
+    device's origin (recorded on the current device alone, every span was on cuda:0)."""
+    from parbench.measure import timeline as module
+
+    monkeypatch.setattr(module.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(module.torch.cuda, "current_stream", _FakeStream)
+    gpus = [torch.device("cuda:0"), torch.device("cuda:1")]
+    timeline = Timeline(gpus)
+    _FakeEvent.clock[0] = 100.0
+    timeline.start()
+    for stage, (begin_ms, end_ms) in enumerate([(100.0, 110.0), (110.0, 130.0)]):
+        _FakeEvent.clock[0] = begin_ms
+        with timeline.span(stage, 0, "F", device=gpus[stage]):
+            _FakeEvent.clock[0] = end_ms
+    assert timeline.spans() == [[0, 0, "F", 0.0, 0.01], [1, 0, "F", 0.01, 0.03]]
+    assert [p[3] for p in timeline._pending] == gpus  # each span on its own device
+    with pytest.raises(ValueError, match="a span on cuda:2, which this timeline does not"):
+        with timeline.span(0, 1, "F", device=torch.device("cuda:2")):
+            pass
+
+
+@pytest.mark.parametrize("name", ["model-parallel", "pipeline", "pipeline-1f1b"])
+def test_a_strategy_times_each_action_on_its_stage_device(name, tiny_workload):
+    """Stage k's actions (rank k's, one process per stage) on devices[k]."""
+    import strategies
+    from strategies.base import Plan
+
+    gpus = (torch.device("cuda:0"), torch.device("cuda:1"))
+    entry = strategies.lookup(name)
+    options = entry.cls.Options.from_values({"split_size": 2, **entry.preset})
+    strategy = entry.cls(Plan(name, tiny_workload, 4, gpus, options))
+
+    class Recorder:
+        seen: list = []
+
+        def span(self, stage, micro_batch, phase, model_stage=None, device=None):
+            self.seen.append((stage, device))
+            return contextlib.nullcontext()
+
+    strategy.timeline = Recorder()
+    for stage in (0, 1):
+        with strategy.action(stage, 0, "F"):
+            pass
+    assert Recorder.seen == [(0, gpus[0]), (1, gpus[1])]
