@@ -10,6 +10,7 @@ import pandas as pd
 
 from parbench import stats
 from parbench.markdown import cell, markdown_table
+from parbench.measure.memory import memory_kind
 from parbench.plots import config_label, options_text
 from parbench.plots.common import interval_of
 from parbench.predict.summary import prediction_section
@@ -234,15 +235,30 @@ def answers(frame: pd.DataFrame) -> list[str]:
         for devices, same in group.groupby(counts):
             ranked = same.sort_values("throughput_ips", ascending=False)
             fastest = ranked.iloc[0]
-            leanest = same.loc[same["peak_memory_max_mib"].idxmin()]
             emulated = " (emulated)" if same["emulated"].fillna(False).astype(bool).any() else ""
             lines.append(
                 f"{model}, batch {batch}, {size} px, {precision}, {devices} device"
                 f"{'s' if devices > 1 else ''}{emulated}: {_fastest(ranked)}"
-                f"{_from_ideal(fastest, devices)}; least memory on its fullest device "
-                f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} MiB "
-                f"(max/mean {leanest['memory_imbalance']:.2f})")
+                f"{_from_ideal(fastest, devices)}; {_leanest(same)}")
     return lines
+
+
+def _leanest(same: pd.DataFrame) -> str:
+    """The least memory on its fullest device, compared only among figures of one kind
+    (memory_kind): on one GPU emulating two, single, ddp and fsdp give allocator peaks while
+    the one-process pipelines count tensors, which leave out cuDNN's workspace, the input
+    batch and transient gradients."""
+    kinds = same["memory_source"].map(memory_kind)
+    named = []
+    for kind in kinds.unique():
+        group = same[kinds == kind]
+        leanest = group.loc[group["peak_memory_max_mib"].idxmin()]
+        named.append(f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} "
+                     f"MiB (max/mean {leanest['memory_imbalance']:.2f}; {kind})")
+    if len(named) == 1:
+        return f"least memory on its fullest device {named[0]}"
+    return ("least memory on its fullest device, among figures of one kind only (not "
+            "comparable across kinds): " + "; ".join(named))
 
 
 def _rounds(record: pd.Series) -> dict[int, float]:

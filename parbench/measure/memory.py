@@ -16,7 +16,8 @@ import torch
 from parbench.devices import DeviceSet
 from parbench.measure.allocator import unpad_heap
 
-__all__ = ["MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap", "memory_growth"]
+__all__ = ["MEMORY_KINDS", "MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap",
+           "memory_growth", "memory_kind"]
 
 MIB = 2**20
 
@@ -140,6 +141,22 @@ def memory_growth(after_step_mib: Sequence[float], min_slope_mib: float = 1.0
     rises = sum(b > a for a, b in pairs)
     falls = sum(b < a for a, b in pairs)
     return slope, slope >= min_slope_mib and 2 * rises >= len(pairs) and falls <= 1
+
+
+# What a record's `memory_source` counted (its first words), for labels and for comparing
+# like with like: counted tensors leave out what allocator peaks hold besides them (cuDNN's
+# workspace, the input batch, gradients freed within backward), and a process's resident set
+# holds the interpreter and libraries too.
+MEMORY_KINDS = {"tensors per logical device": "tensors counted",
+                "cuda max_memory_allocated": "allocator peaks",
+                "process peak RSS": "process RSS"}
+
+
+def memory_kind(source: str | None) -> str:
+    """What `source` (a record's `memory_source`) counted, in two words: one of
+    MEMORY_KINDS' values, or "unknown"."""
+    return next((kind for prefix, kind in MEMORY_KINDS.items()
+                 if str(source or "").startswith(prefix)), "unknown")
 
 
 class PeakMemory:

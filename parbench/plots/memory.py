@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from parbench.measure.memory import memory_kind
 from parbench.plots.common import (
     best_settings,
     config_label,
@@ -28,6 +29,8 @@ def plot_memory(frame: pd.DataFrame):
     panels = panel_groups(best_settings(frame))
     rows = max(len(group) for _, group in panels)
     fig, axes = make_axes(len(panels), width_per=8.0, height=2.2 + 0.55 * rows)
+    kinds = frame["memory_source"].dropna().map(memory_kind).unique()
+    mixed = len(kinds) > 1
     for ax, (name, group) in zip(axes, panels, strict=True):
         y = np.arange(len(group))[::-1]  # the first measured on top
         for yi, (_, record) in zip(y, group.iterrows(), strict=True):
@@ -40,14 +43,15 @@ def plot_memory(frame: pd.DataFrame):
             if peaks:
                 ax.annotate(f"{record['memory_imbalance']:.2f}", (max(peaks), yi),
                             textcoords="offset points", xytext=(4, 0), va="center", fontsize=8)
-        ax.set_yticks(y, [textwrap.fill(config_label(r).replace("\n", " "), 40)
+        ax.set_yticks(y, [textwrap.fill(config_label(r).replace("\n", " ")
+                                        + (f" ({memory_kind(r['memory_source'])})"
+                                           if mixed else ""), 40)
                           for _, r in group.iterrows()], fontsize=8)
         ax.set_xlabel(axis_label("peak_memory_mib"))
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.15)
-    sources = frame["memory_source"].dropna().astype(str)
-    how = ("tensors counted per logical device" if sources.str.startswith("tensors").any()
-           else "allocator peaks per device")
+    how = (f"{' / '.join(kinds)}, as each label says: not comparable across kinds" if mixed
+           else f"{kinds[0] if len(kinds) else 'peak memory'} per device")
     fig.suptitle(title(frame, "Peak memory per device at each strategy's fastest setting, a "
                                f"bar per device, top to bottom ({how}; label: imbalance "
                                "max / mean)"), fontsize=10)

@@ -3,6 +3,7 @@
 import json
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 from matplotlib.colors import to_rgb
 
@@ -225,3 +226,35 @@ def test_weak_scaling_draws_one_line_per_batch_per_device():
     [ax] = fig.axes
     assert len(ax.patches) == 4  # compute and exposed, for N = 1 and N = 2
     plt.close(fig)
+
+
+def test_memory_of_two_kinds_is_never_compared_across_them(results):
+    """One GPU emulating two: single and ddp give allocator peaks, the one-process pipeline
+    counted tensors (no cuDNN workspace, input batch or transient gradients). The answer names
+    the leanest of each kind apart, and the figure labels each bar's kind."""
+    from parbench.report import answers
+
+    allocator = "cuda max_memory_allocated per physical device"
+    records = [_record("single", "cuda:0", 10.0, peaks=[900.0]),
+               _record("ddp", "cuda:0,cuda:0", 17.0, peaks=[700.0, 700.0], world_size=2),
+               _record("pipeline", "cuda:0,cuda:0", 14.0, split=2, stages=2, split_size=2,
+                       peaks=[300.0, 200.0])]
+    for record in records:
+        record.peak_memory_max_mib = max(record.peak_memory_mib)
+    for record in records[:2]:
+        record.memory_source = allocator
+    add_comparisons(records)
+    frame = pd.DataFrame([r.to_dict() for r in records])
+    [_, two] = answers(frame)
+    assert ("least memory on its fullest device, among figures of one kind only (not "
+            "comparable across kinds): ddp (N=2) at 700 MiB (max/mean 1.00; allocator peaks); "
+            "pipeline (split=2) at 300 MiB") in two
+    assert two.endswith("tensors counted)")
+    fig = plots.plot_memory(frame)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(label.endswith("(tensors counted)") for label in labels)
+    assert "not comparable across kinds" in fig._suptitle.get_text()
+    plt.close(fig)
+    [_, alone] = answers(frame.assign(memory_source=allocator))
+    assert alone.endswith("least memory on its fullest device pipeline (split=2) at 300 MiB "
+                          "(max/mean 1.20; allocator peaks)")
