@@ -152,14 +152,30 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         try:
             outcome = _measured_fields(config, measure(config))
         except Exception as error:
-            gc.collect()  # what the failed configuration held, before the next one starts
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
             outcome = dict(
                 status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
                 else "error",
                 reason=launch.failure_reason(error))
+        # Out of the except block: its exception is gone, and with it the traceback whose
+        # frames held the failed strategy and its tensors, which can only now be freed.
+        _release_memory(config, failed=outcome["status"] != "ok")
     return Record(**{**base, **outcome}, environment=dict(environment or {}))
+
+
+def _holds_gpu_memory(config: Config) -> bool:
+    """Whether this process held the configuration's GPU memory (it ran in this process)."""
+    return config.used_devices.kind == "cuda" and config.plan.launcher == "in-process"
+
+
+def _release_memory(config: Config, failed: bool) -> None:
+    """Free what the configuration held before the next one starts: after any failure, and
+    after every configuration measured on a GPU in this process, whose allocator would keep
+    its cached blocks reserved (ranks started after it on that GPU could run out falsely)."""
+    on_gpu = _holds_gpu_memory(config)
+    if failed or on_gpu:
+        gc.collect()
+    if on_gpu or (failed and torch.cuda.is_available()):
+        torch.cuda.empty_cache()
 
 
 # Outcomes a resumed sweep keeps; `error` trials are measured again.

@@ -1,4 +1,5 @@
 import types
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -149,3 +150,38 @@ def test_weak_scaling_multiplies_the_batch_by_the_devices_each_strategy_uses(cap
     configs = build_configs(args)
     assert [c.options.get("world_size") for c in configs if c.strategy == "ddp"] == [1, 4]
     assert "world size 4 needs at least 4 devices" in configs[-1].refusal()
+
+
+class _Held:
+    """Stands for a strategy's tensors: alive while any frame that made one is."""
+
+
+def test_a_failed_configuration_is_freed_before_the_gpu_cache_is_emptied(config, monkeypatch):
+    """The failed strategy's frames live in the exception's traceback: emptying CUDA's cache
+    inside the except block released none of its memory."""
+    from parbench import runner
+
+    made, emptied = [], []
+
+    def run_out_of_memory(config):
+        held = _Held()  # noqa: F841 (kept alive by this frame, as a strategy's tensors are)
+        made.append(weakref.ref(held))
+        raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(runner, "_holds_gpu_memory", lambda config: True)  # as on cuda:0
+    monkeypatch.setattr(runner.torch.cuda, "empty_cache",
+                        lambda: emptied.append(made[-1]() is None))
+    assert run_config(config, measure=run_out_of_memory).status == "oom"
+    assert emptied == [True]  # freed first, then the cache emptied
+
+
+def test_every_configuration_on_a_gpu_in_this_process_empties_its_cache(config, monkeypatch):
+    from parbench import runner
+
+    emptied = []
+    monkeypatch.setattr(runner.torch.cuda, "empty_cache", lambda: emptied.append(True))
+    assert run_config(config).status == "ok"
+    assert emptied == []  # on the CPU: nothing to empty
+    monkeypatch.setattr(runner, "_holds_gpu_memory", lambda config: True)
+    assert run_config(config).status == "ok"
+    assert emptied == [True]  # after a success too, not only a failure
