@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
@@ -54,6 +55,9 @@ class FSDP(RankDataParallel):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         reshard = self.options.reshard_after_forward != "no"
+        # On the devices asked for: without a mesh fully_shard builds one on the default
+        # accelerator, so `--devices cpu,cpu` on a GPU host would have trained on CUDA.
+        self._mesh = init_device_mesh(self.input_device.type, (dist.get_world_size(),))
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
         self._float32_units: list[nn.Module] = []
@@ -63,9 +67,10 @@ class FSDP(RankDataParallel):
             self._float32_units = self._batchnorm_units(model, reshard)
         # layerN.M: a residual block, not the stem or the head (the root unit holds those).
         units = [*self._float32_units,
-                 *(fully_shard(block, reshard_after_forward=reshard, mp_policy=policy)
+                 *(fully_shard(block, mesh=self._mesh, reshard_after_forward=reshard,
+                               mp_policy=policy)
                    for name, block in resnet_blocks(model) if "." in name),
-                 fully_shard(model, mp_policy=policy)]
+                 fully_shard(model, mesh=self._mesh, mp_policy=policy)]
         if dist.get_backend() == "gloo":
             # torch 2.8's gloo reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338),
             # giving N times the gradient: reduce by SUM and let FSDP divide, as gloo's own
@@ -82,7 +87,8 @@ class FSDP(RankDataParallel):
         to 8 significant bits. Autocast casts the output back down for the next
         convolution."""
         float32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-        return [fully_shard(module, reshard_after_forward=reshard, mp_policy=float32)
+        return [fully_shard(module, mesh=self._mesh, reshard_after_forward=reshard,
+                            mp_policy=float32)
                 for module in model.modules()
                 if isinstance(module, nn.modules.batchnorm._BatchNorm)]
 

@@ -92,3 +92,23 @@ def test_data_parallel_replicas_compute_in_the_precision_asked(tiny_workload):
                                               images) == torch.float16
     fp32 = AutocastForward(model, replace(tiny_workload, precision="fp32"))
     assert fp32(images).dtype == torch.float32
+
+
+def test_fsdp_on_cpu_stays_on_cpu_where_the_default_accelerator_is_a_gpu(tiny_workload,
+                                                                           monkeypatch):
+    """On a GPU host fully_shard, given no mesh, builds one on the default accelerator: CPU
+    ranks would then train on CUDA. One rank here, with CUDA made the default accelerator."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fsdp = strategies.create(_plan("fsdp", 4, (CPU,), tiny_workload))
+        fsdp.setup()
+        assert fsdp._mesh.device_type == "cpu"
+        images, labels = tiny_workload.make_batch(4, CPU)
+        assert torch.isfinite(fsdp.train_step(images, labels))
+        assert {p.device.type for p in fsdp.model.parameters()} == {"cpu"}
+        fsdp.close()
+    finally:
+        dist.destroy_process_group()
