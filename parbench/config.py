@@ -107,8 +107,8 @@ def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: It
     options it takes (its `Options` fields), and a combination that differs only in options a
     strategy ignores is measured once for it.
     """
-    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last", "compile", "seed")
-                       if k in common}
+    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last", "compile",
+                                                  "cudnn_benchmark", "seed") if k in common}
     configs, seen = [], set()
     for dev, mdl, size, prec, batch, opts, name in itertools.product(
             devices, model, image_size, precision, global_batch, list(options), strategy):

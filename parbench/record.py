@@ -41,6 +41,7 @@ class Record:
     precision: str | None = shown("precision")
     channels_last: bool | None = shown("channels last")
     compile: bool | None = shown("compiled")
+    cudnn_benchmark: bool | None = None  # torch.backends.cudnn.benchmark in every process
     global_batch: int | None = None
     # strong: the global batch was given; weak: the batch per device was (global = it x devices)
     scaling: str | None = None

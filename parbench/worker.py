@@ -115,6 +115,8 @@ def _capped_devices(config: Config) -> DeviceSet:
 
 
 def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
+    # Set for every configuration, as this process may have measured another before.
+    torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark
     strategy = _build(config)
     batches = probes = None
     try:

@@ -29,6 +29,10 @@ class Workload:
     channels_last: bool = False
     # torch.compile each module a strategy runs (compiled by the first warm-up step).
     compile: bool = False
+    # cuDNN picks the fastest convolution algorithm for each new input shape by timing them
+    # (torch.backends.cudnn.benchmark; timm's benchmark.py turns it on): off by default, as in
+    # torch. It applies to CUDA only.
+    cudnn_benchmark: bool = False
     seed: int = 0
     learning_rate: float = 0.01
     momentum: float = 0.9
@@ -58,6 +62,8 @@ class Workload:
         # resume as they were.
         if not self.compile:
             del described["compile"]
+        if not self.cudnn_benchmark:
+            del described["cudnn_benchmark"]
         if self.initial_loss_scale == Workload.initial_loss_scale:
             del described["initial_loss_scale"]
         return described

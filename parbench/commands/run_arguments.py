@@ -50,6 +50,11 @@ def _add_workload_arguments(group) -> None:
                        help="torch.compile the model (each stage, each replica); the first "
                             "warm-up step compiles, its time is recorded apart "
                             "(compile_time_s), so --warmup must be at least 1")
+    group.add_argument("--cudnn-benchmark", action="store_true",
+                       help="let cuDNN time its convolution algorithms for each input shape "
+                            "and keep the fastest (torch.backends.cudnn.benchmark, on in "
+                            "timm's benchmark.py; off in torch by default); CUDA only, "
+                            "recorded in each record (cudnn_benchmark)")
     group.add_argument("--data", help="train on an image folder (one subfolder per class) "
                        "instead of synthetic data; each rank reads its part through "
                        "DistributedSampler")

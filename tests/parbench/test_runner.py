@@ -185,3 +185,33 @@ def test_every_configuration_on_a_gpu_in_this_process_empties_its_cache(config, 
     monkeypatch.setattr(runner, "_holds_gpu_memory", lambda config: True)
     assert run_config(config).status == "ok"
     assert emptied == [True]  # after a success too, not only a failure
+
+
+def test_cudnn_benchmark_is_set_for_each_configuration_and_recorded(config, monkeypatch):
+    """Set in the process that trains, for every configuration (this process may have run one
+    with the other setting), and recorded; `--cudnn-benchmark` asks for it."""
+    import torch
+
+    import strategies.single
+    from parbench import cli
+    from parbench.commands.run import build_configs
+
+    seen = []
+    train_step = strategies.single.SingleDevice.train_step
+
+    def spy(self, images, labels):
+        seen.append(torch.backends.cudnn.benchmark)
+        return train_step(self, images, labels)
+
+    monkeypatch.setattr(strategies.single.SingleDevice, "train_step", spy)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    on = replace(config, workload=replace(config.workload, cudnn_benchmark=True))
+    assert run_config(on).cudnn_benchmark is True
+    assert set(seen) == {True}
+    seen.clear()
+    assert run_config(config).cudnn_benchmark is False
+    assert set(seen) == {False}
+    args = cli.parser().parse_args(["run", "--strategy", "single", "--devices", "cpu",
+                                    "--cudnn-benchmark"])
+    assert all(c.workload.cudnn_benchmark for c in build_configs(args))
+    assert "cudnn_benchmark" not in config.workload.describe()  # older run folders resume
