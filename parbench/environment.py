@@ -29,9 +29,11 @@ def _run(command: list[str], cwd: Path | None = None) -> str | None:
 
 
 def _git_commit() -> str:
+    """The source's commit from git, else from $PARBENCH_COMMIT (a copy without .git, or a
+    host without git, where whoever copied it says which commit it is), else "unknown"."""
     commit = _run(["git", "rev-parse", "HEAD"], cwd=_SOURCE_DIR)
     if commit is None:
-        return "unknown"
+        return os.environ.get("PARBENCH_COMMIT") or "unknown"
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_SOURCE_DIR)
     return commit + ("-dirty" if dirty else "")
 

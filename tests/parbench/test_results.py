@@ -58,3 +58,14 @@ def test_unwritable_results_dir_raises_before_anything_runs(tmp_path):
     blocker.write_text("")
     with pytest.raises(OSError):
         RunFolder.create(blocker / "results")
+
+
+def test_without_git_the_commit_is_the_one_the_copier_names(monkeypatch):
+    """A copy without .git (a GPU host's) carries the commit in $PARBENCH_COMMIT."""
+    from parbench import environment
+
+    monkeypatch.setattr(environment, "_run", lambda command, cwd=None: None)  # no git
+    monkeypatch.delenv("PARBENCH_COMMIT", raising=False)
+    assert environment._git_commit() == "unknown"
+    monkeypatch.setenv("PARBENCH_COMMIT", "0123abc")
+    assert environment._git_commit() == "0123abc"

@@ -1,0 +1,88 @@
+"""The commit a copy of the repository was made from, with git, without it (.git's files read
+by hand), or as given, for the run's record and for asv, which reads one only through git."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def _is_commit(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", text) is not None
+
+
+def _git_dir(dotgit: Path) -> Path | None:
+    """The repository folder: .git itself, or where a worktree's .git file points."""
+    if dotgit.is_dir():
+        return dotgit
+    if dotgit.is_file():
+        text = dotgit.read_text().strip()
+        if text.startswith("gitdir:"):
+            return dotgit.parent / text.removeprefix("gitdir:").strip()
+    return None
+
+
+def read_head(dotgit: Path) -> str | None:
+    """HEAD's commit read from .git's files, without git: HEAD, then its ref's file or
+    packed-refs (in a worktree's common folder too)."""
+    try:
+        gitdir = _git_dir(dotgit)
+        if gitdir is None:
+            return None
+        head = (gitdir / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head if _is_commit(head) else None
+        ref = head.removeprefix("ref:").strip()
+        common = gitdir / ((gitdir / "commondir").read_text().strip()
+                           if (gitdir / "commondir").is_file() else ".")
+        for folder in (gitdir, common):
+            if (folder / ref).is_file():
+                commit = (folder / ref).read_text().strip()
+                return commit if _is_commit(commit) else None
+        packed = common / "packed-refs"
+        for line in packed.read_text().splitlines() if packed.is_file() else []:
+            commit, _, name = line.partition(" ")
+            if name == ref and _is_commit(commit):
+                return commit
+    except OSError:
+        return None
+    return None
+
+
+def _git_head(root: Path) -> str | None:
+    if shutil.which("git") is None or not (root / ".git").exists():
+        return None  # no git; or, without .git, git would answer for a folder above
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and _is_commit(commit) else None
+
+
+def source_commit(root: Path, given: str | None = None) -> tuple[str | None, str]:
+    """The commit of the source run, and where it was read: --commit, $PARBENCH_COMMIT, git,
+    or .git's files read by hand; (None, why) where none of them says."""
+    if given:
+        return given, "--commit"
+    if os.environ.get("PARBENCH_COMMIT"):
+        return os.environ["PARBENCH_COMMIT"], "$PARBENCH_COMMIT"
+    commit = _git_head(root)
+    if commit:
+        return commit, "git"
+    commit = read_head(root / ".git")
+    if commit:
+        return commit, ".git's files, without git"
+    return None, "no git, no .git, no --commit and no $PARBENCH_COMMIT"
+
+
+def asv_commit(root: Path, commit: str | None) -> str | None:
+    """The commit asv can save results under: it reads one only through git and .git."""
+    usable = shutil.which("git") is not None and (root / ".git").exists()
+    return commit if usable else None
+
+

@@ -1,0 +1,206 @@
+"""A GPU host without network made ready for the reference run: the wheels it needs (fetched
+where there is network), parbench installed beside the host's torch, and a check, before any
+chunk, that what the chosen chunks need starts."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from reference_chunks import ROOT, Chunk
+
+HOST_PYTHON = "3.12"
+# Fetched with every runtime dependency for the host (asv's: asv_runner, build,
+# importlib_metadata, json5, packaging, pympler, pyyaml, tabulate, virtualenv and theirs).
+FETCHED = ("asv", "scipy", "setuptools", "tqdm")
+PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
+             "manylinux_2_28_x86_64")
+GPUTIL = "GPUtil==1.4.0"  # on PyPI only as a source archive: built into a wheel by --fetch-wheels
+
+
+def _torch_version() -> str:
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "none"
+
+
+def _distribution(name: str) -> str:
+    """A distribution's name as pip compares them: lower case, runs of -_. as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def split_wheels(folder: Path) -> tuple[list[Path], list[str]]:
+    """The wheels in `folder` to install, and what the host already has ("name version") of the
+    others, which are left alone: a wheel never replaces the host's numpy, packaging, ..."""
+    install, kept = [], []
+    for wheel in sorted(folder.glob("*.whl"), key=lambda path: path.name.lower()):
+        version = _installed_version(_distribution(wheel.name.split("-")[0]))
+        if version is None:
+            install.append(wheel)
+        else:
+            kept.append(f"{wheel.name.split('-')[0]} {version}")
+    return install, kept
+
+
+def _download_args(folder: str) -> list[str]:
+    """pip's arguments that download FETCHED, with every dependency, as the host's wheels."""
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    return ["download", *FETCHED, "--only-binary=:all:", "--python-version", HOST_PYTHON,
+            "--implementation", "cp", "--abi", "cp" + HOST_PYTHON.replace(".", ""), *platforms,
+            "-d", folder]
+
+
+def _gputil_args(folder: str) -> list[str]:
+    """pip's arguments that build GPUtil's sdist into a pure-Python wheel in `folder`."""
+    return ["wheel", GPUTIL, "--no-deps", "-w", folder]
+
+
+FETCH_HINT = ("bring the wheels with `python benchmarks/gpu/reference.py --fetch-wheels DIR` on "
+              f"a machine with network (it runs `pip {shlex.join(_download_args('DIR'))}` and "
+              f"`pip {shlex.join(_gputil_args('DIR'))}`), then pass --wheels DIR")
+CHECK_HINTS = {
+    "asv": "its wheel installs without its dependencies, so each needs a wheel of its own: "
+           + FETCH_HINT,
+    "GPUtil": "GPUtil 1.4.0 imports distutils, which Python 3.12 has only from setuptools: "
+              + FETCH_HINT,
+    "pytest_benchmark": "bring pytest-benchmark and its dependencies as wheels in --wheels DIR",
+}
+
+
+def fetch_wheels(folder: Path) -> None:
+    """Every wheel the host needs, for Python HOST_PYTHON, into `folder`; needs network."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for args in (_download_args(str(folder)), _gputil_args(str(folder))):
+        if subprocess.run([sys.executable, "-m", "pip", *args]).returncode:
+            raise SystemExit(f"pip {shlex.join(args)} failed (above): --fetch-wheels needs PyPI")
+    wheels = sorted(path.name for path in folder.glob("*.whl"))
+    print(f"{len(wheels)} wheels in {folder}: {', '.join(wheels)}\ncarry the folder to the GPU "
+          "host and run: python benchmarks/gpu/reference.py --wheels DIR")
+
+
+def install(wheels: Path | None) -> set[str]:
+    """parbench (and the wheels in `wheels` of what the host lacks) into this Python, never
+    replacing its torch; returns the distributions the wheels folder holds."""
+    before = _torch_version()
+    commands = [["-e", str(ROOT)]]
+    brought: set[str] = set()
+    if wheels:
+        if not wheels.is_dir():
+            raise SystemExit(f"--wheels {wheels}: no such folder")
+        new, kept = split_wheels(wheels)
+        brought = {_distribution(path.name.split("-")[0]) for path in wheels.glob("*.whl")}
+        if kept:
+            print(f"kept the host's {', '.join(kept)} (their wheels left alone)", flush=True)
+        if new:
+            commands.append([str(path) for path in new])
+    for command in commands:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--no-build-isolation", *command], check=True)
+    after = _torch_version()
+    if after != before:
+        raise SystemExit(f"installing parbench changed torch from {before} to {after}")
+    missing = subprocess.run([sys.executable, "-c", "import scipy, pandas, matplotlib, tqdm"],
+                             capture_output=True, text=True)
+    if missing.returncode:
+        raise SystemExit(f"parbench needs {missing.stderr.strip().splitlines()[-1]}: "
+                         + FETCH_HINT)
+    print(f"parbench installed beside torch {after}", flush=True)
+    return brought
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    lines = (done.stderr or done.stdout or "").strip().splitlines()
+    return lines[-1] if lines else f"exit {done.returncode}"
+
+
+def _not_installed(distributions: set[str]) -> list[str]:
+    """What `pip check` says the given distributions require but is not installed."""
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    found = (re.match(r"(\S+) \S+ requires (\S+), which is not installed", line)
+             for line in done.stdout.splitlines())
+    return sorted({m.group(2) for m in found if m and _distribution(m.group(1)) in distributions})
+
+
+def cannot_start(module: str, brought: set[str]) -> str | None:
+    """Why `module` cannot start in this Python (None if it can): a dependency of it, or of a
+    wheel brought with it, that is not installed; its import; asv's command line."""
+    missing = _not_installed({_distribution(module)} | brought)
+    if missing:
+        return f"{', '.join(missing)} not installed (pip check)"
+    probes = [["-c", f"import {module}"]] + ([["-m", "asv", "--version"]] if module == "asv"
+                                             else [])
+    for probe in probes:
+        done = subprocess.run([sys.executable, *probe], capture_output=True, text=True)
+        if done.returncode:
+            return f"`python {shlex.join(probe)}` failed: {_last_line(done)}"
+    return None
+
+
+def checked_modules(selected: list[Chunk], brought: set[str]) -> dict[str, list[int]]:
+    """Each module to check, with the selected chunks that need it."""
+    needed: dict[str, list[int]] = {}
+    for chunk in selected:
+        for module in chunk.requires:
+            needed.setdefault(module, []).append(chunk.number)
+    if "gputil" in brought:  # parbench's fallback sampler; brought, it must work
+        needed.setdefault("GPUtil", [])
+    return needed
+
+
+def check(selected: list[Chunk], brought: set[str]) -> None:
+    """Stop, in one line, where a module a selected chunk needs cannot start here."""
+    for module, numbers in checked_modules(selected, brought).items():
+        problem = cannot_start(module, brought)
+        if problem is None:
+            continue
+        others = ",".join(str(c.number) for c in selected if c.number not in numbers)
+        leave_out = (f"; or leave out chunks {','.join(map(str, numbers))} (--chunks {others})"
+                     if numbers and others else "")
+        raise SystemExit(f"{module} cannot start here: {problem}; {CHECK_HINTS[module]}"
+                         f"{leave_out}")
+
+
+def wheels_plan(wheels: Path | None) -> list[str]:
+    """What --wheels brings in, as the dry run prints it."""
+    if wheels is None:
+        return ["wheels: none given (--wheels DIR installs the ones of what the host lacks)"]
+    if not wheels.is_dir():
+        return [f"wheels: {wheels} is not a folder: the run stops there"]
+    new, kept = split_wheels(wheels)
+    have = {_distribution(path.name.split("-")[0]) for path in wheels.glob("*.whl")}
+    lacks = [name for name in (*FETCHED, "GPUtil") if _distribution(name) not in have]
+    return [f"wheels from {wheels}: installs {', '.join(p.name for p in new) or 'none'}",
+            f"  keeps the host's {', '.join(kept) or 'nothing'}",
+            f"  lacks {', '.join(lacks) or 'none of ' + ', '.join((*FETCHED, 'GPUtil'))}"]
+
+
+def install_plan(selected: list[Chunk], wheels: Path | None) -> None:
+    """The install and its checks, as the dry run prints them."""
+    print("install (left out with --no-install): pip install -q --no-deps --no-index "
+          f"--no-build-isolation -e {ROOT}; stops if torch changes")
+    for line in wheels_plan(wheels):
+        print(f"  {line}")
+    print(f"  a wheels folder for the host (Python {HOST_PYTHON}) holds asv with its runtime "
+          "dependencies (asv_runner, build, importlib_metadata, json5, packaging, pympler, "
+          "pyyaml, tabulate, virtualenv and theirs), scipy (with numpy), setuptools, tqdm and "
+          "GPUtil 1.4.0 (a wheel built from its source archive): on a machine with network, "
+          "python benchmarks/gpu/reference.py --fetch-wheels DIR")
+    checks = ["import scipy, pandas, matplotlib, tqdm (after installing)"]
+    for module, numbers in checked_modules(selected, {"gputil"}).items():
+        probes = "pip check, import" + (", python -m asv --version" if module == "asv" else "")
+        where = f"chunks {','.join(map(str, numbers))}" if numbers else "if its wheel is given"
+        checks.append(f"{module} ({where}): {probes}")
+    print(f"  checks, each stopping the run in one line before any chunk: {'; '.join(checks)}")
+
+
