@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -13,9 +15,12 @@ from torchvision.models import ResNet
 
 from strategies.errors import StrategyError
 
+if TYPE_CHECKING:
+    from parbench.workloads import Workload
+
 __all__ = [
-    "BALANCES", "Partition", "cut_resnet", "default_balance", "partition_by_cost", "plan_cut",
-    "resnet_blocks", "split_model",
+    "BALANCES", "Partition", "StepClock", "cut_resnet", "default_balance", "partition_by_cost",
+    "plan_cut", "resnet_blocks", "split_model",
 ]
 
 BALANCES = ("tutorial", "time", "params")
@@ -25,7 +30,8 @@ def resnet_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The ResNet as a flat list of cuttable blocks: stem, every residual block, head."""
     if not isinstance(model, ResNet):
         raise StrategyError(f"can only cut a torchvision ResNet, got {type(model).__name__}")
-    blocks = [("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool))]
+    blocks: list[tuple[str, nn.Module]] = [
+        ("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool))]
     for layer_name in ("layer1", "layer2", "layer3", "layer4"):
         for index, block in enumerate(getattr(model, layer_name)):
             blocks.append((f"{layer_name}.{index}", block))
@@ -91,38 +97,75 @@ def _balanced_bounds(costs: Sequence[float], stages: int) -> tuple[int, ...]:
     return tuple(reversed(bounds))
 
 
+class StepClock:
+    """Points in the work queued on `device`, timed by the device: CUDA events on the current
+    stream (no host sync until `synchronize`), else the host's perf_counter."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._events: dict[Hashable, torch.cuda.Event] = {}
+        self._times: dict[Hashable, float] = {}
+
+    def mark(self, key: Hashable) -> None:
+        """Mark `key` here (marked again, the latest mark counts)."""
+        if self.device.type == "cuda":
+            # In a backward hook too: autograd runs each backward node, hooks included, with
+            # the stream of its forward set current on its own thread.
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            self._events[key] = event
+        else:
+            self._times[key] = time.perf_counter()
+
+    def synchronize(self) -> None:
+        """Wait until the device has reached every mark."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, start: Hashable, end: Hashable) -> float:
+        """From mark `start` to mark `end` (once synchronised)."""
+        if self.device.type == "cuda":
+            return self._events[start].elapsed_time(self._events[end]) / 1e3
+        return self._times[end] - self._times[start]
+
+
+def _autocast(workload: Workload | None, device: torch.device):
+    return workload.autocast(device) if workload else contextlib.nullcontext()
+
+
 def _block_times(blocks: list[tuple[str, nn.Module]], sample: torch.Tensor,
-                 repeats: int = 2) -> list[float]:
-    """Forward + backward seconds of each block on `sample`'s device (best of `repeats`).
+                 workload: Workload | None = None, repeats: int = 2) -> list[float]:
+    """Forward + backward seconds of each block on `sample`'s device (best of `repeats`), at
+    `workload`'s precision and memory format (fp32 as they are without one).
 
     Runs on a copy so that BatchNorm statistics of the model being trained are not touched.
     """
-    blocks = copy.deepcopy(blocks)
-    times, x = [], sample
-    for _, block in blocks:
-        best = float("inf")
-        for _ in range(repeats):
-            inputs = x.detach().requires_grad_(x.is_floating_point())
-            if inputs.is_cuda:
-                torch.cuda.synchronize(inputs.device)
-            start = time.perf_counter()
-            output = block(inputs)
-            output.float().sum().backward()
-            if inputs.is_cuda:
-                torch.cuda.synchronize(inputs.device)
-            best = min(best, time.perf_counter() - start)
-        times.append(best)
-        with torch.no_grad():
-            x = block(x)
-    return times
+    blocks = [(name, workload.prepare_model(block) if workload else block)
+              for name, block in copy.deepcopy(blocks)]
+    best = [float("inf")] * len(blocks)
+    for _ in range(repeats):
+        clock, x = StepClock(sample.device), sample
+        clock.mark(-1)  # where block 0 starts
+        for index, (_, block) in enumerate(blocks):
+            inputs = x.detach().requires_grad_(index > 0)  # as trained: no image gradient
+            with _autocast(workload, sample.device):
+                x = block(inputs)
+            x.float().sum().backward()
+            clock.mark(index)
+        clock.synchronize()
+        for _, block in blocks:
+            block.zero_grad(set_to_none=True)  # the next backward writes them, as a step's
+        best = [min(t, clock.seconds(i - 1, i)) for i, t in enumerate(best)]
+    return best
 
 
-def plan_cut(model: nn.Module, stages: int, balance: str,
-             sample: torch.Tensor | None = None) -> Partition:
+def plan_cut(model: nn.Module, stages: int, balance: str, sample: torch.Tensor | None = None,
+             workload: Workload | None = None) -> Partition:
     """Where to cut `model` into `stages` stages.
 
     balance: `tutorial` (conv1..layer2 | layer3..fc, 2 stages), `time` (equal measured forward +
-    backward time per stage, measured on `sample`), or `params` (equal parameter counts).
+    backward time per stage, measured on `sample`, as `workload.make_batch` makes it, at the
+    workload's precision and memory format), or `params` (equal parameter counts).
     """
     blocks = resnet_blocks(model)
     names = tuple(name for name, _ in blocks)
@@ -141,7 +184,7 @@ def plan_cut(model: nn.Module, stages: int, balance: str,
     else:
         if sample is None:
             raise StrategyError("balance by time needs a sample batch to time the blocks on")
-        bounds = _balanced_bounds(_block_times(blocks, sample), stages)
+        bounds = _balanced_bounds(_block_times(blocks, sample, workload), stages)
     return Partition(names, bounds, balance)
 
 
@@ -161,8 +204,8 @@ def split_model(model: nn.Module, partition: Partition) -> list[nn.Sequential]:
     return [nn.Sequential(*(blocks[i][1] for i in r)) for r in partition.stage_ranges()]
 
 
-def cut_resnet(model: nn.Module, stages: int, balance: str,
-               sample: torch.Tensor | None = None) -> tuple[Partition, list[nn.Sequential]]:
+def cut_resnet(model: nn.Module, stages: int, balance: str, sample: torch.Tensor | None = None,
+               workload: Workload | None = None) -> tuple[Partition, list[nn.Sequential]]:
     """Plan a cut of `model` (see `plan_cut`) and split it there."""
-    partition = plan_cut(model, stages, balance, sample)
+    partition = plan_cut(model, stages, balance, sample, workload)
     return partition, split_model(model, partition)

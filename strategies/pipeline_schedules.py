@@ -6,19 +6,21 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.pipelining as pipelining
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
+from typing_extensions import Self  # typing's from Python 3.11
 
 from strategies.base import ProcessPerDevice
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.options import option
-from strategies.partition import plan_cut, split_model
+from strategies.partition import Partition, plan_cut, split_model
 from strategies.pipeline import PipelineOptions
-from strategies.stages import bubble_fraction, micro_batch_sizes
+from strategies.stages import bubble_fraction, micro_batch_sizes, timing_batch
 
 __all__ = ["SCHEDULES", "InterleavedOptions", "InterleavedPipeline", "Schedule",
            "ScheduleOptions", "ScheduledPipeline"]
@@ -79,7 +81,7 @@ class InterleavedOptions(ScheduleOptions):
     def pieces(self, devices) -> int:
         return len(devices) * (self.stages_per_rank or 2)
 
-    def resolved(self, global_batch, devices) -> InterleavedOptions:
+    def resolved(self, global_batch, devices) -> Self:
         return replace(super().resolved(global_batch, devices),
                        stages_per_rank=self.stages_per_rank or 2)
 
@@ -142,12 +144,13 @@ class ScheduledPipeline(ProcessPerDevice):
     summary = "one process per stage, torch.distributed.pipelining schedule"
     min_devices = 2
     Options = ScheduleOptions
+    options: ScheduleOptions
     fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
                     "--precision bf16 or fp32 with process-per-stage pipelines")
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
-        self._schedule = None
+        self._schedule: pipelining.schedules._PipelineSchedule | None = None  # on first step
 
     @classmethod
     def check_plan(cls, workload, global_batch, devices, options) -> None:
@@ -240,18 +243,22 @@ class ScheduledPipeline(ProcessPerDevice):
                                 f"got {dist.get_world_size()}")
         device = self.input_device
         balance = self.options.balance
+        assert balance is not None  # resolved by the plan
         self._pieces = self.options.pieces(self.devices)
         model = self.workload.build_model()
         # Every rank must cut in the same place: rank 0 plans (timing blocks if asked) and
         # broadcasts the cut.
-        cut = [None]
+        cut: list[Partition | None] = [None]
         if self.rank == 0:
             sample = None
             if balance == "time":
-                sample, _ = self.workload.make_batch(8, device)
+                sample_batch = timing_batch(self.options.micro_batch_size(),
+                                            self.plan.global_batch)
+                sample, _ = self.workload.make_batch(sample_batch, device)
                 model = model.to(device)
-            cut[0] = plan_cut(model, self._pieces, balance, sample)
+            cut[0] = plan_cut(model, self._pieces, balance, sample, self.workload)
         dist.broadcast_object_list(cut, src=0)
+        assert cut[0] is not None  # rank 0 planned it
         self._partition = cut[0]
         modules = split_model(model, self._partition)
         self._indices = self._stage_indices()
@@ -272,7 +279,7 @@ class ScheduledPipeline(ProcessPerDevice):
         not contiguous in the model when it holds several)."""
         local = {index: [p.detach().cpu() for p in module.parameters()]
                  for index, module in zip(self._indices, self._local, strict=True)}
-        gathered = [None] * dist.get_world_size()
+        gathered: list[Any] = [None] * dist.get_world_size()  # each rank's `local`
         dist.all_gather_object(gathered, local)
         if self.rank != 0:
             return []
@@ -292,15 +299,16 @@ class ScheduledPipeline(ProcessPerDevice):
 
         def backward_one_chunk(chunk: int, *args, full_backward: bool = True, **kwargs):
             with self.action(self.rank, chunk, "B" if full_backward else "I", model_stage):
-                return backward(chunk, *args, full_backward=full_backward, **kwargs)
+                return backward(chunk, *args, **{**kwargs, "full_backward": full_backward})
 
-        def backward_weight_one_chunk(chunk: int, *args, **kwargs):
+        def weight_one_chunk(chunk: int, *args, **kwargs):
             with self.action(self.rank, chunk, "W", model_stage):
                 return weight(chunk, *args, **kwargs)
 
-        stage.forward_one_chunk = forward_one_chunk
-        stage.backward_one_chunk = backward_one_chunk
-        stage.backward_weight_one_chunk = backward_weight_one_chunk
+        # This stage's own methods, wrapped: the schedule calls them on the instance.
+        stage.forward_one_chunk = forward_one_chunk  # type: ignore[method-assign,assignment]
+        stage.backward_one_chunk = backward_one_chunk  # type: ignore[method-assign,assignment]
+        stage.backward_weight_one_chunk = weight_one_chunk  # type: ignore[method-assign,assignment]
 
     def _make_schedule(self, global_batch: int, count: int):
         def weighted_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -328,7 +336,7 @@ class ScheduledPipeline(ProcessPerDevice):
         # holding the first stage feeds the images, the one holding the last the labels (in a
         # V, rank 0 holds both).
         inputs = (images,) if 0 in self._indices else ()
-        last = {}
+        last: dict[str, Any] = {}
         if self._pieces - 1 in self._indices:
             last = dict(target=labels, losses=losses)
             if _SKIPS_OUTPUTS:
@@ -348,3 +356,4 @@ class InterleavedPipeline(ScheduledPipeline):
 
     summary = "one process per rank holding V stages, torch.distributed.pipelining schedule"
     Options = InterleavedOptions
+    options: InterleavedOptions

@@ -11,7 +11,14 @@ from torch import nn
 from strategies.errors import StrategyError
 from strategies.partition import Partition, cut_resnet
 
-__all__ = ["Stage", "bubble_fraction", "build_stages", "micro_batch_sizes", "resolve_split"]
+__all__ = ["MAX_TIMING_BATCH", "Stage", "bubble_fraction", "build_stages", "micro_batch_sizes",
+           "resolve_split", "timing_batch"]
+
+# The `time` balance times the blocks at the micro-batch the run trains on, up to this many
+# images: the cut needs only the blocks' relative times, and those depend on the batch where a
+# GPU is launch-bound (at 8 images every block costs about its kernel count) but settle once
+# the kernels have tens of images of work; a larger batch only makes the timing slower.
+MAX_TIMING_BATCH = 64
 
 
 def bubble_fraction(stages: int, micro_batches: int, stages_per_rank: int = 1) -> float:
@@ -51,18 +58,25 @@ class Stage:
     device: torch.device
 
 
+def timing_batch(micro_batch: int | None, global_batch: int) -> int:
+    """The batch the `time` balance times the blocks at: the run's micro-batch size (its
+    global batch where it has none), at most MAX_TIMING_BATCH."""
+    return min(micro_batch or global_batch, MAX_TIMING_BATCH)
+
+
 def build_stages(workload, devices: Sequence[torch.device], balance: str,
                  sample_batch: int) -> tuple[Partition, list[Stage]]:
     """Cut the workload's model into len(devices) stages and place stage k on devices[k].
 
-    For balance by time the blocks are timed on devices[0] with `sample_batch` images.
+    For balance by time the blocks are timed on devices[0] on a sample of `sample_batch`
+    images, at the workload's precision and memory format.
     """
     model = workload.build_model()
     sample = None
     if balance == "time":
         sample, _ = workload.make_batch(sample_batch, devices[0])
         model = model.to(devices[0])
-    partition, modules = cut_resnet(model, len(devices), balance, sample)
+    partition, modules = cut_resnet(model, len(devices), balance, sample, workload)
     stages = []
     for module, device in zip(modules, devices, strict=True):
         module = workload.prepare_model(module.to(device)).train()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
-from strategies.partition import Partition, resnet_blocks
+from strategies.partition import Partition, StepClock, resnet_blocks
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
@@ -110,21 +109,18 @@ class Profile:
         return settings_key(self, self.device, self.threads, self.micro_batch)
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _median_time(run, device: torch.device, repeats: int, prepare=None) -> float:
     """The median time of `run()`, or of `run(prepare())` with `prepare` untimed."""
     times = []
     for _ in range(repeats + 1):  # the first is a warm-up (allocator, kernels chosen)
         arguments = (prepare(),) if prepare else ()
-        _synchronize(device)
-        start = time.perf_counter()
+        clock = StepClock(device)
+        clock.synchronize()
+        clock.mark("start")
         run(*arguments)
-        _synchronize(device)
-        times.append(time.perf_counter() - start)
+        clock.mark("end")
+        clock.synchronize()
+        times.append(clock.seconds("start", "end"))
     return statistics.median(times[1:])
 
 
@@ -187,21 +183,20 @@ def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload,
     and at most MAX_STEPS, scaled to sum to the median step), and the whole step's. Timed
     alone, a block runs slower than within the model (a CPU's early, large-activation blocks
     by up to 40%), so the step's own boundaries give the times."""
-    net, marks = torch.nn.Sequential(*blocks), {}
+    net, clock = torch.nn.Sequential(*blocks), StepClock(device)
 
     def mark(key):
-        def hook(*_):
-            _synchronize(device)
-            marks[key] = time.perf_counter()
+        def hook(*_) -> None:
+            clock.mark(key)
         return hook
 
     handles = [h for i, block in enumerate(blocks) for h in (
         block.register_forward_hook(mark(("forward", i))),
         block.register_full_backward_pre_hook(mark(("backward", i))))]
     try:
-        warm_up = _timed_step(net, images, labels, workload, device, marks)[2]
+        warm_up = _timed_step(net, images, labels, workload, device, clock)[2]
         count = min(max(repeats, math.ceil(STEP_TIMING_S / max(warm_up, 1e-6))), MAX_STEPS)
-        timed = [_timed_step(net, images, labels, workload, device, marks)
+        timed = [_timed_step(net, images, labels, workload, device, clock)
                  for _ in range(count)]
     finally:
         for handle in handles:
@@ -214,29 +209,29 @@ def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload,
     return [t * to_step for t in forward], [t * to_step for t in backward], step_s
 
 
-def _timed_step(net, images, labels, workload, device, marks: dict):
-    """One forward, loss and backward of `net`, cut at its blocks' hook `marks`: a block's
-    forward ends at its forward hook (the loss is the last block's); its backward starts when
-    its output gradient is ready and ends when the block before it starts (the stem's with
-    the step)."""
-    _synchronize(device)
-    start = time.perf_counter()
+def _timed_step(net, images, labels, workload, device, clock: StepClock):
+    """One forward, loss and backward of `net`, cut at its blocks' hook marks on `clock`: a
+    block's forward ends at its forward hook (the loss is the last block's); its backward
+    starts when its output gradient is ready and ends when the block before it starts (the
+    stem's with the step). On CUDA the marks are events: one host sync, at the step's end."""
+    clock.mark("start")
     with workload.autocast(device):
         loss = workload.loss_fn()(net(images), labels)
-    _synchronize(device)
-    marks["loss"] = time.perf_counter()
+    clock.mark("loss")
     loss.backward()
-    _synchronize(device)
-    end = time.perf_counter()
+    clock.mark("end")
+    clock.synchronize()
     net.zero_grad(set_to_none=True)
     last = len(net) - 1
-    forward_ends = [marks[("forward", i)] for i in range(last)] + [marks["loss"]]
-    forward_starts = [start, *forward_ends[:-1]]
-    forwards = [stop - begin for begin, stop in zip(forward_starts, forward_ends, strict=True)]
-    backward_starts = [marks[("backward", i)] for i in range(last)] + [marks["loss"]]
-    backward_ends = [end] + backward_starts[:-1]
-    backwards = [stop - begin for begin, stop in zip(backward_starts, backward_ends, strict=True)]
-    return forwards, backwards, end - start
+    forward_ends = [("forward", i) for i in range(last)] + ["loss"]
+    forward_starts = ["start", *forward_ends[:-1]]
+    backward_starts = [("backward", i) for i in range(last)] + ["loss"]
+    backward_ends = ["end", *backward_starts[:-1]]
+    forwards = [clock.seconds(begin, stop)
+                for begin, stop in zip(forward_starts, forward_ends, strict=True)]
+    backwards = [clock.seconds(begin, stop)
+                 for begin, stop in zip(backward_starts, backward_ends, strict=True)]
+    return forwards, backwards, clock.seconds("start", "end")
 
 
 def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | str = "cpu",
@@ -262,9 +257,11 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
     finally:
         torch.set_num_threads(threads_before)
     blocks = []
-    for block, forward_s, backward_s in zip(alone, forwards, backwards, strict=True):
-        input_share = block.input_grad_s / max(block.input_grad_s + block.weight_grad_s, 1e-12)
-        blocks.append(replace(block, forward_s=forward_s, input_grad_s=backward_s * input_share,
+    for isolated, forward_s, backward_s in zip(alone, forwards, backwards, strict=True):
+        input_share = isolated.input_grad_s / max(
+            isolated.input_grad_s + isolated.weight_grad_s, 1e-12)
+        blocks.append(replace(isolated, forward_s=forward_s,
+                              input_grad_s=backward_s * input_share,
                               weight_grad_s=backward_s * (1 - input_share)))
     return Profile(workload.model, workload.image_size, workload.precision,
                    workload.num_classes, workload.channels_last, str(device), threads,

@@ -1,6 +1,7 @@
 """The timing models give the known answers on a made-up profile, and a real profile of a small
 ResNet holds what a prediction needs."""
 
+import itertools
 import time
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from parbench.predict.links import Link
 from parbench.predict.profile import (
     BlockProfile,
     Profile,
+    _median_time,
     block_times_in_step,
     load_or_profile,
     profile_blocks,
@@ -164,6 +166,37 @@ def test_a_profile_in_bf16_runs_under_autocast():
     profile = profile_blocks(Workload(model="resnet18", image_size=32, num_classes=10,
                                       precision="bf16"), micro_batch=2, repeats=1)
     assert profile.blocks[1].output_bytes == 2 * 64 * 8 * 8 * 2  # bf16 activations
+
+
+def test_on_a_cpu_the_step_is_cut_at_the_host_clocks_readings(monkeypatch):
+    # One tick a reading: start, 3 forward hooks, loss, 3 backward hooks (last block first),
+    # end. The last block's forward ends with the loss, its backward starts there.
+    ticks = itertools.count()
+    monkeypatch.setattr("time.perf_counter", lambda: float(next(ticks)))
+    blocks = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)]
+    workload = Workload(model="resnet18", image_size=32, num_classes=3)
+    forwards, backwards, step_s = block_times_in_step(
+        blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
+    assert (forwards, backwards, step_s) == ([1.0, 1.0, 2.0], [1.0, 1.0, 2.0], 8.0)
+    assert _median_time(lambda: None, torch.device("cpu"), repeats=3) == 1.0
+
+
+def test_a_channels_last_profile_feeds_its_blocks_channels_last():
+    seen = []
+
+    def record(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d):
+            seen.append((inputs[0].is_contiguous(memory_format=torch.channels_last),
+                         module.weight.is_contiguous(memory_format=torch.channels_last),
+                         output.dtype))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        profile_blocks(Workload(model="resnet18", image_size=64, num_classes=10,
+                                precision="bf16", channels_last=True), micro_batch=2, repeats=1)
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {(True, True, torch.bfloat16)}
 
 
 def test_fsdp_without_resharding_holds_every_unit_gathered():

@@ -1,9 +1,21 @@
+import contextlib
+import itertools
+
 import pytest
 import torch
 
+import strategies
+from parbench.devices import parse_devices
 from parbench.workloads import Workload
 from strategies.base import StrategyError
-from strategies.partition import _balanced_bounds, cut_resnet, plan_cut, resnet_blocks
+from strategies.partition import (
+    StepClock,
+    _balanced_bounds,
+    cut_resnet,
+    plan_cut,
+    resnet_blocks,
+)
+from strategies.stages import MAX_TIMING_BATCH, timing_batch
 
 
 def _model(name="resnet50"):
@@ -53,6 +65,78 @@ def test_timing_blocks_leaves_batchnorm_statistics_alone():
     before = model.bn1.running_mean.clone()
     plan_cut(model, 2, "time", sample=torch.randn(2, 3, 32, 32))
     assert torch.equal(model.bn1.running_mean, before)
+
+
+@contextlib.contextmanager
+def _conv_inputs():
+    """What every convolution run inside the block receives and gives: (batch, channels last,
+    output dtype)."""
+    seen = []
+
+    def record(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d):
+            x = inputs[0]
+            seen.append((len(x), x.is_contiguous(memory_format=torch.channels_last),
+                         output.dtype))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def test_timing_blocks_runs_them_at_the_workloads_precision_and_memory_format():
+    workload = Workload(model="resnet18", image_size=64, num_classes=10, precision="bf16",
+                        channels_last=True)
+    model = workload.build_model()
+    sample, _ = workload.make_batch(3, "cpu")
+    with _conv_inputs() as seen:
+        plan_cut(model, 3, "time", sample, workload)
+    assert len(seen) == 2 * 20  # resnet18's 20 convolutions, in each of 2 repeats
+    assert {batch for batch, _, _ in seen} == {3}
+    assert all(channels_last for _, channels_last, _ in seen)
+    assert {dtype for _, _, dtype in seen} == {torch.bfloat16}
+    assert model.conv1.weight.is_contiguous()  # the copy was timed, the model left as it was
+
+
+def test_timing_blocks_without_a_workload_runs_them_in_fp32_as_they_are():
+    with _conv_inputs() as seen:
+        plan_cut(_model("resnet18"), 3, "time", sample=torch.randn(2, 3, 32, 32))
+    assert {dtype for _, _, dtype in seen} == {torch.float32}
+    assert not seen[0][1]  # the stem's input as given
+
+
+def test_the_step_clock_on_a_cpu_is_the_host_clock(monkeypatch):
+    ticks = itertools.count()
+    monkeypatch.setattr("time.perf_counter", lambda: float(next(ticks)))
+    clock = StepClock(torch.device("cpu"))
+    for key in ("a", "b", "c", "b"):
+        clock.mark(key)
+    clock.synchronize()
+    assert (clock.seconds("a", "c"), clock.seconds("a", "b")) == (2.0, 3.0)  # the latest "b"
+
+
+@pytest.mark.parametrize("micro_batch, global_batch, timed", [
+    (None, 6, 6), (2, 8, 2), (30, 240, 30), (None, 512, MAX_TIMING_BATCH),
+    (100, 400, MAX_TIMING_BATCH)])
+def test_the_time_balance_times_the_batch_the_run_trains_on(micro_batch, global_batch, timed):
+    assert timing_batch(micro_batch, global_batch) == timed
+
+
+@pytest.mark.parametrize("name, options, batch", [
+    ("model-parallel", {}, 6),  # the whole batch through every stage
+    ("pipeline", {"stages": 3, "split_size": 2}, 2),  # its micro-batches
+])
+def test_a_strategy_cut_by_time_times_its_blocks_at_its_own_batch(tiny_workload, name, options,
+                                                                  batch):
+    devices = parse_devices("cpu,cpu,cpu").logical
+    strategy = strategies.create(strategies.plan(name, tiny_workload, 6, devices, options))
+    with _conv_inputs() as seen:
+        strategy.setup()
+    getattr(strategy, "close", lambda: None)()
+    assert strategy.options.balance == "time"
+    assert seen and {size for size, _, _ in seen} == {batch}
 
 
 @pytest.mark.parametrize("stages, balance, message", [
