@@ -6,12 +6,13 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
+from typing_extensions import Self  # typing's from Python 3.11
 
 from strategies.base import Strategy
-from strategies.errors import StrategyError
+from strategies.errors import StrategyError, Unavailable
 from strategies.options import Options, option
-from strategies.partition import BALANCES, default_balance, plan_cut
-from strategies.stages import build_stages
+from strategies.partition import BALANCES, default_balance, plan_cut, resnet_blocks
+from strategies.stages import build_stages, timing_batch
 
 __all__ = ["ModelParallel", "StageOptions"]
 
@@ -45,10 +46,15 @@ class StageOptions(Options):
         # data, and the structural checks are the same for every balance.
         with torch.device("meta"):
             model = workload.build_model()
-        plan_cut(model, self.pieces(devices), "params" if self.balance in (None, "time")
-                 else self.balance)
+        blocks, pieces = len(resnet_blocks(model)), self.pieces(devices)
+        if pieces > blocks:  # the device list is what cannot be run: skipped in a comparison
+            most = blocks * len(devices) // pieces
+            raise Unavailable(f"{pieces} stages on {len(devices)} devices, but {workload.model} "
+                              f"has {blocks} blocks to cut; use at most {most} devices "
+                              f"(--devices, or --stages {most})")
+        plan_cut(model, pieces, "params" if self.balance in (None, "time") else self.balance)
 
-    def resolved(self, global_batch, devices) -> StageOptions:
+    def resolved(self, global_batch, devices) -> Self:
         return replace(self, stages=len(devices),
                        balance=self.balance or default_balance(self.pieces(devices)))
 
@@ -59,10 +65,13 @@ class ModelParallel(Strategy):
     summary = "stage k on device k, whole batch through each stage in turn (one process)"
     min_devices = 2
     Options = StageOptions
+    options: StageOptions
 
     def setup(self) -> None:
+        sample_batch = timing_batch(self.options.micro_batch_size(), self.plan.global_batch)
+        assert self.options.balance is not None  # resolved by the plan
         self._partition, self.stages = build_stages(self.workload, self.devices,
-                                                    self.options.balance, sample_batch=8)
+                                                    self.options.balance, sample_batch)
         self._model = nn.Sequential(*(stage.module for stage in self.stages))
         self.prepare_training(self._model.parameters(), self.devices[-1])
 
@@ -78,7 +87,8 @@ class ModelParallel(Strategy):
         self.optimizer.zero_grad(set_to_none=True)
         # Stage by stage, forward then backward in reverse, across detached boundaries: the
         # same update as one autograd pass, with each stage's part marked (`action`).
-        inputs, outputs = [], []
+        inputs: list[torch.Tensor] = []
+        outputs: list[torch.Tensor] = []
         activations = images
         for k, stage in enumerate(self.stages):
             with self.action(k, 0, "F"), self.workload.autocast(stage.device):
@@ -95,7 +105,7 @@ class ModelParallel(Strategy):
                 if k == len(self.stages) - 1:
                     self.scaler.scale(loss).backward()
                 else:
-                    grad = inputs[k + 1].grad.to(self.stages[k].device)
+                    grad = _gradient(inputs[k + 1]).to(self.stages[k].device)
                     torch.autograd.backward(outputs[k], grad)
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -107,3 +117,10 @@ class ModelParallel(Strategy):
 
     def placed_modules(self) -> list[nn.Module]:
         return [stage.module for stage in self.stages]
+
+
+def _gradient(boundary: torch.Tensor) -> torch.Tensor:
+    """The gradient backward left on a stage's detached input, for the stage before it."""
+    if boundary.grad is None:
+        raise RuntimeError("backward reached no stage boundary: the stage's output is unused")
+    return boundary.grad

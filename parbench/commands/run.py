@@ -40,8 +40,11 @@ from strategies.single import accumulating
 __all__ = ["add_parsers", "build_configs", "command_run"]
 
 
-def build_configs(args: argparse.Namespace,
-                   device_sets: list[DeviceSet] | None = None) -> list[Config]:
+def build_configs(args: argparse.Namespace, device_sets: list[DeviceSet] | None = None,
+                  left_out: list[str] | None = None) -> list[Config]:
+    """The sweep's configurations, every refusal checked; `left_out` receives a note for each
+    strategy the comparison of every strategy leaves out (this machine or its devices cannot
+    run it), for the caller to print once the run starts."""
     requested = args.strategy is not None
     # Without --strategy, the quick comparison: every strategy its plans find available here.
     names = strategy_names(args.strategy) if requested else strategies.names()
@@ -77,20 +80,24 @@ def build_configs(args: argparse.Namespace,
                         if args.memory_cap_mib is not None else None),
     )
     if not requested:
+        if left_out is not None:
+            left_out += _left_out(configs)
         configs = _available_strategies(configs)
     if getattr(args, "scaling", "strong") == "weak":  # runs stored before --scaling: strong
         configs = [weakly_scaled(c) for c in configs]
     if args.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=args.data)) for c in configs]
     _check(configs, args.data, requested)
-    _refuse_or_skip(configs, requested)
+    _refuse_or_skip(configs)
     if args.accumulation_split is None:
         configs = _with_accumulation_baselines(configs)
     if requested:  # a strategy named for nothing it can run here is refused, not skipped
         for name in names:
             plans = [c.plan for c in configs if c.strategy == name]
             if plans and not any(plan.runs for plan in plans):
-                raise UsageError(f"{name} cannot run here: {plans[0].refusal.reason}")
+                refusal = plans[0].refusal
+                assert refusal is not None  # it does not run
+                raise UsageError(f"{name} cannot run here: {refusal.reason}")
     return configs
 
 
@@ -117,27 +124,35 @@ def _check(configs: list[Config], data: str | None, requested: bool) -> None:
 def _available_strategies(configs: list[Config]) -> list[Config]:
     """The configurations of the strategies whose plan on the sweep's first configuration
     finds the devices, the machine and the launcher they need."""
-    first = {}
+    first: dict[str, Config] = {}
     for config in configs:
         first.setdefault(config.strategy, config)
     names = {name for name, config in first.items() if config.plan.available}
     return [c for c in configs if c.strategy in names or c.strategy == strategies.BASELINE]
 
 
-def _refuse_or_skip(configs: list[Config], requested: bool) -> None:
-    """A strategy named with --strategy that refuses every combination of the sweep is a usage
-    error; in the comparison of every strategy (nothing `requested`) it is recorded as skipped
-    with its reason (the V schedules cannot cut resnet18's 10 blocks into 2 x 8 stages, say),
-    and the others are measured. One that refuses only some (a schedule's micro-batch count,
-    say) has those recorded as skipped, and the sweep measures the rest."""
+def _left_out(configs: list[Config]) -> list[str]:
+    """A note for each strategy the comparison of every strategy leaves out because this
+    machine or its devices cannot run it (data-parallel on CPU; the V schedules on more
+    devices than the model has blocks for), with the reason."""
+    first: dict[str, Config] = {}
+    for config in configs:
+        first.setdefault(config.strategy, config)
+    return [f"note: {name} left out: {config.plan.reason('machine')}"
+            for name, config in first.items() if config.plan.reason("machine")]
+
+
+def _refuse_or_skip(configs: list[Config]) -> None:
+    """A strategy that refuses every combination of the sweep is a usage error; one that
+    refuses only some (a schedule's micro-batch count, say) has those recorded as skipped,
+    with its reason, and the sweep measures the rest."""
     for name in dict.fromkeys(c.strategy for c in configs if c.refusal()):
         reasons = [c.refusal() for c in configs if c.strategy == name]
-        if all(reasons) and requested:
+        if all(reasons):
             raise UsageError(reasons[0])
-        what = ("every one" if all(reasons) else
-                f"{sum(map(bool, reasons))}") + f" of its {len(reasons)} configurations"
-        print(f"note: {name} refuses {what}, recorded as skipped; the first: "
-              f"{next(filter(None, reasons))}", file=sys.stderr)
+        print(f"note: {name} refuses {sum(map(bool, reasons))} of its {len(reasons)} "
+              f"configurations, recorded as skipped; the first: {next(filter(None, reasons))}",
+              file=sys.stderr)
 
 
 def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
@@ -212,7 +227,8 @@ def command_run(args: argparse.Namespace) -> int:
         folder = open_run_folder(args.resume)
         args = _resumed_arguments(args, folder)
         return _run_and_record(args, build_configs(args), rank, folder)
-    return _run_and_record(args, build_configs(args), rank)
+    left_out: list[str] = []
+    return _run_and_record(args, build_configs(args, left_out=left_out), rank, notes=left_out)
 
 
 def _run_under_torchrun(args: argparse.Namespace) -> int:
@@ -246,9 +262,9 @@ def _schedule(args: argparse.Namespace, configs: list[Config], done=frozenset())
 
 
 def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None,
-                    resumed: RunFolder | None = None) -> int:
+                    resumed: RunFolder | None = None, notes: list[str] | None = None) -> int:
     """Measure the sweep into a new run folder (or what a resumed one lacks) and print its
-    table (rank 0 under torchrun)."""
+    table (rank 0 under torchrun), after `notes` on what it leaves out."""
     cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
                        if c.used_devices.kind == "cpu"), default=0)
     if cpu_threads > cpu_cores() and rank is None:
@@ -260,6 +276,8 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         folder.write_command(_sweep_arguments(args))
     except OSError as error:
         raise UsageError(f"cannot write to {folder.path} ({error.strerror or error})") from None
+    for note in notes or []:  # once every check has passed: a refusal stays one line
+        print(note, file=sys.stderr)
     repeats = getattr(args, "repeats", 1)
     total = len(_schedule(args, configs))
     already = total - len(_schedule(args, configs, runner.done_trials(previous)))
@@ -307,6 +325,7 @@ def _progress(progress: str, total: int, already: int, repeats: int):
 
     def on_done(slot: trials.Slot, record: Record) -> None:
         bar.update(1)
+        assert record.trials is not None  # a record of a measured trial
         trial = next(t for t in record.trials if (t["round"], t["twin"]) == (slot.round,
                                                                               slot.twin))
         if trial["status"] != "ok":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import strategies
 from parbench import launch
@@ -48,8 +47,9 @@ def command_verify(args: argparse.Namespace) -> int:
     steps = at_least("--steps", args.steps, 1)
     if steps > 1 and workload.precision != "fp32":
         raise UsageError(MULTI_STEP_PRECISION)
-    if names is None:  # every strategy its plan finds available here and that can run
-        names = _runnable_strategies(workload, batch, devices, options)
+    if names is None:  # every strategy its plan finds available here
+        names = [name for name in strategies.names() if name != strategies.BASELINE and Config(
+            name, workload, batch, devices, options=options_for(name, options)).plan.available]
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     tolerance = positive("--tolerance", args.tolerance)
@@ -66,22 +66,6 @@ def command_verify(args: argparse.Namespace) -> int:
               + f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
               + (f" (fp16 loss scale {v.loss_scale:g})" if v.loss_scale else ""))
     return 0 if all(v.ok for v in verdicts) else 1
-
-
-def _runnable_strategies(workload: Workload, batch: int, devices, options: dict) -> list[str]:
-    """Every strategy but the baseline whose plan finds the devices and machine it needs; one
-    that refuses these devices or options (the V schedules cannot cut resnet18's 10 blocks
-    into 2 x 8 stages, say) is left out with a note saying why, not an error."""
-    names = []
-    for name in strategies.names():
-        plan = Config(name, workload, batch, devices, options=options_for(name, options)).plan
-        if name == strategies.BASELINE or not plan.available:
-            continue
-        if plan.refusal and plan.refusal.kind == "options":
-            print(f"note: not verified here: {plan.refusal.reason}", file=sys.stderr)
-            continue
-        names.append(name)
-    return names
 
 
 def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> str:

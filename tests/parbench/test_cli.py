@@ -189,7 +189,8 @@ def test_strategies_lists_every_name(capsys):
       "--balance", "tutorial"], "pipeline: --balance tutorial cuts into 2 stages only"),
     (["verify", "--tolerance", "0"], "--tolerance must be above 0"),
     (["run", "--strategy", "pipeline", "--model", "resnet18", "--devices", ",".join(["cpu"] * 11)],
-     "cannot cut 10 blocks into 11 stages; use at most 10 stages"),
+     "pipeline cannot run here: 11 stages on 11 devices, but resnet18 has 10 blocks to cut; "
+     "use at most 10 devices"),
     (["run", "--strategy", "model-parallel", "--devices", "cpu,cpu,cpu", "--balance",
       "tutorial"], "model-parallel: --balance tutorial cuts into 2 stages only"),
     (["verify", "--batch-size", "4", "--split-size", "8"], "--split-size 8 is larger"),
@@ -343,36 +344,38 @@ def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
 EIGHT_CPUS = ",".join(["cpu"] * 8)
 
 
-def test_the_comparison_on_many_devices_skips_a_strategy_they_cannot_cut_for(capsys):
-    """8 devices: the V schedules would cut resnet18 (10 blocks) into 16 pieces. The
-    comparison of every strategy records them as skipped with the reason and plans the rest,
-    as it does for data-parallel on CPU; named with --strategy, the same is a usage error."""
-    from parbench import cli, runner
+def test_the_comparison_on_many_devices_leaves_out_a_strategy_they_cannot_cut_for(capsys):
+    """8 devices: the V and interleaved schedules would cut resnet18 (10 blocks) into 16
+    pieces. The comparison of every strategy leaves them out with the reason, as it does
+    data-parallel on CPU, and plans the rest (it aborted); named, they cannot run here, and
+    an option that no configuration can take is still a usage error."""
+    from parbench import cli
     from parbench.commands.run import build_configs
 
     args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, *TINY])
-    configs = build_configs(args)
-    notes = capsys.readouterr().err
-    by_name = {c.strategy: c for c in configs if not c.options.get("accumulate")}
-    for name in ("pipeline-zbv", "pipeline-dualpipev"):
-        assert f"note: {name} refuses every one of its 1 configurations" in notes
-        record = runner.run_config(by_name[name], measure=lambda c: pytest.fail("measured"))
-        assert record.status == "skipped"
-        assert "cannot cut 10 blocks into 16 stages" in record.reason
-    assert by_name["pipeline-1f1b"].plan.runs and by_name["ddp"].plan.runs
+    left_out: list[str] = []
+    planned = {c.strategy for c in build_configs(args, left_out=left_out)}
+    notes = "\n".join(left_out)
+    for name in ("pipeline-zbv", "pipeline-dualpipev", "pipeline-interleaved-1f1b"):
+        assert name not in planned
+        assert (f"note: {name} left out: 16 stages on 8 devices, but resnet18 has 10 blocks "
+                "to cut; use at most 5 devices (--devices, or --stages 5)") in notes
+    assert {"model-parallel", "pipeline", "pipeline-1f1b", "ddp", "fsdp"} <= planned
     args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, "--strategy",
                                     "pipeline-zbv", *TINY])
-    with pytest.raises(cli.UsageError, match="cannot cut 10 blocks into 16 stages"):
+    with pytest.raises(cli.UsageError, match="pipeline-zbv cannot run here: 16 stages on 8"):
+        build_configs(args)
+    args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, "--split-size", "60", *TINY])
+    with pytest.raises(cli.UsageError, match="--split-size 60 is larger than --batch-size 32"):
         build_configs(args)
 
 
-def test_verify_on_many_devices_leaves_out_what_they_cannot_cut_for(capsys):
-    from parbench.commands.verify import _runnable_strategies
-    from parbench.devices import parse_devices
+def test_verify_on_many_devices_leaves_out_what_they_cannot_cut_for(capsys, monkeypatch):
+    from parbench.commands import verify as command
 
-    names = _runnable_strategies(Workload(model="resnet18", image_size=64, num_classes=10), 8,
-                                 parse_devices(EIGHT_CPUS), {"split_size": 2})
-    assert "pipeline-zbv" not in names and "pipeline-dualpipev" not in names
-    assert {"model-parallel", "pipeline-1f1b", "ddp", "fsdp"} <= set(names)
-    assert "note: not verified here: pipeline-zbv: cannot cut 10 blocks" in (
-        capsys.readouterr().err)
+    checked = []
+    monkeypatch.setattr(command, "verify", lambda workload, devices, names, *rest: checked.extend(
+        names) or [])
+    assert main(["verify", "--devices", EIGHT_CPUS]) == 0
+    assert "pipeline-zbv" not in checked and "pipeline-dualpipev" not in checked
+    assert {"model-parallel", "pipeline-1f1b", "ddp", "fsdp"} <= set(checked)
