@@ -70,7 +70,9 @@ def main() -> None:
             bare.append(bare_loop_throughput(workload, args.batch_size, args.warmup, args.steps))
 
         def run_parbench() -> None:
-            harness.append(_throughput(measure(config), args.batch_size))
+            measured = measure(config)
+            assert measured is not None  # None only on a torchrun rank other than 0's
+            harness.append(_throughput(measured, args.batch_size))
 
         order = (run_bare, run_parbench) if round_index % 2 == 0 else (run_parbench, run_bare)
         for run in order:

@@ -11,17 +11,25 @@ PARBENCH_BENCH_DEVICES (default `cpu,cpu`, two emulated devices).
 """
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 from parbench import suite, trials
+from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.paced import PacedRun
 from parbench.runner import run_config
+from parbench.worker import Measurement
 
 DEVICES = parse_devices(os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu"))
 RUNNABLE = suite.runnable(DEVICES)
+
+
+def _finished(run: PacedRun) -> Callable[[Config], Measurement]:
+    """`run`'s measurement, as `run_config` takes it."""
+    return lambda config: run.finish()
 
 
 class Trials:
@@ -49,7 +57,7 @@ class Trials:
         """parbench's record of the trials, as `parbench run --repeats` keeps it."""
         record = None
         for round_, run in enumerate(self.runs):
-            measured = run_config(self.config, measure=lambda _, run=run: run.finish())
+            measured = run_config(self.config, measure=_finished(run))
             record = trials.with_trial(record, measured, trials.trial_of(measured, round_),
                                        len(self.runs), seed=0)
         return record

@@ -20,7 +20,9 @@ def per_round(record: Record, twin: bool = False) -> dict[int, float]:
     """Round -> throughput of each ok trial (of the A/A twin's with `twin`); a record without
     trials (one measurement) is its own round 0."""
     if not record.trials:
-        return {} if twin or not record.ok else {0: record.throughput_ips}
+        if twin or not record.ok or record.throughput_ips is None:
+            return {}
+        return {0: record.throughput_ips}
     return {t["round"]: t["throughput_ips"] for t in record.trials
             if t["status"] == "ok" and t["twin"] == twin}
 
@@ -28,8 +30,9 @@ def per_round(record: Record, twin: bool = False) -> dict[int, float]:
 def comparison_key(record: Record) -> tuple:
     """What records compared with each other share: the workload, the device type, and the
     batch (the global batch; under weak scaling, the batch per device)."""
-    batch = (record.global_batch // max(record.device_count, 1) if record.scaling == "weak"
-             else record.global_batch)
+    batch = record.global_batch
+    if record.scaling == "weak" and batch is not None:
+        batch //= max(record.device_count, 1)
     return (record.model, record.image_size, record.num_classes, record.precision,
             record.channels_last, record.compile, record.scaling == "weak", batch,
             record.device_kind)
@@ -51,11 +54,13 @@ def _set(record: Record, name: str, ratios: list[float], scale: float = 1.0,
          itself: bool = False) -> None:
     """A compared figure: the geometric mean of its paired ratios (times `scale`), and its
     interval (none where a record is compared with `itself`: its ratios are 1 by definition)."""
-    if not ratios:
+    centre = stats.centre(ratios)
+    if centre is None:  # no ratio, or none finite
         return
-    setattr(record, name, stats.centre(ratios) * scale)
+    setattr(record, name, centre * scale)
     bounds = None if itself else stats.interval(ratios)
     if bounds:
+        assert record.intervals is not None  # add_comparisons set it
         record.intervals[name] = [bounds[0] * scale, bounds[1] * scale]
 
 
@@ -71,7 +76,8 @@ def add_comparisons(records: list[Record]) -> None:
     baseline), whose product is the speedup. The baseline's A/A pair (measured twice a round)
     gives the run's noise floor (`aa_ratio`)."""
     ok = [r for r in records if r.ok]
-    baselines = {}  # the first baseline of each workload and batch (the one with an A/A twin)
+    # The first baseline of each workload and batch (the one with an A/A twin).
+    baselines: dict[tuple, Record] = {}
     for r in ok:
         if is_baseline(r):
             baselines.setdefault(comparison_key(r), r)
@@ -105,6 +111,7 @@ def _compare(record: Record, baseline: Record | None, accumulating: dict,
     _set(record, "speedup_vs_baseline", speedups, itself=baseline is record)
     _set(record, "device_efficiency", speedups, 1 / devices, itself=baseline is record)
     if record is not baseline:
+        assert record.intervals is not None  # add_comparisons set it
         record.verdict = stats.verdict(record.intervals.get("speedup_vs_baseline"))
     if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
         return  # not a cut model: its causes are another decomposition's (data parallel)
@@ -125,5 +132,6 @@ def _noise_floor(baseline: Record) -> None:
     baseline.aa_ratio = stats.centre(ratios)
     bounds = stats.interval(ratios)
     if bounds:
+        assert baseline.intervals is not None  # add_comparisons set it
         baseline.intervals["aa_ratio"] = list(bounds)
     baseline.aa_verdict = stats.verdict(bounds, above="differs", below="differs")

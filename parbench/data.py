@@ -3,7 +3,7 @@ DistributedSampler and DataLoader workers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import torch
@@ -30,8 +30,10 @@ def shard(tensors: tuple[torch.Tensor, ...], index: int,
     return tuple(t.tensor_split(count)[index] for t in tensors)
 
 
-def open_image_folder(workload: Workload, global_batch: int, replicas: int = 1):
+def open_image_folder(workload: Workload, global_batch: int,
+                      replicas: int = 1) -> datasets.ImageFolder:
     """The workload's image folder as a dataset, checked against the batch and model."""
+    assert workload.data_dir is not None
     root = Path(workload.data_dir)
     if not root.is_dir():
         raise DataError(f"--data {root}: no such folder; give a folder with one subfolder of "
@@ -66,15 +68,16 @@ class BatchSource:
     def __init__(self, workload: Workload, global_batch: int, device: torch.device,
                  index: int = 0, count: int = 1, loader_workers: int = 0) -> None:
         self.device = torch.device(device)
-        self._loader = None
+        self._loader: DataLoader | None = None
         if workload.data_dir is None:
             images, labels = workload.make_batch(global_batch, "cpu")
             images, labels = shard((images, labels), index, count)
             self._fixed = images.to(self.device), labels.to(self.device)
             return
         dataset = open_image_folder(workload, global_batch, count)
-        self._sampler = DistributedSampler(dataset, num_replicas=count, rank=index,
-                                           shuffle=True, seed=workload.seed, drop_last=True)
+        self._sampler: DistributedSampler = DistributedSampler(
+            dataset, num_replicas=count, rank=index, shuffle=True, seed=workload.seed,
+            drop_last=True)
         self._loader = DataLoader(dataset, batch_size=global_batch // count,
                                   sampler=self._sampler, num_workers=loader_workers,
                                   pin_memory=self.device.type == "cuda", drop_last=True)
@@ -82,11 +85,12 @@ class BatchSource:
                                else torch.contiguous_format)
         self._batches = self._epochs()
 
-    def _epochs(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _epochs(self) -> Generator[tuple[torch.Tensor, torch.Tensor], None, None]:
+        assert self._loader is not None
         epoch = 0
         while True:
             self._sampler.set_epoch(epoch)
-            self._epoch = iter(self._loader)
+            self._epoch: Iterator | None = iter(self._loader)
             for images, labels in self._epoch:
                 yield (images.to(self.device, non_blocking=True,
                                  memory_format=self._memory_format),

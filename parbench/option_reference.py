@@ -28,7 +28,7 @@ def _help(action: argparse.Action) -> str:
 def _option(action: argparse.Action) -> str:
     """The option as --help's usage names it: `--balance tutorial|time|params[,...]`."""
     if not action.option_strings:  # a positional argument
-        name = action.metavar or action.dest
+        name = str(action.metavar or action.dest)
         return f"{name} ..." if action.nargs in ("+", "*") else name
     flags = ", ".join(action.option_strings)
     if action.nargs == 0:  # a switch

@@ -62,6 +62,7 @@ class RunPlan:
         """The strategy's own plan: its options resolved for this batch and these devices,
         its micro-batches, its devices (raises ConfigError for a refused configuration)."""
         if self.resolved is None:
+            assert self.refusal is not None  # resolved unless refused
             raise ConfigError(self.refusal.reason)
         return self.resolved
 

@@ -381,9 +381,9 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
               for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
     lines += _communication_lines(frame)
     lines += noise_floor(frame)
-    methods = frame["interval_method"].dropna() if "interval_method" in frame else []
-    if len(methods) and "intervals" in frame and frame["intervals"].map(bool).any():
-        lines += [f"  [low, high]: {methods.iloc[0]}; verdict: the speedup's interval above 1 "
+    methods = list(frame["interval_method"].dropna()) if "interval_method" in frame else []
+    if methods and "intervals" in frame and frame["intervals"].map(bool).any():
+        lines += [f"  [low, high]: {methods[0]}; verdict: the speedup's interval above 1 "
                   "(faster), below (slower), or across it (within noise)"]
     lines += ["", *answers(frame)]
     if folder is not None:

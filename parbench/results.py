@@ -33,7 +33,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 class RunFolder:
     """One `parbench run`: results/<UTC time>[-tag]/ holding records.csv, records.json, env.json."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
     @property
@@ -119,9 +119,9 @@ class RunFolder:
 
     def write_records(self, records: list[Record]) -> None:
         """Replace records.json and records.csv with `records` (each write is atomic)."""
-        records = [record.to_dict() for record in records]
-        atomic_write_text(self.path / "records.json", json.dumps(records, indent=2) + "\n")
-        frame = pd.DataFrame(records)
+        rows = [record.to_dict() for record in records]
+        atomic_write_text(self.path / "records.json", json.dumps(rows, indent=2) + "\n")
+        frame = pd.DataFrame(rows)
         for field in LIST_FIELDS:
             if field in frame:
                 frame[field] = frame[field].map(lambda v: None if v is None else json.dumps(v))

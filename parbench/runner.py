@@ -6,7 +6,8 @@ import dataclasses
 import functools
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,8 @@ def _measured_fields(config: Config, measured: Measurement) -> dict:
     peaks = measured.peak_memory_mib
     losses = measured.losses
     growth, leaking = memory_growth(measured.memory_after_step_mib)
-    first_step = (measured.warmup_step_times_s or [None])[0]
+    warmup = measured.warmup_step_times_s
+    first_step = warmup[0] if warmup else None
     median = float(np.percentile(times, 50))
     return dict(
         status="ok",
@@ -122,14 +124,14 @@ def _measured_fields(config: Config, measured: Measurement) -> dict:
 
 def run_config(config: Config, run_id: str = "", index: int = 0,
                environment: dict | None = None,
-               measure: Callable[[Config], Measurement] = launch.measure) -> Record:
+               measure: Callable[[Config], Measurement | None] = launch.measure) -> Record:
     """Measure one configuration and return its record; failures become a record, not a raise.
 
     `measure` returns the configuration's measurement (another driver, such as
     pytest-benchmark, passes its own, see `parbench.paced`)."""
     workload = config.workload
     used = config.used_devices
-    base = dict(
+    base: dict[str, Any] = dict(
         run_id=run_id, config_index=index, config_key=config.key(), strategy=config.strategy,
         strategy_options=dict(config.options),  # as given, until the plan resolves them
         model=workload.model,
@@ -144,13 +146,16 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps,
     )
+    outcome: dict[str, Any]
     if config.plan.refusal:  # one combination of a sweep it refuses, or the machine cannot
         outcome = dict(status="skipped", reason=config.plan.refusal.reason)
     else:
         options = config.plan.strategy_plan.options
         base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
         try:
-            outcome = _measured_fields(config, measure(config))
+            measured = measure(config)
+            assert measured is not None  # None only on a torchrun rank other than 0's
+            outcome = _measured_fields(config, measured)
         except Exception as error:
             outcome = dict(
                 status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
@@ -182,11 +187,13 @@ def _release_memory(config: Config, failed: bool) -> None:
 FINAL_STATUSES = ("ok", "oom", "skipped")
 
 
-def done_trials(previous: list[Record]) -> set[tuple[str, int, bool]]:
+def done_trials(previous: Sequence[Record]) -> set[tuple[str, int, bool]]:
     """(configuration key, round, twin) of a resumed run's trials that are not measured again
     (a record without trials, from before them, is its own round 0)."""
     done = set()
     for record in previous:
+        if record.config_key is None:  # matches no configuration
+            continue
         for trial in record.trials or [dict(round=0, twin=False, status=record.status)]:
             if trial["status"] in FINAL_STATUSES:
                 done.add((record.config_key, trial["round"], trial["twin"]))
@@ -196,7 +203,7 @@ def done_trials(previous: list[Record]) -> set[tuple[str, int, bool]]:
 def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
               on_start: Callable[[trials.Slot, Config], None] | None = None,
               on_done: Callable[[trials.Slot, Record], None] | None = None,
-              previous: list[Record] = (), repeats: int = 1, seed: int = 0) -> list[Record]:
+              previous: Sequence[Record] = (), repeats: int = 1, seed: int = 0) -> list[Record]:
     """Measure every configuration `repeats` times in interleaved rounds (trials.schedule),
     rewriting the run folder after each trial.
 

@@ -34,7 +34,7 @@ def cannot_run(strategy: str, devices: DeviceSet, **options) -> str | None:
     """Why the suite's `strategy` cannot run on `devices` here (too few devices, a batch it
     cannot split, a machine that lacks what it needs), or None if it can."""
     plan = config(strategy, devices, **options).plan
-    return None if plan.runs else plan.refusal.reason
+    return None if plan.refusal is None else plan.refusal.reason
 
 
 def runnable(devices: DeviceSet) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import statistics
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 import strategies
@@ -60,7 +61,7 @@ def has_twin(config: Config) -> bool:
 
 def _twinned(configs: list[Config], measured: list[int]) -> list[int]:
     """The first baseline of each workload, batch and device type: the one comparisons use."""
-    first = {}
+    first: dict[tuple, int] = {}
     for i in measured:
         config = configs[i]
         if has_twin(config):
@@ -70,7 +71,7 @@ def _twinned(configs: list[Config], measured: list[int]) -> list[int]:
 
 
 def schedule(configs: list[Config], repeats: int, seed: int,
-             done: set[tuple[str, int, bool]] = frozenset()) -> list[Slot]:
+             done: Set[tuple[str, int, bool]] = frozenset()) -> list[Slot]:
     """Every (configuration, round) a sweep measures, in order: round by round, each round's
     order shuffled by `random.Random(seed + round)` (one round keeps the sweep's order);
     configurations that do not run (their plan refuses them) are not measured, and slots in
@@ -91,6 +92,7 @@ def schedule(configs: list[Config], repeats: int, seed: int,
 def trial_of(record: Record, round_: int, twin: bool = False,
              wall_time_s: float | None = None) -> Trial:
     """What a record of one measurement keeps as one trial."""
+    assert record.status is not None
     return Trial(round_, record.status, record.reason, record.throughput_ips,
                  record.step_time_median_s, list(record.step_times_s or []),
                  record.exposed_comm_fraction, record.measured_bubble_fraction, twin,
@@ -136,6 +138,7 @@ def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     """The figures each ok trial measured, as means with intervals, and what follows from
     them: throughput-based rates rescaled, step-time spread over every trial's steps, and the
     step split into compute and exposed communication at the mean share."""
+    assert record.intervals is not None  # set by with_trial
     for name, log in _PER_TRIAL.items():
         values = [getattr(t, name) for t in ok if getattr(t, name) is not None]
         setattr(record, name, stats.centre(values, log=log))

@@ -167,16 +167,16 @@ class _Verifier:
         if update == 0:
             return Verdict(name, kept, difference, update, tolerance, loss_scale=scale, error=(
                 "the baseline's step changed no parameter, so nothing was compared"))
-        found = dict(losses=tuple(trained.losses), reference_losses=tuple(reference.losses),
-                     loss_scale=scale)
         # A strategy that compresses gradients states the error it allows (relative).
         lossy = strategy.verify_relative_tolerance(plan) or 0.0
         drift = max((_max_abs_difference(t.parameters, reference.parameters) for t in twins),
                     default=0.0)
         allowed = max(tolerance, lossy * update, 2 * rounding, DRIFT_ALLOWANCE * drift)
-        return Verdict(name, kept, difference, update, allowed, **found, loss_tolerances=(
-            _loss_tolerances(reference.losses, twins, max(tolerance, lossy)) if twins else
-            (math.inf,)))  # one step: its parameters are the comparison
+        loss_tolerances = (_loss_tolerances(reference.losses, twins, max(tolerance, lossy))
+                           if twins else (math.inf,))  # one step: its parameters are compared
+        return Verdict(name, kept, difference, update, allowed, loss_scale=scale,
+                       losses=tuple(trained.losses), reference_losses=tuple(reference.losses),
+                       loss_tolerances=loss_tolerances)
 
 
 def _loss_tolerances(reference: list[float], twins: list[Trained],

@@ -33,7 +33,7 @@ class WorkerMeasurement:
     memory_mib: list[float]  # per logical device this worker drives
     memory_source: str
     physical_memory_mib: list[float]  # per physical device this worker sees
-    memory_after_step_mib: list[float]  # held after each measured step (see allocated_mib)
+    memory_after_step_mib: list[float | None]  # held after each measured step (allocated_mib)
     torch_threads: int
     partition: str | None  # where the strategy cut the model, if it did
     timeline: list[list]  # the last measured step's spans (Timeline.spans); [] if not a pipeline
@@ -60,7 +60,7 @@ class Measurement:
     losses: list[float]  # per measured step, the mean over the workers that compute one
     peak_memory_mib: list[float]  # per logical device
     physical_peak_memory_mib: list[float]
-    memory_after_step_mib: list[float]  # the fullest worker's, after each measured step
+    memory_after_step_mib: list[float | None]  # the fullest worker's, after each measured step
     memory_source: str
     torch_threads: int
     partition: str | None
@@ -93,7 +93,7 @@ def _loss_value(loss: torch.Tensor) -> float:
 
 
 def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy], DeviceSet],
-                   barrier: Callable[[], None] = lambda: None,
+                   barrier: Callable[[], object] = lambda: None,
                    pace: Pace | None = None) -> WorkerMeasurement:
     """Train `config` for its warm-up and measured steps in this process and measure it.
 
@@ -210,8 +210,9 @@ def merge(measurements: list[WorkerMeasurement]) -> Measurement:
         peak_memory_mib=[v for m in measurements for v in m.memory_mib],
         physical_peak_memory_mib=[v for m in measurements for v in m.physical_memory_mib],
         # The fullest rank's after every step: one rank leaking is a leak.
-        memory_after_step_mib=[max(values) for values in zip(
-            *(m.memory_after_step_mib for m in measurements), strict=True)],
+        memory_after_step_mib=[max((v for v in values if v is not None), default=None)
+                               for values in zip(*(m.memory_after_step_mib
+                                                   for m in measurements), strict=True)],
         memory_source=first.memory_source + (
             f" (one process per device, {len(measurements)} processes)"
             if len(measurements) > 1 else ""),

@@ -100,9 +100,12 @@ class Workload:
         """`module` under torch.compile when the workload asks for it (it compiles on its first
         call, which the harness keeps in the warm-up); else `module` itself. The compiled
         module shares the original's parameters."""
+        if not self.compile:
+            return module
         # Static shapes: stages and micro-batches of other shapes each get their own graph
         # (the stages share nn.Sequential.forward, which dynamo would otherwise make dynamic).
-        return torch.compile(module, dynamic=False) if self.compile else module
+        # Typed as the callable it wraps; a Module's is an OptimizedModule (a Module).
+        return torch.compile(module, dynamic=False)  # type: ignore[return-value]
 
     def loss_fn(self) -> nn.Module:
         return nn.CrossEntropyLoss()

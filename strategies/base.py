@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
-from strategies.options import Options
+from strategies.options import Options as OptionsBase
 from strategies.stages import bubble_fraction, micro_batch_sizes
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class Plan:
     workload: Workload
     global_batch: int
     devices: tuple[torch.device, ...]  # the devices the strategy uses out of those given
-    options: Options  # with the defaults that depend on the batch and devices resolved
+    options: OptionsBase  # with the defaults that depend on the batch and devices resolved
     # The process group connecting the ranks (gloo or nccl); None for one-process strategies.
     backend: str | None = None
 
@@ -58,7 +58,8 @@ class Strategy(ABC):
     """
 
     summary: ClassVar[str]
-    Options: ClassVar[type[Options]] = Options
+    # The options class is imported as OptionsBase: this attribute shadows its name here.
+    Options: ClassVar[type[OptionsBase]] = OptionsBase
     min_devices: ClassVar[int] = 1
     # How many of the given devices the strategy uses; None = all of them.
     max_devices: ClassVar[int | None] = None
@@ -84,7 +85,7 @@ class Strategy(ABC):
 
     @classmethod
     def make_plan(cls, name: str, workload: Workload, global_batch: int,
-                  devices: Sequence[torch.device], options: Options,
+                  devices: Sequence[torch.device], options: OptionsBase,
                   backend: str | None = None) -> Plan:
         """Whether this strategy can train `workload` at `global_batch` on `devices` with
         `options`, and how: raises StrategyError (a usage error), WorkloadRefused or
@@ -105,7 +106,7 @@ class Strategy(ABC):
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],
-                       options: Options | None = None) -> tuple[torch.device, ...]:
+                       options: OptionsBase | None = None) -> tuple[torch.device, ...]:
         """The devices this strategy uses out of those given (refused if too few): the first
         `options.device_count()` of them where the options ask for a number (stages, ranks)."""
         options = options or cls.Options()
@@ -132,13 +133,13 @@ class Strategy(ABC):
 
     @classmethod
     def check_plan(cls, workload: Workload, global_batch: int,
-                   devices: tuple[torch.device, ...], options: Options) -> None:
+                   devices: tuple[torch.device, ...], options: OptionsBase) -> None:
         """Refuse what this strategy itself cannot do with this batch on the devices it uses
         (raise StrategyError saying how to fix it); the options check their own values."""
 
     @classmethod
     def check_backend(cls, backend: str, devices: tuple[torch.device, ...],
-                      options: Options) -> None:
+                      options: OptionsBase) -> None:
         """Refuse what these options cannot do over `backend` (process-per-device strategies;
         raise StrategyError, or Unavailable where the machine is what lacks it)."""
 
@@ -216,7 +217,7 @@ class Strategy(ABC):
         """How many sequential stages the model is cut into (1 = not cut)."""
         return 1
 
-    def placed_modules(self) -> list[nn.Module | list[nn.Module]] | None:
+    def placed_modules(self) -> Sequence[nn.Module | Sequence[nn.Module]] | None:
         """The module this process runs on each logical device it drives (or the modules, where
         a rank holds several stages), in device order, as the strategy calls them (the harness
         counts the tensors each device holds, see parbench.measure.tensors); None where the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -61,6 +62,8 @@ class DDP(RankDataParallel):
 
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
     Options = DDPOptions
+    options: DDPOptions
+    _wrapped: DistributedDataParallel
     allreduces_gradients = True
 
     @classmethod
@@ -81,14 +84,15 @@ class DDP(RankDataParallel):
             return None  # BatchNorm sees the global batch, as on one device
         return super().reference_split(plan)
 
-    def wrap(self, model: nn.Module) -> nn.Module:
+    def wrap(self, model: nn.Module) -> DistributedDataParallel:
         options = self.options
         if options.sync_batchnorm:
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
             self._module = model
         device = self.input_device
         device_ids = [device] if device.type == "cuda" else None
-        bucket = {} if options.bucket_cap_mb is None else {"bucket_cap_mb": options.bucket_cap_mb}
+        bucket: dict[str, Any] = ({} if options.bucket_cap_mb is None
+                                  else {"bucket_cap_mb": options.bucket_cap_mb})
         wrapped = DistributedDataParallel(model, device_ids=device_ids,
                                           gradient_as_bucket_view=options.gradient_as_bucket_view,
                                           static_graph=options.static_graph, **bucket)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.distributed.tensor import DTensor
 
 from strategies.errors import StrategyError
 from strategies.options import option
@@ -47,6 +49,7 @@ class FSDP(RankDataParallel):
 
     summary = "one process per device, fully_shard (FSDP2) per residual block"
     Options = FSDPOptions
+    options: FSDPOptions
 
     @classmethod
     def verify_rounds_elsewhere(cls, plan) -> bool:
@@ -60,7 +63,7 @@ class FSDP(RankDataParallel):
         self._mesh = init_device_mesh(self.input_device.type, (dist.get_world_size(),))
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
-        self._float32_units: list[nn.Module] = []
+        self._float32_units: list[FSDPModule] = []
         if self.options.mixed_precision:  # gradients reduced in fp32: gloo has no bf16 sum
             policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
                                           reduce_dtype=torch.float32)
@@ -78,9 +81,11 @@ class FSDP(RankDataParallel):
             for unit in units:
                 unit.set_force_sum_reduction_for_comms(True)
         self._units = units
-        return units[-1]
+        # fully_shard's result is its module, of a class deriving from FSDPModule and the
+        # module's own; typed as FSDPModule alone.
+        return units[-1]  # type: ignore[return-value]
 
-    def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[nn.Module]:
+    def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[FSDPModule]:
         """Under the mixed-precision policy, each BatchNorm a unit of its own in fp32, its
         input cast up, as FSDP1 did by default: with its weight in bf16 the CPU kernel refuses
         fp32 running statistics, and statistics kept in bf16 would round every update of them
@@ -131,19 +136,22 @@ class FSDP(RankDataParallel):
         head) once, as FSDP2 keeps the root gathered between the two; in the autocast dtype
         under the mixed-precision policy, BatchNorm's in fp32."""
         gathers = 1 if self.options.reshard_after_forward == "no" else 2
+        mixed = self.workload.autocast_dtype if self.options.mixed_precision else None
         counted: set[int] = set()
         reduced = gathered = 0
         for unit in self._units:  # innermost first
-            own = [p for p in unit.parameters() if id(p) not in counted]
+            own = [p for p in unit.parameters()  # type: ignore[attr-defined]  # a Module too
+                   if id(p) not in counted]
             counted |= {id(p) for p in own}
             values = sum(p.numel() for p in own)
-            gather_dtype = (self.workload.autocast_dtype if self.options.mixed_precision
-                            and unit not in self._float32_units else torch.float32)
+            gather_dtype = (mixed if mixed is not None and unit not in self._float32_units
+                            else torch.float32)
             times = 1 if unit is self._units[-1] else gathers
             reduced += values * torch.float32.itemsize
             gathered += times * values * gather_dtype.itemsize
         return dict(allreduce_bytes=reduced, allgather_bytes=gathered)
 
     def trained_parameters(self):
-        full = [parameter.full_tensor() for parameter in self.model.parameters()]  # collective
+        # Each parameter is a DTensor, sharded over the ranks; full_tensor() is a collective.
+        full = [cast(DTensor, parameter).full_tensor() for parameter in self.model.parameters()]
         return full if self.rank == 0 else []

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
+from typing_extensions import Self  # typing's from Python 3.11
 
 from strategies.errors import StrategyError
 from strategies.model_parallel import ModelParallel, StageOptions
@@ -32,7 +34,7 @@ class PipelineOptions(StageOptions):
                                 f"{global_batch}; a micro-batch cannot exceed the global batch")
         super().check(workload, global_batch, devices)
 
-    def resolved(self, global_batch, devices) -> PipelineOptions:
+    def resolved(self, global_batch, devices) -> Self:
         split_size, _ = resolve_split(global_batch, self.split_size, len(devices))
         return replace(super().resolved(global_batch, devices), split_size=split_size)
 
@@ -52,6 +54,7 @@ class Pipeline(ModelParallel):
 
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
     Options = PipelineOptions
+    options: PipelineOptions
 
     def setup(self) -> None:
         super().setup()
@@ -75,14 +78,16 @@ class Pipeline(ModelParallel):
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         global_batch = len(images)
+        assert self.options.split_size is not None  # resolved by the plan
         sizes = micro_batch_sizes(global_batch, self.options.split_size)
         count = len(sizes)
         image_chunks, label_chunks = images.split(sizes), labels.split(sizes)
         stages = self.stages
         depth = len(stages)
-        inputs = [[None] * depth for _ in range(count)]
-        outputs = [[None] * depth for _ in range(count)]
-        losses = [None] * count
+        # Filled in by the schedule's ticks: what each (micro-batch, stage) took and gave.
+        inputs: list[list[Any]] = [[None] * depth for _ in range(count)]
+        outputs: list[list[Any]] = [[None] * depth for _ in range(count)]
+        losses: list[Any] = [None] * count
 
         def forward(i: int, k: int) -> None:
             stage = stages[k]

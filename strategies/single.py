@@ -50,6 +50,7 @@ class SingleDevice(Strategy):
     summary = "whole model on one device (the first one given)"
     max_devices = 1
     Options = SingleOptions
+    options: SingleOptions
 
     def setup(self) -> None:
         device = self.devices[0]

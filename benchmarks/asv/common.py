@@ -51,14 +51,16 @@ def measure_all() -> dict:
     # A data-parallel strategy's own configuration is its largest world size, when that is
     # every device (1, 2, 4, ...): measured once, read under both keys.
     alias = device_count() in world_sizes()
-    keys = [(s, m, None) for s in STRATEGIES for m in MODELS
-            if not (alias and s in DATA_PARALLEL)]
+    keys: list[tuple[str, str, int | None]] = [
+        (s, m, None) for s in STRATEGIES for m in MODELS if not (alias and s in DATA_PARALLEL)]
     keys += [(s, m, n) for s in DATA_PARALLEL for m in MODELS for n in world_sizes()]
     configs = [suite.config(s, devices, m) if n is None else
                suite.config(s, devices, m, world_size=n) for s, m, n in keys]
     with tempfile.TemporaryDirectory(prefix="parbench-asv-") as folder:
         records = run_sweep(configs, RunFolder(folder), {}, repeats=suite.REPEATS)
-    by_key = dict(zip([c.key() for c in configs], keys, strict=True))
+    # A record's config_key is typed optional; every record here has one.
+    by_key: dict[str | None, tuple[str, str, int | None]] = dict(
+        zip([c.key() for c in configs], keys, strict=True))
     figures = {by_key[r.config_key]: {name: getattr(r, name) for name in TRACKED}
                for r in records}
     if alias:
@@ -80,4 +82,4 @@ class Measured:
     def setup_cache(self):
         return measure_all()
 
-    setup_cache.timeout = TIMEOUT_S
+    setup_cache.timeout = TIMEOUT_S  # type: ignore[attr-defined]  # asv reads it

@@ -8,6 +8,7 @@ import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -90,7 +91,7 @@ def strategy_names(text: str) -> list[str]:
 def add_common_arguments(parser: argparse.ArgumentParser, *flags: str) -> None:
     """The flags several commands share, each typed and explained once: --timeout,
     --threads-per-device, --results-dir."""
-    common = {
+    common: dict[str, dict[str, Any]] = {
         "--timeout": dict(type=float, default=1800.0, help=(
             "seconds a configuration may take before its processes are stopped and it is "
             "recorded as an error (default 1800)")),
@@ -103,7 +104,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *flags: str) -> None:
         parser.add_argument(flag, **common[flag])
 
 
-def add_strategy_options(parser: argparse.ArgumentParser, sweep: bool = True) -> None:
+def add_strategy_options(parser: argparse._ActionsContainer, sweep: bool = True) -> None:
     """A flag for every option a registered strategy takes, saying which strategies take it."""
     for spec in strategies.option_specs().values():
         text = f"{', '.join(strategies.takers(spec.name))}: {spec.help}"

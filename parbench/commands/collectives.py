@@ -36,8 +36,8 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G"
 def parse_size(flag: str, text: str) -> int:
     """Bytes from `4096`, `4K`, `4KiB`, `256M`, `1GiB`."""
     match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    unit = match and _UNITS.get(match.group(2).upper())
-    if not unit:
+    unit = _UNITS.get(match.group(2).upper()) if match else None
+    if match is None or not unit:
         raise UsageError(f"{flag} {text!r} is not a size; give bytes or a size such as 4KiB, "
                          "256MiB")
     value = int(match.group(1)) * unit

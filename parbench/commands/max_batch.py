@@ -58,7 +58,8 @@ def command_max_batch(args: argparse.Namespace) -> int:
         configs.append(config)
     folder = new_run_folder(args.results_dir, "max-batch")
     folder.write_environment(collect_environment())
-    records, found = [], []
+    records: list[Record] = []
+    found = []
 
     def on_trial(record: Record) -> None:
         records.append(replace(record, config_index=len(records), run_id=folder.run_id))

@@ -50,9 +50,9 @@ def _predict_run(args: argparse.Namespace) -> int:
     records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
     if records.empty or not (records["status"] == "ok").any():
         raise UsageError(f"{folder.path} has no measured record to predict")
-    backends = records["backend"].dropna() if "backend" in records else []
+    backends = list(records["backend"].dropna()) if "backend" in records else []
     link = _link(args.link, folder.read_collectives(), str(folder.path),
-                 backends.iloc[0] if len(backends) else None)
+                 backends[0] if backends else None)
     try:
         table = predicted_beside_measured(
             records, lambda record: profiles_for(record, args.profile_cache), link)

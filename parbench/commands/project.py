@@ -37,7 +37,7 @@ def _record_links(links: list[str | Link], record: pd.Series,
     """The links to predict a record on: `measured` where the run measured the record's own."""
     chosen = []
     for link in links:
-        if link != "measured":
+        if isinstance(link, Link):  # else "measured"
             chosen.append(link)
         elif measured_bw is not None:
             chosen.append(Link(f"measured ({record['devices']}, {record['backend']})",
@@ -60,7 +60,7 @@ def command_project(args: argparse.Namespace) -> int:
     ranks = int_list("--ranks", args.ranks, 1)
     links = _links(args.link)
     measured = [r.to_dict() for r in folder.read_records()
-                if r.ok and strategies.allreduces_gradients(r.strategy)
+                if r.ok and r.strategy and strategies.allreduces_gradients(r.strategy)
                 and r.compute_time_s is not None and r.allreduce_bytes]
     ddp = pd.DataFrame(measured)
     if ddp.empty:
@@ -71,9 +71,10 @@ def command_project(args: argparse.Namespace) -> int:
         raise UsageError(f"--link measured needs collectives in {folder.path}: run parbench "
                          f"collectives --into {folder.path} first, or name a link "
                          f"({', '.join(LINKS)}) or a bandwidth in GB/s")
-    chosen = [(record, measured_busbw_gbps(collectives, record)) for _, record in ddp.iterrows()]
+    bandwidths = [(record, measured_busbw_gbps(collectives, record))
+                  for _, record in ddp.iterrows()]
     chosen = [(record, bandwidth, _record_links(links, record, bandwidth))
-              for record, bandwidth in chosen]
+              for record, bandwidth in bandwidths]
     if not any(record_links for _, _, record_links in chosen):
         raise UsageError(f"the collectives in {folder.path} were measured on other devices, "
                          "ranks or backend than its ddp records; measure them on the same "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import asdict
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -67,17 +68,20 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
     """This rank's part of `task`, in an initialised process group; rank 0 returns the result
     gathered from every rank (the merged measurement, or all the trained parameters)."""
     rank, size = dist.get_rank(), dist.get_world_size()
+    mine: object
     if task is Task.MEASURE:
         mine = asdict(measure_worker(config, lambda s: DeviceSet((device,)), dist.barrier,
                                      pace))
     elif task is Task.COLLECTIVES:
-        mine = time_collectives(*batch, device=device)
+        names, sizes, iterations, warmup = batch
+        mine = time_collectives(names, sizes, iterations, warmup, device)
     else:
         mine = train_steps(config, batch)
-    gathered = [None] * size if rank == 0 else None
+    gathered: list[Any] | None = [None] * size if rank == 0 else None
     dist.gather_object(mine, gathered, dst=0)
     if rank != 0:
         return None
+    assert gathered is not None
     if task is Task.MEASURE:
         return merge([WorkerMeasurement(**m) for m in gathered])
     if task is Task.COLLECTIVES:

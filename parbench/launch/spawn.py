@@ -81,8 +81,8 @@ def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.devi
     device = config.used_devices.logical[rank]
     set_device(config, device)
     timeout = datetime.timedelta(seconds=config.timeout_s)
-    store = dist.TCPStore(rendezvous.host, rendezvous.port, rendezvous.size, is_master=False,
-                          timeout=timeout)
+    store: dist.Store = dist.TCPStore(rendezvous.host, rendezvous.port, rendezvous.size,
+                                      is_master=False, timeout=timeout)
     if rendezvous.prefix:
         store = dist.PrefixStore(rendezvous.prefix, store)
     dist.init_process_group(config.plan.backend,

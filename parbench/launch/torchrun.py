@@ -49,7 +49,7 @@ def torchrun_devices(kind: str) -> DeviceSet:
         problem = (f"local rank {local_rank} has no GPU of its own (this node has "
                    f"{torch.cuda.device_count()}); lower --nproc-per-node")
     device = torch.device("cuda", local_rank) if kind == "cuda" and not problem else "cpu"
-    places = [None] * dist.get_world_size()
+    places: list = [None] * dist.get_world_size()
     dist.all_gather_object(places, (socket.gethostname(), str(device),
                                     os.environ.get("GROUP_RANK", "0"), problem))
     problems = [p for *_, p in places if p]
@@ -163,6 +163,7 @@ def measure_under_torchrun(config: Config) -> Measurement | None:
         return result
     cause = root_cause(failures)
     if cause == rank:
+        assert failure is not None  # this rank's reason is among the failures
         raise failure  # with its own type, which tells out-of-memory apart
     raise LaunchError(failures[cause])
 

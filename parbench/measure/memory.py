@@ -37,7 +37,7 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
     if mib:
         unpad_heap()  # before reading what the process holds
     data_kib = _read_status_kib("VmData") if mib else None
-    if data_kib is None:
+    if not mib or data_kib is None:
         yield
         return
     before = resource.getrlimit(resource.RLIMIT_DATA)
@@ -124,7 +124,7 @@ def allocated_mib(devices: DeviceSet) -> float | None:
     return rss / 1024 if rss is not None else None
 
 
-def memory_growth(after_step_mib: Sequence[float], min_slope_mib: float = 1.0
+def memory_growth(after_step_mib: Sequence[float | None], min_slope_mib: float = 1.0
                   ) -> tuple[float | None, bool]:
     """(least-squares growth in MiB per step, whether it is a steady rise: a leak, such as a
     loss accumulated as a tensor that keeps every step's graph alive).

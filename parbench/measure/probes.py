@@ -23,7 +23,7 @@ class Probes:
     memory: PeakMemory
     tensors: TensorMemory | None  # where a device's share is counted tensor by tensor
     sampler: GpuSampler | None  # on GPUs
-    after_step_mib: list[float] = field(default_factory=list)  # after each measured step
+    after_step_mib: list[float | None] = field(default_factory=list)  # after each measured step
 
     @classmethod
     def open(cls, devices: DeviceSet, placed_modules) -> Probes:

@@ -70,4 +70,5 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
             times.append(t1 - t0)
         else:
             warmup_times.append(t1 - t0)
+    assert start is not None, "no measured step"
     return StepTiming(tuple(times), t1 - start, tuple(warmup_times))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -52,12 +53,12 @@ FIGURES = {
 
 
 def write_figures(frame: pd.DataFrame, out_dir: str | Path,
-                  collectives: list[dict] = ()) -> list[Path]:
+                  collectives: Sequence[dict] = ()) -> list[Path]:
     """Every figure the records can support, as out_dir/<name>.png and .svg; the PNGs'
     paths are returned. Only `ok` records are drawn; `collectives` (measured by `parbench
     collectives` on the same devices) add the ideal step to the communication figure."""
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
-    written = []
+    written: list[Path] = []
     if ok.empty:
         return written
     for name, draw in FIGURES.items():

@@ -4,7 +4,9 @@ bandwidth, and projections (labelled PROJECTED)."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -24,7 +26,7 @@ __all__ = ["plot_collectives", "plot_communication", "write_collectives_figure",
            "write_projection_figure"]
 
 
-def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
+def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
     """Each data-parallel record's median step as compute (the same steps with communication
     off) plus the communication left exposed, per strategy and world size; for ddp, where
     `parbench collectives` measured the same ranks, the ideal step beside it: compute plus an
@@ -72,7 +74,7 @@ def plot_communication(frame: pd.DataFrame, collectives: list[dict] = ()):
         ax.set_title(name, fontsize=9)
         ax.set_xlim(0, 1.6 * longest)  # room for the labels past the bars
         ax.set_ylim(-0.6, len(group) - 0.4)
-    legend = {}  # label -> handle, each entry once over every panel
+    legend: dict[str, Any] = {}  # label -> handle, each entry once over every panel
     for ax in axes[:, 0]:
         handles, labels = ax.get_legend_handles_labels()
         legend.update(zip(labels, handles, strict=True))

@@ -103,8 +103,7 @@ def plot_scaling(frame: pd.DataFrame):
                             (record["device_count"], record["throughput_ips"]),
                             textcoords="offset points", xytext=(6, -4), fontsize=8,
                             color=colour)
-        counts = sorted({n for _, group in lines for n in group["device_count"]})
-        ax.set_xticks(counts)
+        ax.set_xticks(sorted({n for _, group in lines for n in group["device_count"]}))
         ax.set_xlabel("devices (data-parallel ranks)")
         ax.set_ylabel(axis_label("throughput_ips"))
         ax.set_title(name, fontsize=9)

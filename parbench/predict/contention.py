@@ -79,7 +79,7 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
 def _answers(results, children, rounds: int, deadline: float) -> list[tuple[float, float]]:
     """Rank 0's (alone, together) pair of every round, as they come; a RuntimeError as soon as
     a process has died, or at the deadline."""
-    pairs = []
+    pairs: list[tuple[float, float]] = []
     while len(pairs) < rounds:
         try:
             pairs.append(results.get(timeout=1.0))

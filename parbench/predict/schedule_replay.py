@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 __all__ = ["Replayed", "StageTimes", "replay", "schedule_actions"]
 
@@ -66,7 +67,8 @@ def schedule_actions(torch_class, ranks: int, micro_batches: int,
     per_rank = [[a for action in rank_ops if action is not None
                  for a in (action.sub_actions or (action,))
                  if a.computation_type in kinds] for rank_ops in ops]
-    actions = [[(a.stage_index, kinds[a.computation_type], a.microbatch_index)
+    # Every compute action has a micro-batch (torch's IR types it optional for the others).
+    actions = [[(a.stage_index, kinds[a.computation_type], cast(int, a.microbatch_index))
                 for a in rank_ops] for rank_ops in per_rank]
     if single_stage:
         actions = [_in_micro_batch_order(rank_actions) for rank_actions in actions]

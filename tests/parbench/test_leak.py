@@ -8,6 +8,7 @@ from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.measure import memory_growth
 from parbench.runner import run_config
+from parbench.worker import WorkerMeasurement, merge
 from strategies.single import SingleDevice
 
 
@@ -22,6 +23,21 @@ from strategies.single import SingleDevice
 ])
 def test_a_steady_rise_is_what_counts_as_a_leak(values, leaking):
     assert memory_growth(values)[1] is leaking
+
+
+def test_ranks_memory_after_each_step_is_the_fullest_one_read():
+    def rank(after_step_mib):
+        return WorkerMeasurement(
+            step_times_s=[1.0] * 3, total_s=3.0, warmup_step_times_s=[], losses=[0.5] * 3,
+            memory_mib=[1.0], memory_source="x", physical_memory_mib=[1.0],
+            memory_after_step_mib=after_step_mib, torch_threads=1, partition=None,
+            timeline=[], bubble_fraction=None, micro_batches=1, pipeline_stages=1,
+            gpu_sampling="x", gpus={}, compute_step_times_s=[], communication={})
+
+    # allocated_mib is None where neither malloc's count nor /proc/self/status can be read.
+    merged = merge([rank([100.0, None, None]), rank([90.0, 120.0, None])])
+    assert merged.memory_after_step_mib == [100.0, 120.0, None]
+    assert memory_growth(merged.memory_after_step_mib) == (None, False)
 
 
 def _leaky(monkeypatch):
