@@ -84,7 +84,10 @@ def add_comparisons(records: list[Record]) -> None:
     accumulating = {(*comparison_key(r), r.split_size): r for r in ok
                     if r.strategy == strategies.BASELINE and r.split_size}
     one_device = {_scaling_key(r): r for r in ok if r.device_count == 1}
-    for record in records:
+    # Each baseline's family: every record's speedup ratios over it, whose verdicts are
+    # corrected together (stats.verdicts).
+    families: dict[tuple, dict[int, list[float]]] = {}
+    for index, record in enumerate(records):
         for name in _COMPARED:
             setattr(record, name, None)
             (record.intervals or {}).pop(name, None)
@@ -93,26 +96,38 @@ def add_comparisons(records: list[Record]) -> None:
         record.intervals.pop("aa_ratio", None)
         if not record.ok or record.throughput_ips is None or math.isnan(record.throughput_ips):
             continue
-        _compare(record, baselines.get(comparison_key(record)),
-                 accumulating, one_device.get(_scaling_key(record)))
+        key = comparison_key(record)
+        speedups = _compare(record, baselines.get(key), accumulating,
+                            one_device.get(_scaling_key(record)))
+        if speedups is not None:
+            families.setdefault(key, {})[index] = speedups
+    for family in families.values():
+        for index, verdict in stats.verdicts(family).items():
+            records[index].verdict = verdict
 
 
 def _compare(record: Record, baseline: Record | None, accumulating: dict,
-             single: Record | None) -> None:
+             single: Record | None) -> list[float] | None:
+    """Set `record`'s compared figures; returns its speedup ratios over the baseline, for its
+    verdict (None for the baseline itself, or where there is none)."""
     mine, devices = per_round(record), record.device_count
     if single:
         _set(record, "scaling_efficiency", stats.paired_ratios(mine, per_round(single)),
              1 / devices, itself=single is record)
     if baseline is None:
-        return
+        return None
     if record is baseline:
         _noise_floor(record)
     speedups = stats.paired_ratios(mine, per_round(baseline))
     _set(record, "speedup_vs_baseline", speedups, itself=baseline is record)
     _set(record, "device_efficiency", speedups, 1 / devices, itself=baseline is record)
-    if record is not baseline:
-        assert record.intervals is not None  # add_comparisons set it
-        record.verdict = stats.verdict(record.intervals.get("speedup_vs_baseline"))
+    _set_causes(record, baseline, accumulating)
+    return None if record is baseline else speedups
+
+
+def _set_causes(record: Record, baseline: Record, accumulating: dict) -> None:
+    """A cut model's speedup split into the micro-batch effect and the parallel effect."""
+    mine, devices = per_round(record), record.device_count
     if not (record.stages or 1) > 1 and record.strategy != strategies.BASELINE:
         return  # not a cut model: its causes are another decomposition's (data parallel)
     same_split = (accumulating.get((*comparison_key(record), record.split_size))

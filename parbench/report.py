@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import strategies
 from parbench import stats
 from parbench.markdown import cell, markdown_table
 from parbench.measure.memory import memory_kind
@@ -253,8 +254,9 @@ def _leanest(same: pd.DataFrame) -> str:
     for kind in kinds.unique():
         group = same[kinds == kind]
         leanest = group.loc[group["peak_memory_max_mib"].idxmin()]
+        how = "" if kind == "unknown" else f"; {kind}"
         named.append(f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} "
-                     f"MiB (max/mean {leanest['memory_imbalance']:.2f}; {kind})")
+                     f"MiB (max/mean {leanest['memory_imbalance']:.2f}{how})")
     if len(named) == 1:
         return f"least memory on its fullest device {named[0]}"
     return ("least memory on its fullest device, among figures of one kind only (not "
@@ -277,21 +279,20 @@ def _fastest(ranked: pd.DataFrame) -> str:
     text = f"{_named(first)} at {_with_interval(first, 'throughput_ips')} img/s"
     if len(ranked) == 1:
         return f"fastest {text}"
-    tied, unknown = [], []
-    for _, other in ranked.iloc[1:].iterrows():
-        bounds = stats.interval(stats.paired_ratios(_rounds(first), _rounds(other)))
-        if bounds is None:
-            unknown.append(other)
-        elif stats.verdict(bounds) == "within noise":
-            tied.append(other)
+    others = list(ranked.iloc[1:].iterrows())
+    verdicts = stats.verdicts({index: stats.paired_ratios(_rounds(first), _rounds(other))
+                               for index, other in others})
+    tied = [other for index, other in others if verdicts[index] == "within noise"]
+    unknown = [other for index, other in others if verdicts[index] is None]
+    pairs = f"{len(others)} pair{'s' if len(others) > 1 else ''} compared, Holm-corrected"
     if tied:
-        others = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
-        return (f"fastest within noise: {text}, with {others} img/s (paired by round, their "
-                "ratios' intervals include 1)")
+        named = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
+        return (f"fastest within noise: {text}, with {named} img/s (paired by round; "
+                f"{pairs})")
     if unknown:
         return (f"fastest {text} (against {len(unknown)} of the others, one trial: no "
                 "interval; measure with --repeats 3)")
-    return f"fastest {text}, beyond the noise of every other"
+    return f"fastest {text}, beyond the noise of every other ({pairs})"
 
 
 def _with_interval(record: pd.Series, name: str) -> str:
@@ -303,9 +304,20 @@ def _with_interval(record: pd.Series, name: str) -> str:
     return text
 
 
+def _verdict_count(frame: pd.DataFrame) -> str:
+    """How many verdicts were made, in how many families (one per baseline)."""
+    if "verdict" not in frame:
+        return "no verdict"
+    made = frame[frame["verdict"].notna()]
+    families = len(made.groupby(["model", "global_batch", "image_size", "precision"],
+                                dropna=False))
+    count = f"{len(made)} comparison{'s' if len(made) != 1 else ''}"
+    return count + (f" in {families} families" if families > 1 else "")
+
+
 def noise_floor(frame: pd.DataFrame) -> list[str]:
-    """Each baseline against itself (its A/A pair, measured in the same rounds): the smallest
-    difference this run can resolve."""
+    """Each baseline against itself (its A/A pair, twice in each round): one configuration's
+    spread, which is not the threshold of a verdict (see stats.VERDICT_METHOD)."""
     if "aa_ratio" not in frame:
         return []
     lines = []
@@ -315,9 +327,11 @@ def noise_floor(frame: pd.DataFrame) -> list[str]:
             continue
         spread = max(abs(bounds[0] - 1), abs(bounds[1] - 1))
         lines.append(
-            f"noise floor: {_named(row)} on {row['devices']} against itself (A/A, the same "
-            f"rounds): ratio {_with_interval(row, 'aa_ratio')}, {row['aa_verdict']}; "
-            f"differences under about {spread:.0%} cannot be told from noise in this run")
+            f"noise floor: {_named(row)} on {row['devices']} against itself (A/A, twice in "
+            f"each round): ratio {_with_interval(row, 'aa_ratio')}, {row['aa_verdict']}: one "
+            f"configuration's spread, up to about {spread:.0%} here; a verdict compares two "
+            "configurations' ratios paired by round, whose spread can be smaller (drift "
+            "between rounds cancels) or larger, so it rests on its own test, not on this")
     return lines
 
 
@@ -383,8 +397,8 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     lines += noise_floor(frame)
     methods = list(frame["interval_method"].dropna()) if "interval_method" in frame else []
     if methods and "intervals" in frame and frame["intervals"].map(bool).any():
-        lines += [f"  [low, high]: {methods[0]}; verdict: the speedup's interval above 1 "
-                  "(faster), below (slower), or across it (within noise)"]
+        lines += [f"  [low, high]: {methods[0]}; verdict against {strategies.BASELINE}: "
+                  f"{stats.VERDICT_METHOD} ({_verdict_count(frame)})"]
     lines += ["", *answers(frame)]
     if folder is not None:
         lines += ["", f"every field (step times, memory per device, FLOPs, environment): "

@@ -1,16 +1,20 @@
 """Uncertainty over trials: the (geometric) mean and its 95% interval from scipy's Student
-t, ratios paired by round, and the verdict an interval allows ("faster", "slower" or "within
-noise")."""
+t, ratios paired by round, and verdicts ("faster", "slower" or "within noise") that keep the
+chance of any false one among a family of comparisons under 5% (Holm's step-down)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 from scipy import stats
 
-__all__ = ["CONFIDENCE", "METHOD", "centre", "interval", "paired_ratios", "verdict"]
+Key = TypeVar("Key", bound=Hashable)  # what a family of comparisons is keyed by
+
+__all__ = ["CONFIDENCE", "METHOD", "VERDICT_METHOD", "centre", "holm", "interval",
+           "paired_ratios", "p_value", "verdict", "verdicts"]
 
 CONFIDENCE = 0.95
 METHOD = (
@@ -18,6 +22,10 @@ METHOD = (
     "(scipy.stats.t.interval) on the trials' logarithms for throughputs and ratios, on the "
     "values for shares; ratios (speedups, efficiencies, effects) are paired by round: the two "
     "configurations measured in the same round, so drift between rounds cancels")
+VERDICT_METHOD = (
+    "a verdict (faster / slower) needs its paired ratio's t-test (on logarithms) to reject 1 "
+    "after Holm's correction over every verdict against the same baseline, so the chance of "
+    "any false verdict among them stays under 5%; otherwise within noise")
 
 
 def centre(values: Iterable[float], log: bool = True) -> float | None:
@@ -66,3 +74,52 @@ def verdict(bounds: tuple[float, float] | None, null: float = 1.0,
     if high < null:
         return below
     return "within noise"
+
+
+def _finite_logs(values: Iterable[float]) -> list[float]:
+    return [math.log(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+
+
+def p_value(ratios: Iterable[float]) -> float | None:
+    """Two-sided p-value of the ratios' geometric mean being 1 (Student's t on their
+    logarithms, scipy.stats.ttest_1samp); None with fewer than two. Identical ratios: 0 if
+    they are not 1, else 1."""
+    logs = _finite_logs(ratios)
+    if len(logs) < 2:
+        return None
+    if statistics.pstdev(logs) == 0:
+        return 0.0 if logs[0] != 0 else 1.0
+    return float(stats.ttest_1samp(logs, 0.0).pvalue)
+
+
+def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
+    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i), made
+    monotone and capped at 1. Rejecting where the adjusted value is below 5% keeps the chance
+    of any false rejection among the m under 5%, whatever their dependence."""
+    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    adjusted: dict[Key, float] = {}
+    running = 0.0
+    for i, (key, p) in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - i) * p))
+        adjusted[key] = running
+    return adjusted
+
+
+def verdicts(ratios: Mapping[Key, Iterable[float]], above: str = "faster",
+             below: str = "slower", level: float = 1 - CONFIDENCE) -> dict[Key, str | None]:
+    """A verdict for each family member's paired ratios, controlled over the family (holm):
+    `above` or `below` where its adjusted p-value is under `level`, by the direction of its
+    geometric mean; "within noise" otherwise; None with fewer than two ratios (one trial)."""
+    listed = {key: list(values) for key, values in ratios.items()}
+    tested = {key: p for key, values in listed.items()
+              if (p := p_value(values)) is not None}
+    adjusted = holm(tested)
+    result: dict[Key, str | None] = {}
+    for key, values in listed.items():
+        if key not in adjusted:
+            result[key] = None
+        elif adjusted[key] >= level:
+            result[key] = "within noise"
+        else:
+            result[key] = above if statistics.fmean(_finite_logs(values)) > 0 else below
+    return result
