@@ -252,11 +252,15 @@ def _leanest(same: pd.DataFrame) -> str:
     kinds = same["memory_source"].map(memory_kind)
     named = []
     for kind in kinds.unique():
-        group = same[kinds == kind]
+        group = same[(kinds == kind) & same["peak_memory_max_mib"].notna()]
+        if group.empty:  # no reading of this kind (VmHWM unreadable, say)
+            continue
         leanest = group.loc[group["peak_memory_max_mib"].idxmin()]
         how = "" if kind == "unknown" else f"; {kind}"
         named.append(f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} "
                      f"MiB (max/mean {leanest['memory_imbalance']:.2f}{how})")
+    if not named:
+        return "no memory reading"
     if len(named) == 1:
         return f"least memory on its fullest device {named[0]}"
     return ("least memory on its fullest device, among figures of one kind only (not "

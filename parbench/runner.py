@@ -168,8 +168,9 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
 
 
 def _holds_gpu_memory(config: Config) -> bool:
-    """Whether this process held the configuration's GPU memory (it ran in this process)."""
-    return config.used_devices.kind == "cuda" and config.plan.launcher == "in-process"
+    """Whether this process may hold the configuration's GPU memory: it ran on a GPU, here or
+    partly here (rank 0 of a paced run). empty_cache is a no-op where CUDA never started."""
+    return config.used_devices.kind == "cuda"
 
 
 def _release_memory(config: Config, failed: bool) -> None:

@@ -279,6 +279,7 @@ def train_steps(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]]
     """One optimiser step of `config`'s strategy on each batch, in this process (for
     `parbench verify`). With `nudge_seed`, every gradient is nudged one ulp as backward
     computes it (a one-process strategy only: verify's rounding twin)."""
+    torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark  # as measured runs do
     strategy = _build(config)
     generator = None if nudge_seed is None else torch.Generator().manual_seed(nudge_seed)
     try:

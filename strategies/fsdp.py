@@ -10,7 +10,7 @@ from typing import cast
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
@@ -59,8 +59,10 @@ class FSDP(RankDataParallel):
     def wrap(self, model: nn.Module) -> nn.Module:
         reshard = self.options.reshard_after_forward != "no"
         # On the devices asked for: without a mesh fully_shard builds one on the default
-        # accelerator, so `--devices cpu,cpu` on a GPU host would have trained on CUDA.
-        self._mesh = init_device_mesh(self.input_device.type, (dist.get_world_size(),))
+        # accelerator, so `--devices cpu,cpu` on a GPU host would have trained on CUDA. Over
+        # the process group the ranks already have (init_device_mesh may start another, on
+        # NCCL for CUDA tensors, which refuses two ranks on one GPU).
+        self._mesh = DeviceMesh.from_group(dist.group.WORLD, self.input_device.type)
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
         self._float32_units: list[FSDPModule] = []

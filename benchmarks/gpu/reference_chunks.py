@@ -186,9 +186,10 @@ def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
                   Step("bf16-channels-last", _run("bf16-channels-last", *resnet50_224,
                                                   "--batch-size", "256", "--precision", "bf16",
                                                   "--channels-last", "--cudnn-benchmark"), 60),
-                  Step("timm", timm, 60, needs=None if timm_benchmark else TIMM_HELP),
                   Step("ablation", _run("ablation", *resnet50_224, "--batch-size", "256",
-                                        "--precision", "fp32,bf16"), 90)),
+                                        "--precision", "fp32,bf16"), 90),
+                  # Last: a timm that fails (another version, not installed) ends the chunk.
+                  Step("timm", timm, 60, needs=None if timm_benchmark else TIMM_HELP)),
               summarise=lambda folder: {**_timm_ratio(folder), **_throughputs(folder)}),
         Chunk(5, "resnet50-224-large", "bf16 + channels_last at the largest batch max-batch "
               "finds (up to 2048), and compiled at 256", (

@@ -12,7 +12,7 @@ from parbench.comparisons import add_comparisons
 from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.record import Record
-from parbench.report import answers, results_table
+from parbench.report import answers
 from parbench.results import RunFolder, load_records
 from parbench.runner import run_sweep
 from parbench.trials import Trial, schedule, trial_of, with_trial
