@@ -62,7 +62,9 @@ class FSDP(RankDataParallel):
         # accelerator, so `--devices cpu,cpu` on a GPU host would have trained on CUDA. Over
         # the process group the ranks already have (init_device_mesh may start another, on
         # NCCL for CUDA tensors, which refuses two ranks on one GPU).
-        self._mesh = DeviceMesh.from_group(dist.group.WORLD, self.input_device.type)
+        ranks = dist.group.WORLD
+        assert ranks is not None  # the launcher initialised it
+        self._mesh = DeviceMesh.from_group(ranks, self.input_device.type)
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
         self._float32_units: list[FSDPModule] = []

@@ -309,22 +309,37 @@ def test_main_runs_on_a_copy_without_git(tmp_path):
     assert "asv run --python=same --quick  [asv reads a commit only through git" in done.stdout
 
 
-def test_the_install_check_stops_in_one_line_when_asv_misses_a_dependency(gpu, tmp_path,
-                                                                         monkeypatch):
+def test_a_chunk_whose_module_cannot_start_is_skipped_with_one_line(gpu, tmp_path, capsys,
+                                                                    monkeypatch):
     # asv's wheel installed with --no-deps: its import fails on what it needs.
     (tmp_path / "asv").mkdir()
     (tmp_path / "asv" / "__init__.py").write_text("import json5_not_installed\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     asv_chunk = gpu.chunks.chunks("cuda:0", None, COMMIT)[8]
     predicted = gpu.chunks.chunks("cuda:0", None, COMMIT)[9]
-    with pytest.raises(SystemExit) as stopped:
-        gpu.host.check([asv_chunk, predicted], set())
-    message = str(stopped.value)
+    skipped = gpu.host.check([asv_chunk, predicted], set())
+    assert list(skipped) == [9]  # chunk 10 still runs
+    message = skipped[9]
     assert len(message.splitlines()) == 1
     assert message.startswith("asv cannot start here: `python -c 'import asv'` failed: "
                               "ModuleNotFoundError: No module named 'json5_not_installed'")
     assert "--fetch-wheels DIR" in message and "--python-version 3.12" in message
-    assert message.endswith("or leave out chunks 9 (--chunks 10)")
+    assert capsys.readouterr().out == f"note: chunks 9 skipped: {message}\n"
+
+
+def test_a_step_leaves_nothing_running_in_its_session(gpu, tmp_path):
+    """asv runs its benchmark in a process group of its own: the step's killpg misses it,
+    and it would train on the GPU while the next chunk measures. Its session is ended."""
+    script = ("import os, subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " process_group=0)\n"  # as asv's setpgid
+              "time.sleep(0.5)\n")
+    step = gpu.chunks.Step("leaves", (sys.executable, "-c", script), 1)
+    entry = gpu.reference.run_step(step, list(step.argv), tmp_path, 30)
+    assert entry["status"] == "ok" and len(entry["killed_left_over"]) == 1
+    time.sleep(0.2)
+    assert not Path(f"/proc/{entry['killed_left_over'][0]}").exists() or "Z" in Path(
+        f"/proc/{entry['killed_left_over'][0]}/stat").read_text().split(")")[1].split()[0]
 
 
 def test_pip_check_names_every_missing_dependency_of_what_was_brought(gpu, monkeypatch):

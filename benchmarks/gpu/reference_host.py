@@ -158,17 +158,22 @@ def checked_modules(selected: list[Chunk], brought: set[str]) -> dict[str, list[
     return needed
 
 
-def check(selected: list[Chunk], brought: set[str]) -> None:
-    """Stop, in one line, where a module a selected chunk needs cannot start here."""
+def check(selected: list[Chunk], brought: set[str]) -> dict[int, str]:
+    """Why each selected chunk that needs a module which cannot start here cannot run, by
+    chunk number; a line for each such module says so. Those chunks are skipped and the others
+    run: a GPU loan is not spent on nothing for want of asv."""
+    skipped: dict[int, str] = {}
     for module, numbers in checked_modules(selected, brought).items():
         problem = cannot_start(module, brought)
         if problem is None:
             continue
-        others = ",".join(str(c.number) for c in selected if c.number not in numbers)
-        leave_out = (f"; or leave out chunks {','.join(map(str, numbers))} (--chunks {others})"
-                     if numbers and others else "")
-        raise SystemExit(f"{module} cannot start here: {problem}; {CHECK_HINTS[module]}"
-                         f"{leave_out}")
+        reason = f"{module} cannot start here: {problem}; {CHECK_HINTS[module]}"
+        which = (f"chunks {','.join(map(str, numbers))} skipped" if numbers
+                 else "parbench samples the GPUs through NVML, or not at all")
+        print(f"note: {which}: {reason}", flush=True)
+        for number in numbers:
+            skipped.setdefault(number, reason)
+    return skipped
 
 
 def wheels_plan(wheels: Path | None) -> list[str]:
@@ -201,6 +206,7 @@ def install_plan(selected: list[Chunk], wheels: Path | None) -> None:
         probes = "pip check, import" + (", python -m asv --version" if module == "asv" else "")
         where = f"chunks {','.join(map(str, numbers))}" if numbers else "if its wheel is given"
         checks.append(f"{module} ({where}): {probes}")
-    print(f"  checks, each stopping the run in one line before any chunk: {'; '.join(checks)}")
+    print(f"  checks before any chunk (a chunk that needs what cannot start is skipped, with "
+          f"the reason; the others run): {'; '.join(checks)}")
 
 
