@@ -29,11 +29,14 @@ def _run(command: list[str], cwd: Path | None = None) -> str | None:
 
 
 def _git_commit() -> str:
-    """The source's commit from git, else from $PARBENCH_COMMIT (a copy without .git, or a
-    host without git, where whoever copied it says which commit it is), else "unknown"."""
+    """The source's commit: $PARBENCH_COMMIT where whoever copied the source says which it is
+    (a copy without .git, which git would answer for with a repository above it), else git's,
+    else "unknown"."""
+    if os.environ.get("PARBENCH_COMMIT"):
+        return os.environ["PARBENCH_COMMIT"]
     commit = _run(["git", "rev-parse", "HEAD"], cwd=_SOURCE_DIR)
     if commit is None:
-        return os.environ.get("PARBENCH_COMMIT") or "unknown"
+        return "unknown"
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_SOURCE_DIR)
     return commit + ("-dirty" if dirty else "")
 
