@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,14 +12,15 @@ import torch
 from torch import nn
 from torchvision.models import ResNet
 
+from strategies.clock import StepClock
 from strategies.errors import StrategyError
 
 if TYPE_CHECKING:
     from parbench.workloads import Workload
 
 __all__ = [
-    "BALANCES", "Partition", "StepClock", "cut_resnet", "default_balance", "partition_by_cost",
-    "plan_cut", "resnet_blocks", "split_model",
+    "BALANCES", "Partition", "cut_resnet", "default_balance", "partition_by_cost", "plan_cut",
+    "resnet_blocks", "split_model",
 ]
 
 BALANCES = ("tutorial", "time", "params")
@@ -95,38 +95,6 @@ def _balanced_bounds(costs: Sequence[float], stages: int) -> tuple[int, ...]:
         i = choice[k][i]
         bounds.append(i)
     return tuple(reversed(bounds))
-
-
-class StepClock:
-    """Points in the work queued on `device`, timed by the device: CUDA events on the current
-    stream (no host sync until `synchronize`), else the host's perf_counter."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._events: dict[Hashable, torch.cuda.Event] = {}
-        self._times: dict[Hashable, float] = {}
-
-    def mark(self, key: Hashable) -> None:
-        """Mark `key` here (marked again, the latest mark counts)."""
-        if self.device.type == "cuda":
-            # In a backward hook too: autograd runs each backward node, hooks included, with
-            # the stream of its forward set current on its own thread.
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            self._events[key] = event
-        else:
-            self._times[key] = time.perf_counter()
-
-    def synchronize(self) -> None:
-        """Wait until the device has reached every mark."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def seconds(self, start: Hashable, end: Hashable) -> float:
-        """From mark `start` to mark `end` (once synchronised)."""
-        if self.device.type == "cuda":
-            return self._events[start].elapsed_time(self._events[end]) / 1e3
-        return self._times[end] - self._times[start]
 
 
 def _autocast(workload: Workload | None, device: torch.device):

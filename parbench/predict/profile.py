@@ -16,7 +16,8 @@ from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
-from strategies.partition import Partition, StepClock, resnet_blocks
+from strategies.clock import StepClock
+from strategies.partition import Partition, resnet_blocks
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 

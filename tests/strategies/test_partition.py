@@ -8,13 +8,8 @@ import strategies
 from parbench.devices import parse_devices
 from parbench.workloads import Workload
 from strategies.base import StrategyError
-from strategies.partition import (
-    StepClock,
-    _balanced_bounds,
-    cut_resnet,
-    plan_cut,
-    resnet_blocks,
-)
+from strategies.clock import StepClock
+from strategies.partition import _balanced_bounds, cut_resnet, plan_cut, resnet_blocks
 from strategies.stages import MAX_TIMING_BATCH, timing_batch
 
 
