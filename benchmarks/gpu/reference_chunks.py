@@ -143,7 +143,7 @@ def _gpu_test_chunks(asv_can_save: bool) -> list[Chunk]:
     env = {"PYTHONPATH": _pythonpath()}
     return [
         Chunk(1, "gpu-tests", "every CUDA path (pytest -m gpu), less the tests of chunks 2 and 3", (
-            Step("gpu-tests", _pytest("-m", "gpu", GPU_TESTS, *deselect, per_test_s=150), 420,
+            Step("gpu-tests", _pytest("-m", "gpu", GPU_TESTS, *deselect, per_test_s=150), 480,
                  env=env),)),
         Chunk(2, "gpu-tests-slow", "the slow GPU tests: a cold torch.compile, the max-batch "
               "search and torchrun", (

@@ -17,15 +17,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.nn.parallel import parallel_apply
 
 from parbench import cli
 from parbench.config import Config
 from parbench.devices import DeviceSet, parse_devices, synchronize
 from parbench.measure import peak_tflops, probes, time_steps
 from parbench.measure.sampling import GpuSampler
+from parbench.predict.profile import profile_blocks
 from parbench.record import Record
 from parbench.runner import run_config
 from parbench.workloads import Workload
+from strategies.data_parallel import AutocastForward
+from strategies.partition import plan_cut
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
@@ -157,6 +161,49 @@ def test_out_of_memory_is_recorded_on_the_gpu_and_the_next_configuration_runs():
     assert big.status == "oom", big.reason
     assert "out of memory" in big.reason.lower()
     _ok(_run("single", batch=8, steps=1, warmup=1))
+
+
+def test_out_of_memory_in_this_process_leaves_no_memory_reserved():
+    """Uncapped, single runs in this process: once the out-of-memory record is made, what the
+    failed step held is freed and CUDA's cache emptied, so later ranks on this GPU have it."""
+    big = _run("single", batch=4096, steps=1, warmup=1, workload=replace(WORKLOAD,
+                                                                         image_size=224))
+    assert big.status == "oom", big.reason
+    assert torch.cuda.memory_reserved(0) < 512 * 2**20
+    _ok(_run("single", batch=8, steps=1, warmup=1))
+
+
+def test_data_parallel_replicas_compute_in_the_precision_asked():
+    """torch's own parallel_apply, as nn.DataParallel calls it (two replicas on one GPU):
+    each replica thread re-enters autocast without a dtype; AutocastForward keeps bf16."""
+    workload = replace(WORKLOAD, model="resnet18", precision="bf16")
+    model = workload.build_model_on(GPU)
+    images, _ = workload.make_batch(4, GPU)
+    with workload.autocast(GPU):  # as DataParallel.train_step enters it
+        kept = parallel_apply([AutocastForward(model, workload)] * 2, [(images,), (images,)],
+                              devices=[0, 0])
+    assert {out.dtype for out in kept} == {torch.bfloat16}  # the bare model's: fp16 in 2.14
+
+
+def test_the_time_balance_and_the_profile_time_blocks_with_cuda_events():
+    """Both mark block boundaries with CUDA events and sync once a pass (strategies.clock)."""
+    workload = replace(WORKLOAD, model="resnet18", precision="bf16", channels_last=True)
+    sample, _ = workload.make_batch(16, GPU)
+    partition = plan_cut(workload.build_model_on(GPU), 3, "time", sample, workload)
+    assert len(partition.stage_ranges()) == 3
+    profile = profile_blocks(workload, 16, GPU)
+    assert all(b.forward_s > 0 and b.input_grad_s + b.weight_grad_s > 0 for b in profile.blocks)
+    assert sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in profile.blocks) == \
+        pytest.approx(profile.step_s, rel=1e-6)
+
+
+def test_a_pipeline_timeline_on_the_gpu_lies_inside_its_step():
+    record = _ok(_run("pipeline", SHARED, options={"split_size": 8}))
+    step = record.step_times_s[-1]
+    assert record.timeline and all(0 <= span[3] < span[4] <= step * 1.01
+                                   for span in record.timeline)
+    assert {span[0] for span in record.timeline} == {0, 1}
+    assert 0 <= record.measured_bubble_fraction < 1
 
 
 def test_max_batch_finds_the_limit_under_a_cap(tmp_path, capsys):
