@@ -1,6 +1,6 @@
 """Uncertainty over trials: the (geometric) mean and its 95% interval from scipy's Student
-t, ratios paired by round, and verdicts ("faster", "slower" or "within noise") that keep the
-chance of any false one among a family of comparisons under 5% (Holm's step-down)."""
+t, ratios paired by round, and verdicts ("faster", "slower" or "within noise") corrected for
+the number made (Benjamini and Hochberg)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from scipy import stats
 
 Key = TypeVar("Key", bound=Hashable)  # what a family of comparisons is keyed by
 
-__all__ = ["CONFIDENCE", "METHOD", "VERDICT_METHOD", "centre", "holm", "interval",
+__all__ = ["CONFIDENCE", "METHOD", "VERDICT_METHOD", "adjusted", "centre", "interval",
            "paired_ratios", "p_value", "verdict", "verdicts"]
 
 CONFIDENCE = 0.95
@@ -23,9 +23,10 @@ METHOD = (
     "values for shares; ratios (speedups, efficiencies, effects) are paired by round: the two "
     "configurations measured in the same round, so drift between rounds cancels")
 VERDICT_METHOD = (
-    "a verdict (faster / slower) needs its paired ratio's t-test (on logarithms) to reject 1 "
-    "after Holm's correction over every verdict against the same baseline, so the chance of "
-    "any false verdict among them stays under 5%; otherwise within noise")
+    "a verdict (faster / slower) needs its paired ratios' t-test (on logarithms) to reject 1 "
+    "after Benjamini and Hochberg's correction over every verdict against the same baseline "
+    "(at most 5% of verdicts false, expected; where nothing differs, any false one in under "
+    "5% of runs); otherwise within noise")
 
 
 def centre(values: Iterable[float], log: bool = True) -> float | None:
@@ -92,33 +93,34 @@ def p_value(ratios: Iterable[float]) -> float | None:
     return float(stats.ttest_1samp(logs, 0.0).pvalue)
 
 
-def holm(p_values: Mapping[Key, float]) -> dict[Key, float]:
-    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i), made
-    monotone and capped at 1. Rejecting where the adjusted value is below 5% keeps the chance
-    of any false rejection among the m under 5%, whatever their dependence."""
-    ordered = sorted(p_values.items(), key=lambda item: item[1])
-    adjusted: dict[Key, float] = {}
-    running = 0.0
-    for i, (key, p) in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - i) * p))
-        adjusted[key] = running
-    return adjusted
+def adjusted(p_values: Mapping[Key, float]) -> dict[Key, float]:
+    """Benjamini and Hochberg's adjustment of a family's p-values
+    (scipy.stats.false_discovery_control): rejecting where the adjusted value is under 5%
+    expects at most 5% of the verdicts made to be false, and where nothing differs at all,
+    keeps the chance of any false one under 5%."""
+    keys = list(p_values)
+    if not keys:
+        return {}
+    values = stats.false_discovery_control([p_values[key] for key in keys])
+    return {key: float(value) for key, value in zip(keys, values, strict=True)}
 
 
-def verdicts(ratios: Mapping[Key, Iterable[float]], above: str = "faster",
-             below: str = "slower", level: float = 1 - CONFIDENCE) -> dict[Key, str | None]:
-    """A verdict for each family member's paired ratios, controlled over the family (holm):
-    `above` or `below` where its adjusted p-value is under `level`, by the direction of its
-    geometric mean; "within noise" otherwise; None with fewer than two ratios (one trial)."""
+def verdicts(ratios: Mapping[Key, Iterable[float]], correct: bool = True,
+             above: str = "faster", below: str = "slower",
+             level: float = 1 - CONFIDENCE) -> dict[Key, str | None]:
+    """A verdict for each member of a family of paired ratios: `above` or `below` where its
+    p-value (adjusted over the family with `correct`, see `adjusted`) is under `level`, by
+    the direction of its geometric mean; "within noise" otherwise; None with fewer than two
+    ratios (one trial)."""
     listed = {key: list(values) for key, values in ratios.items()}
     tested = {key: p for key, values in listed.items()
               if (p := p_value(values)) is not None}
-    adjusted = holm(tested)
+    final = adjusted(tested) if correct else tested
     result: dict[Key, str | None] = {}
     for key, values in listed.items():
-        if key not in adjusted:
+        if key not in final:
             result[key] = None
-        elif adjusted[key] >= level:
+        elif final[key] >= level:
             result[key] = "within noise"
         else:
             result[key] = above if statistics.fmean(_finite_logs(values)) > 0 else below
