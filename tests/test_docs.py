@@ -1,5 +1,6 @@
-"""The README and docs/ stay honest: the option reference is current, every relative link
-leads to a file and heading that exist, and the README stays short with its quickstart."""
+"""The README and docs/ stay honest: the option reference is current, every record field is
+documented, every relative link leads to a file and heading that exist, and the README stays
+short with its quickstart."""
 
 import re
 from pathlib import Path
@@ -7,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from parbench import option_reference
+from parbench.environment import collect_environment
+from parbench.record import FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -85,6 +88,19 @@ def test_option_reference_lists_every_command_and_option():
     rows = [line for line in run.splitlines() if line.startswith("| `--")]
     assert len(rows) > 30
     assert all(len(re.split(r"(?<!\\)\|", row)) == 5 for row in rows)
+
+
+def table_names(page: Path, heading: str) -> set[str]:
+    """Every `name` in the first cell of a table row under `## heading` of `page`."""
+    section = page.read_text().split(f"\n## {heading}\n")[1].split("\n## ")[0]
+    cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_every_record_field_is_documented():
+    documented = table_names(DOCS / "results.md", "Record fields")
+    missing = [name for name in (*FIELDS, *collect_environment()) if name not in documented]
+    assert not missing, f"docs/results.md's record-fields table lacks {missing}"
 
 
 def broken_links(page: Path) -> list[str]:

@@ -5,15 +5,18 @@ device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from parbench.commands.arguments import UsageError, int_list, open_run_folder
+from parbench.commands.arguments import UsageError, at_least, open_run_folder
+from parbench.devices import format_bytes, host_memory_bytes
 from parbench.plots import write_predicted_timelines, write_prediction_figure, write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, MeasuredLink, links_help, named_link
-from parbench.predict.record_profiles import profiles_for
+from parbench.predict.record_profiles import DEFAULT_CACHE, profiles_for
 from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import (
     PREDICTIONS_FILE,
@@ -24,10 +27,21 @@ from parbench.predict.summary import (
     with_reader_columns,
 )
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
-from parbench.results import atomic_write_text
-from parbench.workloads import MODELS, PRECISIONS
+from parbench.results import ResultsError, RunFolder, atomic_write_text
+from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
+from strategies.partition import resnet_blocks
+from strategies.stages import resolve_split
 
 __all__ = ["command_predict"]
+
+# What a sweep takes where a flag is not given; None as the flag's own default tells a flag
+# given beside a run folder (whose records say all of it) from one left out.
+SWEEP_DEFAULTS = dict(model="resnet50", image_size=128, precision="fp32", threads=1)
+SWEEP_FLAGS = ("devices", "batch_size", "split_size", "model", "image_size", "precision",
+               "profile_device", "threads", "csv", "figure")
+# What an ok record needs for its prediction.
+NEEDED = ("strategy", "model", "image_size", "precision", "device_kind", "global_batch",
+          "step_time_median_s")
 
 
 def _link(name: str, collectives: list[dict], where: str, backend: str | None = None) -> AnyLink:
@@ -45,22 +59,101 @@ def _link(name: str, collectives: list[dict], where: str, backend: str | None = 
         raise UsageError(str(error)) from None
 
 
-def _predict_run(args: argparse.Namespace) -> int:
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
+    """Comma-separated whole numbers of at least 1 (an empty item is refused, not dropped)."""
+    try:
+        values = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give {what}, whole numbers separated by commas, "
+                         f"e.g. {flag} {example}") from None
+    return [at_least(flag, value, 1) for value in values]
+
+
+def _profile_cache(path: Path | None) -> Path:
+    """The folder profiles are kept in, refused where it, or a folder above it, is a file."""
+    cache = path or DEFAULT_CACHE
+    existing = next(folder for folder in (cache, *cache.parents) if folder.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--profile-cache {cache}: {existing} is a file, not a folder; give a "
+                         f"folder to keep the profiles in (made if missing), e.g. {DEFAULT_CACHE}")
+    return cache
+
+
+def _output_file(flag: str, value: str | None, example: str) -> Path | None:
+    """A file the sweep writes once it is predicted: its folder checked now."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{flag} {value} is a folder; give a file in it, e.g. "
+                         f"{flag} {path / example}")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise UsageError(f"{flag} {value}: cannot write into {path.parent} (no such folder, or "
+                         "not writable); give a file in a writable folder")
+    return path
+
+
+def _collectives(folder: RunFolder) -> list[dict]:
+    try:
+        return folder.read_collectives()
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"{folder.path / 'collectives.json'} is not valid JSON ({error}); "
+                         f"measure it again with parbench collectives --into {folder.path}, or "
+                         f"name a link ({', '.join(LINKS)}) or a bandwidth in GB/s") from None
+
+
+def _checked_run_arguments(args: argparse.Namespace
+                           ) -> tuple[RunFolder, pd.DataFrame, AnyLink, Path]:
+    """The run folder's records, the link and the profile cache, each checked before anything
+    is profiled."""
+    given = [_flag(name) for name in SWEEP_FLAGS if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for a sweep not run, while a run folder's "
+                         "records say what to predict; give them without the run folder, or "
+                         "the run folder alone")
     folder = open_run_folder(args.run)
-    records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
-    if records.empty or not (records["status"] == "ok").any():
-        raise UsageError(f"{folder.path} has no measured record to predict")
-    backends = list(records["backend"].dropna()) if "backend" in records else []
-    link = _link(args.link, folder.read_collectives(), str(folder.path),
-                 backends[0] if backends else None)
+    try:
+        records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
+    except ResultsError as error:
+        raise UsageError(str(error)) from None
+    if records.empty:
+        raise UsageError(f"{folder.path} holds no record yet (its run stopped before the first "
+                         f"configuration was written): finish it with parbench run --resume "
+                         f"{folder.path}, then predict it")
+    ok = records[records["status"] == "ok"]
+    if ok.empty:
+        raise UsageError(f"{folder.path} has no measured record to predict (every configuration "
+                         "failed or was skipped; its records.csv says why): predict a run with "
+                         "an ok record, or a sweep with --devices N --batch-size B")
+    lacking = [name for name in NEEDED if ok[name].isna().any()]
+    if lacking:
+        raise UsageError(f"{folder.path}: a measured record lacks {', '.join(lacking)}, which "
+                         "its prediction needs; predict a run folder written by parbench run")
+    if (ok["device_kind"] == "cuda").any() and not torch.cuda.is_available():
+        raise UsageError(f"{folder.path} was measured on cuda and this machine has no GPU: "
+                         "predict it on a machine with one (the profile is taken on the device)")
+    backends = list(records["backend"].dropna())
+    link = _link(args.link, _collectives(folder) if args.link == "measured" else [],
+                 str(folder.path), backends[0] if backends else None)
+    return folder, records, link, _profile_cache(args.profile_cache)
+
+
+def _predict_run(args: argparse.Namespace) -> int:
+    folder, records, link, cache = _checked_run_arguments(args)
     try:
         table = predicted_beside_measured(
-            records, lambda record: profiles_for(record, args.profile_cache), link)
+            records, lambda record: profiles_for(record, cache), link)
     except ValueError as error:  # a link or a record without what a prediction needs
         raise UsageError(str(error)) from None
-    if table.empty:
+    if table.empty:  # found without a profile: predict_record refuses these before profiling
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
-                         "(single, model-parallel, the pipelines, ddp, fsdp)")
+                         "(single, model-parallel, the pipelines, ddp and fsdp without hooks, "
+                         "ZeRO or mixed precision, none compiled): predict a run that measured "
+                         "one, or a sweep with --devices N --batch-size B")
     table = with_reader_columns(table, link.name)
     atomic_write_text(folder.path / PREDICTIONS_FILE,
                       table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
@@ -93,7 +186,55 @@ def _predict_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict_sweep(args: argparse.Namespace) -> int:
+def _profiled_sizes(batch: int, counts: list[int], splits: list[int]) -> list[tuple[int, str]]:
+    """Each micro-batch size the sweep profiles, with what asks for it."""
+    sizes = [(batch, f"--batch-size {batch}")]
+    for count in counts:
+        sizes += [(split, f"--split-size {split}" if splits else
+                   f"the default split on {count} devices")
+                  for split in splits or [resolve_split(batch, None, count)[0]]
+                  if batch % split == 0]
+        if batch % count == 0:
+            sizes.append((batch // count, f"--batch-size {batch} over {count} devices"))
+    return sizes
+
+
+def _check_batches(model: str, image_size: int, device: str, batch: int, counts: list[int],
+                   splits: list[int]) -> None:
+    """Refuse a sweep whose shapes torch would refuse only once profiling them."""
+    if batch < max(counts):
+        raise UsageError(f"--batch-size {batch} is fewer images than --devices {max(counts)}: "
+                         f"give each device at least one, --batch-size {max(counts)} or more")
+    larger = [split for split in splits if split > batch]
+    if larger:
+        raise UsageError(f"--split-size {larger[0]} is larger than --batch-size {batch}; a "
+                         "micro-batch cannot exceed the global batch")
+    with torch.device("meta"):
+        blocks = len(resnet_blocks(Workload(model=model).build_model()))
+    if max(counts) > blocks:
+        raise UsageError(f"--devices {max(counts)}: {model} has {blocks} blocks to cut, so "
+                         f"its stages fill at most {blocks} devices; give --devices {blocks} or "
+                         "fewer")
+    # A ResNet halves the image 5 times: up to 32 px layer4's output is 1x1, and BatchNorm
+    # cannot train on one value per channel, one image.
+    ones = [why for size, why in _profiled_sizes(batch, counts, splits) if size == 1]
+    if ones and image_size <= 32:
+        raise UsageError(f"--image-size {image_size} leaves layer4 one pixel, and BatchNorm "
+                         f"cannot train one image on it ({ones[0]} is a micro-batch of 1): "
+                         "give 2 images or more per micro-batch and per device, or "
+                         "--image-size 33 or more")
+    need = batch * 3 * image_size**2 * 4  # the whole batch is profiled, in float32 pixels
+    available = (torch.cuda.get_device_properties(0).total_memory if device == "cuda"
+                 else host_memory_bytes())
+    if available and need > available:
+        raise UsageError(f"--batch-size {batch} at --image-size {image_size}: the whole batch "
+                         f"is profiled, and its input images alone need {format_bytes(need)}, "
+                         f"more than this {device}'s memory ({format_bytes(available)}); use a "
+                         "smaller --image-size or --batch-size")
+
+
+def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """The sweep's arguments, defaults filled in, each checked before anything is profiled."""
     if args.devices is None or args.batch_size is None:
         raise UsageError("give a run folder to predict beside its records, or --devices N and "
                          "--batch-size B to predict a sweep (e.g. parbench predict --model "
@@ -101,26 +242,51 @@ def _predict_sweep(args: argparse.Namespace) -> int:
     if args.link == "measured":
         raise UsageError("--link measured reads a run folder's collectives: give the run "
                          f"folder, or name a link ({', '.join(LINKS)}) or a bandwidth in GB/s")
-    device_counts = int_list("--devices", args.devices, 1)
-    device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
-    record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
-                       device_kind=device, threads_per_device=args.threads)
-    splits = int_list("--split-size", args.split_size, 1) if args.split_size else []
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    sweep = argparse.Namespace(**{**SWEEP_DEFAULTS, **given})
+    sweep.device_counts = _whole_numbers("--devices", args.devices, "device counts", "2,4,8")
+    sweep.splits = (_whole_numbers("--split-size", args.split_size, "micro-batch sizes", "2,4")
+                    if args.split_size is not None else [])
+    at_least("--batch-size", sweep.batch_size, 1)
+    at_least("--image-size", sweep.image_size, MIN_IMAGE_SIZE)
+    at_least("--threads", sweep.threads, 1)
+    sweep.device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if sweep.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--profile-device cuda: this machine has no GPU; profile on a machine "
+                         "with one, or give --profile-device cpu")
+    _check_batches(sweep.model, sweep.image_size, sweep.device, sweep.batch_size,
+                   sweep.device_counts, sweep.splits)
+    sweep.link = _link(args.link, [], "")
+    sweep.profile_cache = _profile_cache(args.profile_cache)
+    sweep.csv = _output_file("--csv", args.csv, "sweep.csv")
+    sweep.figure = _output_file("--figure", args.figure, "sweep.png")
+    return sweep
+
+
+def _predict_sweep(args: argparse.Namespace) -> int:
+    sweep = _checked_sweep_arguments(args)
+    record_like = dict(model=sweep.model, image_size=sweep.image_size,
+                       precision=sweep.precision, device_kind=sweep.device,
+                       threads_per_device=sweep.threads)
     try:
-        link, profile_at = _link(args.link, [], ""), profiles_for(record_like,
-                                                                  args.profile_cache)
-        tables = [predict_sweep(count, args.batch_size, splits, profile_at, link)
-                  for count in device_counts]
+        profile_at = profiles_for(record_like, sweep.profile_cache)
+        tables = [predict_sweep(count, sweep.batch_size, sweep.splits, profile_at, sweep.link)
+                  for count in sweep.device_counts]
     except ValueError as error:
         raise UsageError(str(error)) from None
-    setting = (f"{args.model} {args.image_size}px {args.precision}, global batch "
-               f"{args.batch_size}, devices like this {device} (its profile), link "
-               f"{link.describe()}")
-    for count, table in zip(device_counts, tables, strict=True):
+    except RuntimeError as error:  # torch's allocator: the profiled batch did not fit
+        if "memory" not in str(error):
+            raise
+        raise UsageError(f"profiling ran out of memory ({str(error).splitlines()[0]}); use a "
+                         "smaller --batch-size or --image-size") from None
+    setting = (f"{sweep.model} {sweep.image_size}px {sweep.precision}, global batch "
+               f"{sweep.batch_size}, devices like this {sweep.device} (its profile), link "
+               f"{sweep.link.describe()}")
+    for count, table in zip(sweep.device_counts, tables, strict=True):
         # Several device counts: each strategy at its fastest setting (single also on the
         # whole batch, the baseline of every speedup), without its cut (in the CSV); one:
         # every setting.
-        shown = table if len(device_counts) == 1 else table.assign(
+        shown = table if len(sweep.device_counts) == 1 else table.assign(
             whole=table["split_size"].isna()).drop_duplicates(["strategy", "whole"]).drop(
             columns=["whole", "partition"])
         print(f"PREDICTED, not measured: {setting}, {count} devices; fastest first"
@@ -134,23 +300,16 @@ def _predict_sweep(args: argparse.Namespace) -> int:
     # single runs on one device whatever the count: once in the file.
     every = pd.concat(tables, ignore_index=True).drop_duplicates(
         ["strategy", "devices", "split_size"], ignore_index=True)
-    if args.csv:
-        atomic_write_text(Path(args.csv), every.to_csv(index=False))
-        print(f"predictions: {args.csv}")
-    if args.figure:
-        print(f"figure: {write_sweep_figure(every, Path(args.figure), setting)}")
+    if sweep.csv:
+        atomic_write_text(sweep.csv, every.to_csv(index=False))
+        print(f"predictions: {sweep.csv}")
+    if sweep.figure:
+        print(f"figure: {write_sweep_figure(every, sweep.figure, setting)}")
     return 0
 
 
 def command_predict(args: argparse.Namespace) -> int:
-    if args.run:
-        sweep_only = [flag for flag, value in (("--devices", args.devices), ("--batch-size",
-                      args.batch_size), ("--csv", args.csv), ("--figure", args.figure)) if value]
-        if sweep_only:
-            raise UsageError(f"{', '.join(sweep_only)} describe a sweep not run: give them "
-                             f"without a run folder, or the run folder alone")
-        return _predict_run(args)
-    return _predict_sweep(args)
+    return _predict_run(args) if args.run else _predict_sweep(args)
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -175,17 +334,17 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--batch-size", type=int, help="global batch (no run folder)")
     predict.add_argument("--split-size", help="micro-batch sizes for the pipelines and the "
                          "accumulating single, comma-separated (default: 4 per device)")
-    predict.add_argument("--model", default="resnet50", choices=MODELS,
-                         help="the model (no run folder)")
-    predict.add_argument("--image-size", type=int, default=128,
-                         help="image side in pixels (no run folder)")
-    predict.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                         help="as for run (no run folder)")
+    predict.add_argument("--model", choices=MODELS, help="the model (no run folder; default "
+                         f"{SWEEP_DEFAULTS['model']})")
+    predict.add_argument("--image-size", type=int, help="image side in pixels (no run folder; "
+                         f"default {SWEEP_DEFAULTS['image_size']})")
+    predict.add_argument("--precision", choices=PRECISIONS, help="as for run (no run folder; "
+                         f"default {SWEEP_DEFAULTS['precision']})")
     predict.add_argument("--profile-device", choices=("cpu", "cuda"),
                          help="the device profiled, which the predicted devices are like (no "
                               "run folder; default: cuda if there is one, else cpu)")
-    predict.add_argument("--threads", type=int, default=1,
-                         help="CPU threads per device when profiling the cpu (no run folder)")
+    predict.add_argument("--threads", type=int, help="CPU threads per device when profiling "
+                         f"the cpu (no run folder; default {SWEEP_DEFAULTS['threads']})")
     predict.add_argument("--profile-cache", type=Path,
                          help="where profiles are kept (default ~/.cache/parbench/profiles)")
     predict.add_argument("--csv", help="also write the sweep's predictions to this file")

@@ -1,10 +1,16 @@
 """`parbench predict`: beside a run's records (their error, a file and a figure apart from the
-records), or a sweep for devices not at hand; bad input in one line."""
+records, every column documented), or a sweep for devices not at hand; bad input in one line,
+before anything is profiled."""
 
+import contextlib
+import io
 import json
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from parbench.cli import main
 from parbench.comparisons import add_comparisons
@@ -19,6 +25,7 @@ from parbench.results import RunFolder
 from parbench.workloads import Workload
 from strategies.partition import Partition
 
+RESULTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 SMALL = dict(model="resnet18", image_size=32, precision="fp32", devices="cpu,cpu",
              physical_devices="cpu", device_kind="cpu", emulated=True, threads_per_device=1,
              global_batch=8)
@@ -67,13 +74,21 @@ def _run_folder(tmp_path) -> RunFolder:
     return folder
 
 
-def test_predict_puts_each_prediction_beside_its_record_with_the_error(tmp_path, capsys):
-    folder = _run_folder(tmp_path)
-    cache = tmp_path / "profiles"
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory) -> tuple[RunFolder, Path, str]:
+    """The run of `_run_folder` predicted on pcie4, once for the tests that read what that
+    wrote: its folder, the profile cache and what it printed."""
+    tmp_path = tmp_path_factory.mktemp("predicted")
+    folder, cache, out = _run_folder(tmp_path), tmp_path / "profiles", io.StringIO()
     _contention(cache, 1.0)
-    assert main(["predict", str(folder.path), "--link", "pcie4",
-                 "--profile-cache", str(cache)]) == 0
-    out = capsys.readouterr().out
+    with contextlib.redirect_stdout(out):
+        assert main(["predict", str(folder.path), "--link", "pcie4",
+                     "--profile-cache", str(cache)]) == 0
+    return folder, cache, out.getvalue()
+
+
+def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted):
+    folder, cache, out = predicted
     assert "PREDICTED beside measured" in out and "median |error|" in out
     table = pd.read_csv(folder.path / "predictions.csv")
     assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp"]  # modelled ones
@@ -111,11 +126,8 @@ def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, cap
         1.5, rel=0.01)
 
 
-def test_the_run_report_shows_the_predictions_beside_the_measurements(tmp_path, capsys):
-    folder = _run_folder(tmp_path)
-    _contention(tmp_path / "profiles", 1.0)
-    assert main(["predict", str(folder.path), "--link", "pcie4",
-                 "--profile-cache", str(tmp_path / "profiles")]) == 0
+def test_the_run_report_shows_the_predictions_beside_the_measurements(predicted):
+    folder, _, _ = predicted
     section = "\n".join(prediction_section(folder.path))  # what `parbench report` writes
     assert section.startswith("## Predicted against measured")
     assert "PREDICTED by `parbench predict`" in section and "link: pcie4" in section
@@ -131,6 +143,22 @@ def test_the_run_report_shows_the_predictions_beside_the_measurements(tmp_path, 
         table.loc["pipeline-gpipe", "predicted_speedup"] / (0.05 / 0.08) - 1)
     predicted_peak = max(json.loads(table.loc["single", "predicted_peak_memory_mib"]))
     assert table.loc["single", "memory_error"] == pytest.approx(predicted_peak / 100.0 - 1)
+
+
+def _documented() -> set[str]:
+    """Every `name` in the first cell of a table row of docs/results.md."""
+    cells = [line.split("|")[1] for line in RESULTS_DOC.read_text().splitlines()
+             if line.startswith("| `")]
+    return {name for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_every_predictions_column_is_documented(predicted):
+    folder, _, _ = predicted
+    columns = pd.read_csv(folder.path / "predictions.csv").columns
+    assert {"prediction_error", "speedup_error", "memory_error", "trace_replay_error"} <= set(
+        columns)  # this run has every kind of error
+    missing = [column for column in columns if column not in _documented()]
+    assert not missing, f"docs/results.md does not document predictions.csv's {missing}"
 
 
 def test_predict_without_a_run_ranks_a_sweep_fastest_first(tmp_path, capsys):
@@ -183,13 +211,171 @@ def test_a_predicted_speedup_above_the_devices_is_explained():
         "parallelism"]
 
 
+@pytest.fixture
+def no_profiling(monkeypatch):
+    """A profile or contention measurement asked for fails the test: refusals come first."""
+    def profiled(*args, **kwargs):
+        raise AssertionError("profiled before the input was refused")
+
+    record_profiles._profile.cache_clear()  # else a profile read earlier would be reused
+    monkeypatch.setattr(record_profiles, "load_or_profile", profiled)
+    monkeypatch.setattr(record_profiles, "load_or_measure_slowdown", profiled)
+
+
+def _refusal(capsys, argv: list[str]) -> str:
+    """What `parbench predict ARGV` said on stderr, checked to be one line and exit 2."""
+    assert main(["predict", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("parbench: error: ")
+    return err
+
+
+SWEEP = ["--model", "resnet18", "--image-size", "32", "--devices", "2", "--batch-size", "8",
+         "--split-size", "4", "--link", "pcie4"]
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--link", "measured"], "--link measured needs collectives"),
-    (["--link", "fibre"], "--link 'fibre': give measured, nvlink4"),
-    (["--devices", "2"], "give a run folder to predict beside its records, or --devices"),
+    (["--devices", "0"], "--devices must be at least 1, got 0"),
+    (["--devices", "-1"], "--devices must be at least 1, got -1"),
+    (["--devices", "x"], "--devices 'x': give device counts, whole numbers separated by commas, "
+                         "e.g. --devices 2,4,8"),
+    (["--devices", "2,,4"], "--devices '2,,4': give device counts"),
+    (["--devices", "cpu,cpu"], "--devices 'cpu,cpu': give device counts"),
+    (["--devices", "11", "--batch-size", "44"],
+     "--devices 11: resnet18 has 10 blocks to cut, so its stages fill at most 10 devices; give "
+     "--devices 10 or fewer"),
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--batch-size", "-8"], "--batch-size must be at least 1, got -8"),
+    (["--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
+    (["--devices", "4", "--batch-size", "2", "--split-size", "2"],
+     "--batch-size 2 is fewer images than --devices 4: give each device at least one, "
+     "--batch-size 4 or more"),
+    (["--split-size", "0"], "--split-size must be at least 1, got 0"),
+    (["--split-size", "x"], "--split-size 'x': give micro-batch sizes"),
+    (["--split-size", "2,,4"], "--split-size '2,,4': give micro-batch sizes"),
+    (["--split-size", "16"], "--split-size 16 is larger than --batch-size 8; a micro-batch "
+                             "cannot exceed the global batch"),
+    (["--split-size", "1"], "BatchNorm cannot train one image on it (--split-size 1 is a "
+                            "micro-batch of 1): give 2 images or more"),
+    (["--split-size", ""], "--split-size '': give micro-batch sizes"),
+    (["--image-size", "16"], "--image-size must be at least 32, got 16"),
+    (["--image-size", "100000"], "input images alone need"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--model", "vgg16"], "invalid choice: 'vgg16'"),
+    (["--precision", "fp8"], "invalid choice: 'fp8'"),
+    (["--profile-device", "tpu"], "invalid choice: 'tpu'"),
+    (["--profile-device", "cuda"], "--profile-device cuda: this machine has no GPU; profile on "
+                                   "a machine with one, or give --profile-device cpu"),
+    (["--link", "fibre"], "--link 'fibre': give measured, nvlink4, pcie4, ethernet100, or a bus "
+                          "bandwidth in GB/s above 0"),
+    (["--link", "-5"], "--link '-5': give measured"),
+    (["--link", "0"], "--link '0': give measured"),
+    (["--link", "measured"], "--link measured reads a run folder's collectives: give the run "
+                             "folder, or name a link"),
+    (["--profile-cache", "{tmp}/a-file"], "--profile-cache {tmp}/a-file: {tmp}/a-file is a file, "
+                                          "not a folder; give a folder"),
+    (["--profile-cache", "{tmp}/a-file/profiles"], "{tmp}/a-file is a file, not a folder"),
+    (["--csv", "{tmp}/no-such/sweep.csv"], "--csv {tmp}/no-such/sweep.csv: cannot write into "
+                                           "{tmp}/no-such"),
+    (["--figure", "{tmp}"], "--figure {tmp} is a folder; give a file in it, e.g. --figure "
+                            "{tmp}/sweep.png"),
 ])
-def test_bad_predict_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
-    run = [str(_run_folder(tmp_path).path)] if "--devices" not in argv else []
-    assert main(["predict", *run, *argv, "--profile-cache", str(tmp_path / "p")]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and message in err, err
+def test_a_bad_sweep_is_one_line_and_exit_2_before_profiling(tmp_path, capsys, no_profiling,
+                                                             argv, message):
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    (tmp_path / "a-file").write_text("")
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    err = _refusal(capsys, [*SWEEP, "--profile-cache", str(tmp_path / "p"), *argv])
+    assert message.format(tmp=tmp_path) in err, err
+
+
+def test_a_sweep_without_its_batch_says_what_to_give(capsys, no_profiling):
+    assert "give a run folder to predict beside its records, or --devices N and --batch-size B" \
+        in _refusal(capsys, ["--devices", "2"])
+
+
+def test_a_sweep_that_runs_out_of_memory_profiling_is_one_line(tmp_path, capsys, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                           "1 bytes.\nError code 12")
+
+    record_profiles._profile.cache_clear()
+    monkeypatch.setattr(record_profiles, "load_or_profile", out_of_memory)
+    assert main(["predict", *SWEEP, "--profile-cache", str(tmp_path / "p")]) == 2
+    *profiling, error = capsys.readouterr().err.strip().splitlines()  # what it was profiling
+    assert all(line.startswith("profile: ") for line in profiling)
+    assert error.startswith("parbench: error: profiling ran out of memory (DefaultCPUAllocator")
+    assert error.endswith("use a smaller --batch-size or --image-size")
+
+
+def _run_like(tmp_path: Path, kind: str) -> Path:
+    """A run folder as `kind` names it: whole, or missing or damaged in one way."""
+    if kind == "missing":
+        return tmp_path / "no-such-run"
+    if kind == "file":
+        (tmp_path / "a-file").write_text("")
+        return tmp_path / "a-file"
+    if kind in ("run", "bad-collectives"):
+        folder = _run_folder(tmp_path)
+        if kind == "bad-collectives":
+            (folder.path / "collectives.json").write_text("[{")
+        return folder.path
+    folder = RunFolder.create(tmp_path / "results")
+    failed = [Record(status="error", strategy="single", reason="RuntimeError: boom", **SMALL),
+              Record(status="skipped", strategy="data-parallel", reason="CUDA only", **SMALL)]
+    records = {"none-ok": failed,
+               "unmodelled": [*failed, _record("data-parallel", 0.04, world_size=1),
+                              _record("ddp", 0.04, world_size=2,
+                                      strategy_options={"comm_hook": "fp16"}),
+                              _record("single", 0.05, world_size=1, compile=True)],
+               "lacking": [_record("single", 0.05, model=None)],
+               "cuda": [_record("single", 0.05, device_kind="cuda")]}.get(kind)
+    if records is not None:
+        folder.write_records(records)
+    elif kind == "not-json":
+        (folder.path / "records.json").write_text("[{")
+    else:  # stopped before its first record: only the command it was started with
+        assert kind == "no-records"
+        folder.write_command({"strategy": "single"})
+    return folder.path
+
+
+@pytest.mark.parametrize("kind, argv, message", [
+    ("run", ["--link", "measured"], "--link measured needs collectives measured in {run}: run "
+                                    "parbench collectives --into {run}, or name a link"),
+    ("run", ["--link", "fibre"], "--link 'fibre': give measured, nvlink4"),
+    ("run", ["--link", "-5"], "--link '-5': give measured"),
+    ("run", ["--devices", "2"], "--devices: for a sweep not run, while a run folder's records "
+                                "say what to predict; give them without the run folder, or the "
+                                "run folder alone"),
+    ("run", ["--model", "resnet18", "--image-size", "64", "--csv", "x.csv"],
+     "--model, --image-size, --csv: for a sweep not run"),
+    ("run", ["--profile-cache", "{run}/records.json"], "records.json is a file, not a folder"),
+    ("missing", [], "{run} is not a run folder (no records.json or command.json); give a folder "
+                    "written by `parbench run`"),
+    ("file", [], "{run} is not a run folder"),
+    ("no-records", [], "{run} holds no record yet (its run stopped before the first "
+                       "configuration was written): finish it with parbench run --resume {run}"),
+    ("not-json", [], "{run}/records.json is not valid JSON"),
+    ("none-ok", [], "{run} has no measured record to predict (every configuration failed or was "
+                    "skipped; its records.csv says why): predict a run with an ok record, or a "
+                    "sweep with --devices N --batch-size B"),
+    ("unmodelled", [], "{run} has no record of a strategy the timing models cover"),
+    ("lacking", [], "{run}: a measured record lacks model, which its prediction needs"),
+    ("cuda", [], "{run} was measured on cuda and this machine has no GPU: predict it on a "
+                 "machine with one"),
+    ("bad-collectives", ["--link", "measured"],
+     "{run}/collectives.json is not valid JSON (Expecting property name enclosed in double "
+     "quotes: line 1 column 3 (char 2)); measure it again with parbench collectives --into {run}"),
+])
+def test_a_bad_run_folder_is_one_line_and_exit_2_before_profiling(tmp_path, capsys, no_profiling,
+                                                                  kind, argv, message):
+    if kind == "cuda" and torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    run = _run_like(tmp_path, kind)
+    argv = [arg.format(run=run) for arg in argv]
+    err = _refusal(capsys, [str(run), "--link", "pcie4", "--profile-cache", str(tmp_path / "p"),
+                            *argv])
+    assert message.format(run=run) in err, err
