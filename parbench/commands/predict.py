@@ -129,7 +129,7 @@ def _checked_run_arguments(args: argparse.Namespace
         raise UsageError(f"{folder.path} has no measured record to predict (every configuration "
                          "failed or was skipped; its records.csv says why): predict a run with "
                          "an ok record, or a sweep with --devices N --batch-size B")
-    lacking = [name for name in NEEDED if ok[name].isna().any()]
+    lacking = [name for name in NEEDED if name not in ok or ok[name].isna().any()]
     if lacking:
         raise UsageError(f"{folder.path}: a measured record lacks {', '.join(lacking)}, which "
                          "its prediction needs; predict a run folder written by parbench run")
