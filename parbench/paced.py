@@ -62,8 +62,11 @@ class PacedRun:
     def finish(self) -> Measurement:
         """parbench's measurement, once all `calls_needed` steps were called."""
         self._thread.join(timeout=self.config.timeout_s)
-        if self._error is not None:
-            raise self._error
+        # Handed over, not kept: its traceback holds the failed strategy and its tensors,
+        # which the runner frees once it has made the record.
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
         if self._result is None:
             raise RuntimeError(f"{self.config.strategy}: finish() before its "
                                f"{self.calls_needed} steps were called")

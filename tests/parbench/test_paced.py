@@ -38,3 +38,21 @@ def test_calling_more_steps_than_configured_is_refused(tiny_workload):
     run.finish()
     with pytest.raises(RuntimeError, match="no step left"):
         run.step()
+
+
+def test_a_failed_run_hands_its_error_over_and_keeps_nothing(tiny_workload, monkeypatch):
+    """The error's traceback holds the failed strategy and its tensors: once finish() has
+    raised it, the run no longer keeps it, so the runner's release frees them."""
+    import strategies.single
+
+    def explode(self, images, labels):
+        raise RuntimeError("stage exploded")
+
+    monkeypatch.setattr(strategies.single.SingleDevice, "train_step", explode)
+    run = PacedRun(Config("single", tiny_workload, 4, parse_devices("cpu"), warmup=0,
+                          steps=1))
+    with pytest.raises(RuntimeError, match="stage exploded"):
+        run.step()
+    with pytest.raises(RuntimeError, match="stage exploded"):
+        run.finish()
+    assert run._error is None
