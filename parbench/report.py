@@ -368,25 +368,35 @@ _TABLE = {"strategy": "strategy", "options": "options", "model": "model",
 # Cells shown with their interval, where the run has several trials.
 _WITH_INTERVAL = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect",
                   "parallel_effect", "device_efficiency", "scaling_efficiency")
+# The columns printed by default: what fits a 120-character terminal.
+_NARROW = ("strategy", "options", "devices", "throughput_ips", "speedup_vs_baseline",
+           "peak_memory_max_mib")
 _NUMERIC = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect", "parallel_effect",
             "device_efficiency", "scaling_efficiency",
             "peak_memory_max_mib", "memory_imbalance")
 
 
-def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
-    """What is printed after a run: the columns a reader compares, why each configuration
-    that is not ok is not, every steady memory rise, the answers, and where the rest is."""
+def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = False) -> str:
+    """What is printed after a run: the columns a reader compares (those that fit 120
+    characters, every one with `wide`), why each configuration that is not ok is not, every
+    steady memory rise, the answers, and where the rest is."""
     table = frame.assign(options=frame["strategy_options"].map(options_text))
-    columns = dict(_TABLE)
-    if frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
+    columns = dict(_TABLE) if wide else {k: v for k, v in _TABLE.items() if k in _NARROW}
+    if wide and frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
         items, at = list(_TABLE.items()), list(_TABLE).index("throughput_ips") + 1
         columns = dict(items[:at] + [("mfu", heading("mfu"))] + items[at:])
+    if not wide:  # a count: a list of GPUs would not fit
+        table["devices"] = frame["devices"].astype(str).str.count(",") + 1
+        columns["devices"] = "dev"
     table = table[list(columns)].rename(columns=columns)
     for field in (f for f in (*_NUMERIC, "mfu") if f in columns):  # None -> NaN -> "-"
         table[columns[field]] = pd.to_numeric(table[columns[field]], errors="coerce")
-    table["memory trend"] = frame["memory_leak_suspected"].map(
-        lambda leak: "RISING" if leak is True else "-")
+    if wide or (frame["memory_leak_suspected"] == True).any():  # noqa: E712
+        table["memory trend"] = frame["memory_leak_suspected"].map(
+            lambda leak: "RISING" if leak is True else "-")
     for column in ("strategy", "options", "devices"):  # text reads left-aligned
+        if column not in table:
+            continue
         text = table[column].astype(str)
         table[column] = text.str.ljust(max(text.str.len().max(), len(column)))
     if "intervals" in frame and frame["intervals"].map(bool).any():
@@ -410,5 +420,6 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None) -> str:
     if folder is not None:
         lines += ["", f"every field (step times, memory per device, FLOPs, environment): "
                       f"{folder / 'records.csv'}; figures and a report: `parbench report "
-                      f"{folder}`"]
+                      f"{folder}`" + ("" if wide else "; every column of the table: "
+                                      "--wide-table")]
     return "\n".join(lines)

@@ -194,7 +194,7 @@ def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
 
 # Arguments that say how to run, not what to measure: not stored for --resume.
 _NOT_SWEEP = ("handler", "command", "resume", "progress", "results_dir", "tag",
-              "sweep_defaults", "parse_run", "given_argv")
+              "sweep_defaults", "parse_run", "given_argv", "wide_table")
 
 
 def _sweep_arguments(args: argparse.Namespace) -> dict:
@@ -299,7 +299,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         return 130
     finally:
         bar.close()
-    print(results_table(load_records(folder.path), folder.path))
+    print(results_table(load_records(folder.path), folder.path, wide=args.wide_table))
     print(f"results: {folder.path}")
     return 0
 

@@ -94,6 +94,11 @@ def _add_measurement_arguments(group) -> None:
                        help="round r shuffles its order with seed shuffle-seed + r (recorded)")
     group.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
                        help="steps run before measuring and discarded")
+    group.add_argument("--wide-table", action="store_true",
+                       help="print every column of the table (model, batch, image size, "
+                            "status, the speedup's causes, efficiencies, imbalance, MFU); by "
+                            "default the columns that fit 120 characters (the rest are in the "
+                            "run's records.csv and README)")
     group.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                        help="a progress bar naming the configuration being measured, with an "
                             "ETA (default auto: on when stderr is a terminal; else a line per "

@@ -2,6 +2,7 @@
 results that are not parbench's refused in one line."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -97,5 +98,20 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
     readme = (run_folder / "README.md").read_text()
     assert "| MFU |" in readme and "| 0.123 |" in readme
     assert "2 FLOPs per multiply-accumulate" in readme
-    header = results_table(load_records(run_folder)).splitlines()[0].split()
+    header = results_table(load_records(run_folder), wide=True).splitlines()[0].split()
     assert header[header.index("img/s") + 1] == "MFU"
+
+
+def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
+    """A published run with every schedule, 3 trials (intervals) and long options."""
+    from parbench.report import results_table
+    from parbench.results import load_records
+
+    frame = load_records(Path(__file__).parents[2] / "results"
+                         / "20261125T081039Z-tutorial-pinned-splits-5-20")
+    narrow = results_table(frame).splitlines()[:len(frame) + 1]
+    assert max(map(len, narrow)) <= 120
+    assert narrow[0].split() == ["strategy", "options", "dev", "img/s", "speedup", "peak",
+                                 "MiB", "verdict"]
+    wide = results_table(frame, wide=True).splitlines()[0]
+    assert "parallel" in wide and "cpu,cpu" in results_table(frame, wide=True)
