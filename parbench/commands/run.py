@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 import strategies
 from parbench import experiments, launch, runner, suite, trials
+from parbench.answers import results_table
 from parbench.commands.arguments import (
     UsageError,
     at_least,
@@ -32,7 +33,6 @@ from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
 from parbench.planning import ConfigError, PlanRefused
 from parbench.record import Record
-from parbench.report import results_table
 from parbench.results import ResultsError, RunFolder, load_records
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
 from strategies.single import accumulating

@@ -87,7 +87,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
     # What a GPU record of a known device carries (measure.flops): its peak and MFU.
     from dataclasses import replace
 
-    from parbench.report import results_table
+    from parbench.answers import results_table
     from parbench.results import RunFolder, load_records
 
     folder = RunFolder.open(run_folder)
@@ -104,7 +104,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
 
 def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
     """A published run with every schedule, 3 trials (intervals) and long options."""
-    from parbench.report import results_table
+    from parbench.answers import results_table
     from parbench.results import load_records
 
     frame = load_records(Path(__file__).parents[2] / "results"

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from parbench import stats
+from parbench.answers import answers
 from parbench.cli import main
 from parbench.comparisons import add_comparisons
 from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.record import Record
-from parbench.report import answers
 from parbench.results import RunFolder, load_records
 from parbench.runner import run_sweep
 from parbench.trials import Trial, schedule, trial_of, with_trial

@@ -1,0 +1,263 @@
+"""What a reader came for, read from a run's records: the answers (the fastest strategy, the
+leanest, the distance from the ideal), the noise floor, and the table `parbench run` prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+import strategies
+from parbench import stats
+from parbench.measure.memory import memory_kind
+from parbench.plots import options_text
+from parbench.plots.common import interval_of
+from parbench.record import heading
+
+__all__ = ["answers", "noise_floor", "results_table"]
+
+
+def _format_number(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _named(record: pd.Series) -> str:
+    options = options_text(record.get("strategy_options"))
+    return f"{record['strategy']} ({options})" if options else record["strategy"]
+
+
+def _from_ideal(record: pd.Series, devices: int) -> str:
+    """How far a record is from `devices` times the single device's throughput."""
+    speedup, efficiency = record.get("speedup_vs_baseline"), record.get("device_efficiency")
+    if devices == 1 or speedup is None or speedup != speedup:
+        return ""
+    parallel = record.get("parallel_effect")
+    if parallel is not None and parallel == parallel:
+        # The speedup split into its causes: only the parallel part has an ideal of N.
+        efficiency = record.get("parallel_efficiency")
+        text = (f", {_with_interval(record, 'speedup_vs_baseline')}x the single device = "
+                f"{_with_interval(record, 'micro_batch_effect')}x from micro-batching x "
+                f"{_with_interval(record, 'parallel_effect')}x from parallelism: "
+                f"{efficiency:.0%} of the ideal {devices}x")
+        return text + _above_ideal(record, "parallel_efficiency", (
+            "the devices did more than their share; e.g. cores the single device left idle"))
+    text = (f", {_with_interval(record, 'speedup_vs_baseline')}x the single device: "
+            f"{efficiency:.0%} of the ideal {devices}x")
+    return text + _above_ideal(record, "device_efficiency", (
+        "more than parallelism is at work, e.g. smaller micro-batches running faster per "
+        "image; measure single --accumulation-split at the same split to tell them apart"))
+
+
+def _above_ideal(record: pd.Series, name: str, causes: str) -> str:
+    """An efficiency above 1 is a finding to explain where its interval excludes 1, noise
+    where it does not, and unknown with one trial."""
+    efficiency, bounds = record.get(name), interval_of(record, name)
+    if efficiency is None or efficiency != efficiency or efficiency <= 1:
+        return ""
+    if bounds is None:
+        return f" (ABOVE the ideal, in one trial: no interval; if it holds, {causes})"
+    if bounds[0] > 1:
+        return (f" (ABOVE the ideal beyond noise, interval {bounds[0]:.0%}-{bounds[1]:.0%}: "
+                f"{causes})")
+    return f" (above the ideal within noise: interval {bounds[0]:.0%}-{bounds[1]:.0%})"
+
+
+def answers(frame: pd.DataFrame) -> list[str]:
+    """What a reader came for, per workload and number of devices: the fastest strategy (or
+    those within noise of it), the one with the least memory on its fullest device, and how
+    far the fastest is from ideal."""
+    ok = frame[frame["status"] == "ok"]
+    lines = []
+    workload = ["model", "global_batch", "image_size", "precision"]
+    for (model, batch, size, precision), group in ok.groupby(workload, sort=False):
+        counts = group["devices"].astype(str).str.count(",") + 1
+        for devices, same in group.groupby(counts):
+            ranked = same.sort_values("throughput_ips", ascending=False)
+            fastest = ranked.iloc[0]
+            emulated = " (emulated)" if same["emulated"].fillna(False).astype(bool).any() else ""
+            lines.append(
+                f"{model}, batch {batch}, {size} px, {precision}, {devices} device"
+                f"{'s' if devices > 1 else ''}{emulated}: {_fastest(ranked)}"
+                f"{_from_ideal(fastest, devices)}; {_leanest(same)}")
+    return lines
+
+
+def _leanest(same: pd.DataFrame) -> str:
+    """The least memory on its fullest device, compared only among figures of one kind
+    (memory_kind): on one GPU emulating two, single, ddp and fsdp give allocator peaks while
+    the one-process pipelines count tensors, which leave out cuDNN's workspace, the input
+    batch and transient gradients."""
+    kinds = same["memory_source"].map(memory_kind)
+    named = []
+    for kind in kinds.unique():
+        group = same[(kinds == kind) & same["peak_memory_max_mib"].notna()]
+        if group.empty:  # no reading of this kind (VmHWM unreadable, say)
+            continue
+        leanest = group.loc[group["peak_memory_max_mib"].idxmin()]
+        how = "" if kind == "unknown" else f"; {kind}"
+        named.append(f"{_named(leanest)} at {_format_number(leanest['peak_memory_max_mib'])} "
+                     f"MiB (max/mean {leanest['memory_imbalance']:.2f}{how})")
+    if not named:
+        return "no memory reading"
+    if len(named) == 1:
+        return f"least memory on its fullest device {named[0]}"
+    return ("least memory on its fullest device, among figures of one kind only (not "
+            "comparable across kinds): " + "; ".join(named))
+
+
+def _rounds(record: pd.Series) -> dict[int, float]:
+    """Round -> throughput of the record's own ok trials."""
+    trials = record.get("trials")
+    if not isinstance(trials, list):
+        return {}
+    return {t["round"]: t["throughput_ips"] for t in trials
+            if t["status"] == "ok" and not t["twin"]}
+
+
+def _fastest(ranked: pd.DataFrame) -> str:
+    """The fastest strategy, unless another is within noise of it (their throughputs'
+    ratio, paired by round, has an interval across 1): then those, named together."""
+    first = ranked.iloc[0]
+    text = f"{_named(first)} at {_with_interval(first, 'throughput_ips')} img/s"
+    if len(ranked) == 1:
+        return f"fastest {text}"
+    others = list(ranked.iloc[1:].iterrows())
+    # "Faster than every other" holds only where each pair's own test says so: a claim that
+    # needs all of them is false at most as often as one of them (an intersection-union test),
+    # so it needs no correction for their number.
+    verdicts = stats.verdicts({index: stats.paired_ratios(_rounds(first), _rounds(other))
+                               for index, other in others}, correct=False)
+    tied = [other for index, other in others if verdicts[index] == "within noise"]
+    unknown = [other for index, other in others if verdicts[index] is None]
+    pairs = f"{len(others)} pair{'s' if len(others) > 1 else ''} compared, each beyond 5%"
+    if tied:
+        named = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
+        return (f"fastest within noise: {text}, with {named} img/s (paired by round; "
+                f"{pairs})")
+    if unknown:
+        return (f"fastest {text} (against {len(unknown)} of the others, one trial: no "
+                "interval; measure with --repeats 3)")
+    return f"fastest {text}, beyond the noise of every other ({pairs})"
+
+
+def _with_interval(record: pd.Series, name: str) -> str:
+    """A figure of merit with its 95% interval where it has one: `137 [121, 150]`."""
+    value, bounds = record.get(name), interval_of(record, name)
+    text = _format_number(value) if value is not None and value == value else "-"
+    if bounds:
+        text += f" [{_format_number(bounds[0])}, {_format_number(bounds[1])}]"
+    return text
+
+
+def _verdict_count(frame: pd.DataFrame) -> str:
+    """How many verdicts were made, in how many families (one per baseline)."""
+    if "verdict" not in frame:
+        return "no verdict"
+    made = frame[frame["verdict"].notna()]
+    families = len(made.groupby(["model", "global_batch", "image_size", "precision"],
+                                dropna=False))
+    count = f"{len(made)} comparison{'s' if len(made) != 1 else ''}"
+    return count + (f" in {families} families" if families > 1 else "")
+
+
+def noise_floor(frame: pd.DataFrame) -> list[str]:
+    """Each baseline against itself (its A/A pair, twice in each round): one configuration's
+    spread, which is not the threshold of a verdict (see stats.VERDICT_METHOD)."""
+    if "aa_ratio" not in frame:
+        return []
+    lines = []
+    for _, row in frame[frame["aa_ratio"].notna()].iterrows():
+        bounds = interval_of(row, "aa_ratio")
+        if not bounds:
+            continue
+        spread = max(abs(bounds[0] - 1), abs(bounds[1] - 1))
+        lines.append(
+            f"noise floor: {_named(row)} on {row['devices']} against itself (A/A, twice in "
+            f"each round): ratio {_with_interval(row, 'aa_ratio')}, {row['aa_verdict']}: one "
+            f"configuration's spread, up to about {spread:.0%} here; a verdict compares two "
+            "configurations' ratios paired by round, whose spread can be smaller (drift "
+            "between rounds cancels) or larger, so it rests on its own test, not on this")
+    return lines
+
+
+def _communication_lines(frame: pd.DataFrame) -> list[str]:
+    """Each data-parallel record's step split into compute and exposed communication."""
+    if "compute_time_s" not in frame:
+        return []
+    lines = []
+    for _, row in frame[frame["compute_time_s"].notna()].iterrows():
+        gathered = (f", {row['allgather_bytes'] / 1e6:.1f} MB all-gathered"
+                    if pd.notna(row.get("allgather_bytes")) else "")
+        lines.append(
+            f"  {_named(row)} on {row['devices']}: step {_format_number(row['step_time_median_s'])}"
+            f" s = compute {_format_number(row['compute_time_s'])} s + exposed communication "
+            f"{_format_number(row['exposed_comm_time_s'])} s "
+            f"({row['exposed_comm_fraction']:.0%}); {row['allreduce_bytes'] / 1e6:.1f} MB of "
+            f"gradient reduced{gathered} per step")
+    return lines
+
+
+# The table printed after a run: these record fields, headed as the record declares them.
+_TABLE = {"strategy": "strategy", "options": "options", "model": "model",
+          "global_batch": "batch", "image_size": "px", **{name: heading(name) for name in (
+              "devices", "status", "throughput_ips", "speedup_vs_baseline",
+              "micro_batch_effect", "parallel_effect", "device_efficiency",
+              "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance")}}
+# Cells shown with their interval, where the run has several trials.
+_WITH_INTERVAL = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect",
+                  "parallel_effect", "device_efficiency", "scaling_efficiency")
+# The columns printed by default: what fits a 120-character terminal.
+_NARROW = ("strategy", "options", "devices", "throughput_ips", "speedup_vs_baseline",
+           "peak_memory_max_mib")
+_NUMERIC = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect", "parallel_effect",
+            "device_efficiency", "scaling_efficiency",
+            "peak_memory_max_mib", "memory_imbalance")
+
+
+def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = False) -> str:
+    """What is printed after a run: the columns a reader compares (those that fit 120
+    characters, every one with `wide`), why each configuration that is not ok is not, every
+    steady memory rise, the answers, and where the rest is."""
+    table = frame.assign(options=frame["strategy_options"].map(options_text))
+    columns = dict(_TABLE) if wide else {k: v for k, v in _TABLE.items() if k in _NARROW}
+    if wide and frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
+        items, at = list(_TABLE.items()), list(_TABLE).index("throughput_ips") + 1
+        columns = dict(items[:at] + [("mfu", heading("mfu"))] + items[at:])
+    if not wide:  # a count: a list of GPUs would not fit
+        table["devices"] = frame["devices"].astype(str).str.count(",") + 1
+        columns["devices"] = "dev"
+    table = table[list(columns)].rename(columns=columns)
+    for field in (f for f in (*_NUMERIC, "mfu") if f in columns):  # None -> NaN -> "-"
+        table[columns[field]] = pd.to_numeric(table[columns[field]], errors="coerce")
+    if wide or (frame["memory_leak_suspected"] == True).any():  # noqa: E712
+        table["memory trend"] = frame["memory_leak_suspected"].map(
+            lambda leak: "RISING" if leak is True else "-")
+    for column in ("strategy", "options", "devices"):  # text reads left-aligned
+        if column not in table:
+            continue
+        text = table[column].astype(str)
+        table[column] = text.str.ljust(max(text.str.len().max(), len(column)))
+    if "intervals" in frame and frame["intervals"].map(bool).any():
+        for field in (f for f in _NUMERIC if f in columns and f in _WITH_INTERVAL):
+            table[columns[field]] = [_with_interval(row, field) for _, row in frame.iterrows()]
+        table[heading("verdict")] = frame["verdict"].map(
+            lambda v: v if isinstance(v, str) else "-")
+    lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]
+    lines += [f"  {row['strategy']} {row['status']}: {row['reason']}"
+              for _, row in frame[frame["status"] != "ok"].iterrows()]
+    lines += [f"  {row['strategy']}: memory rose {row['memory_growth_mib_per_step']:.1f} MiB "
+              "per measured step, step after step: a leak? (e.g. a loss kept as a tensor)"
+              for _, row in frame[frame["memory_leak_suspected"] == True].iterrows()]  # noqa: E712
+    lines += _communication_lines(frame)
+    lines += noise_floor(frame)
+    methods = list(frame["interval_method"].dropna()) if "interval_method" in frame else []
+    if methods and "intervals" in frame and frame["intervals"].map(bool).any():
+        lines += [f"  [low, high]: {methods[0]}; verdict against {strategies.BASELINE}: "
+                  f"{stats.VERDICT_METHOD} ({_verdict_count(frame)})"]
+    lines += ["", *answers(frame)]
+    if folder is not None:
+        lines += ["", f"every field (step times, memory per device, FLOPs, environment): "
+                      f"{folder / 'records.csv'}; figures and a report: `parbench report "
+                      f"{folder}`" + ("" if wide else "; every column of the table: "
+                                      "--wide-table")]
+    return "\n".join(lines)
