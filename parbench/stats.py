@@ -29,10 +29,15 @@ VERDICT_METHOD = (
     "5% of runs); otherwise within noise")
 
 
+def _usable(values: Iterable[float], log: bool) -> list[float]:
+    """The values a mean can use: finite, and above 0 where their logarithms are taken."""
+    return [v for v in values if v is not None and math.isfinite(v) and (v > 0 or not log)]
+
+
 def centre(values: Iterable[float], log: bool = True) -> float | None:
     """The figure an interval is about: the geometric mean of `values` with `log` (what a
     t-interval on logarithms is centred on), else their mean; None without a value."""
-    values = [v for v in values if v is not None and math.isfinite(v) and (v > 0 or not log)]
+    values = _usable(values, log)
     if not values:
         return None
     if log:
@@ -43,7 +48,7 @@ def centre(values: Iterable[float], log: bool = True) -> float | None:
 def interval(values: Iterable[float], log: bool = True) -> tuple[float, float] | None:
     """The 95% t-interval of the mean of `values` (of their logarithms with `log`, returned
     as values), or None with fewer than two finite values. Identical values give a point."""
-    values = [v for v in values if v is not None and math.isfinite(v) and (v > 0 or not log)]
+    values = _usable(values, log)
     if len(values) < 2:
         return None
     sample = [math.log(v) for v in values] if log else values
@@ -78,7 +83,7 @@ def verdict(bounds: tuple[float, float] | None, null: float = 1.0,
 
 
 def _finite_logs(values: Iterable[float]) -> list[float]:
-    return [math.log(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    return [math.log(v) for v in _usable(values, log=True)]
 
 
 def p_value(ratios: Iterable[float]) -> float | None:
