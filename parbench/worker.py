@@ -84,6 +84,9 @@ class Measurement:
 
 
 def _build(config: Config) -> strategies.Strategy:
+    """The configuration's strategy, in a process set as the workload asks (cuDNN's search
+    set for every configuration, on or off: this process may have run another before)."""
+    torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark
     return strategies.create(config.plan.strategy_plan)
 
 
@@ -115,8 +118,6 @@ def _capped_devices(config: Config) -> DeviceSet:
 
 
 def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
-    # Set for every configuration, as this process may have measured another before.
-    torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark
     strategy = _build(config)
     batches = probes = None
     try:
@@ -279,7 +280,6 @@ def train_steps(config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]]
     """One optimiser step of `config`'s strategy on each batch, in this process (for
     `parbench verify`). With `nudge_seed`, every gradient is nudged one ulp as backward
     computes it (a one-process strategy only: verify's rounding twin)."""
-    torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark  # as measured runs do
     strategy = _build(config)
     generator = None if nudge_seed is None else torch.Generator().manual_seed(nudge_seed)
     try:
