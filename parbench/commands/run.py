@@ -121,13 +121,18 @@ def _check(configs: list[Config], data: str | None, requested: bool) -> None:
                 raise UsageError(str(error)) from None
 
 
-def _available_strategies(configs: list[Config]) -> list[Config]:
-    """The configurations of the strategies whose plan on the sweep's first configuration
-    finds the devices, the machine and the launcher they need."""
+def _first_of_each(configs: list[Config]) -> dict[str, Config]:
+    """Each strategy's first configuration in the sweep: the one its availability is judged on."""
     first: dict[str, Config] = {}
     for config in configs:
         first.setdefault(config.strategy, config)
-    names = {name for name, config in first.items() if config.plan.available}
+    return first
+
+
+def _available_strategies(configs: list[Config]) -> list[Config]:
+    """The configurations of the strategies whose plan on the sweep's first configuration
+    finds the devices, the machine and the launcher they need."""
+    names = {name for name, config in _first_of_each(configs).items() if config.plan.available}
     return [c for c in configs if c.strategy in names or c.strategy == strategies.BASELINE]
 
 
@@ -135,11 +140,9 @@ def _left_out(configs: list[Config]) -> list[str]:
     """A note for each strategy the comparison of every strategy leaves out because this
     machine or its devices cannot run it (data-parallel on CPU; the V schedules on more
     devices than the model has blocks for), with the reason."""
-    first: dict[str, Config] = {}
-    for config in configs:
-        first.setdefault(config.strategy, config)
     return [f"note: {name} left out: {config.plan.reason('machine')}"
-            for name, config in first.items() if config.plan.reason("machine")]
+            for name, config in _first_of_each(configs).items()
+            if config.plan.reason("machine")]
 
 
 def _refuse_or_skip(configs: list[Config]) -> None:
