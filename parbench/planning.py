@@ -174,7 +174,6 @@ def _batch_problem(config: Config, used: DeviceSet) -> str | None:
     (the global batch is made there), or a GPU's (however a strategy spreads the batch over
     its distinct GPUs, one of them holds at least an equal share)."""
     workload = config.workload
-    per_image = 3 * workload.image_size**2 * 4  # float32 pixels
     shares = [("this machine's memory", config.global_batch, host_memory_bytes())]
     if used.kind == "cuda":
         gpus = used.physical
@@ -183,9 +182,10 @@ def _batch_problem(config: Config, used: DeviceSet) -> str | None:
                        f"{','.join(map(str, gpus))}", -(-config.global_batch // len(gpus)),
                        smallest))
     for where, images, available in shares:
-        if available and images * per_image > available:
+        need = workload.input_bytes(images)
+        if available and need > available:
             return (f"--batch-size {config.global_batch} at --image-size {workload.image_size}: "
-                    f"{images} input images alone need {format_bytes(images * per_image)} "
+                    f"{images} input images alone need {format_bytes(need)} "
                     f"({images} x 3 x {workload.image_size}x{workload.image_size} float32), "
                     f"more than {where} ({format_bytes(available)}); use a smaller "
                     "--image-size or --batch-size")

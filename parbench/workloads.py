@@ -90,6 +90,10 @@ class Workload:
             images = images.contiguous(memory_format=torch.channels_last)
         return images, labels
 
+    def input_bytes(self, images: int) -> int:
+        """What `images` input images take as float32 pixels, in bytes."""
+        return images * 3 * self.image_size**2 * 4
+
     def prepare_model(self, model: nn.Module) -> nn.Module:
         """Apply the memory format the workload asks for (after the model is on its device)."""
         if self.channels_last:

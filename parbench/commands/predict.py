@@ -209,8 +209,9 @@ def _check_batches(model: str, image_size: int, device: str, batch: int, counts:
     if larger:
         raise UsageError(f"--split-size {larger[0]} is larger than --batch-size {batch}; a "
                          "micro-batch cannot exceed the global batch")
+    workload = Workload(model=model, image_size=image_size)
     with torch.device("meta"):
-        blocks = len(resnet_blocks(Workload(model=model).build_model()))
+        blocks = len(resnet_blocks(workload.build_model()))
     if max(counts) > blocks:
         raise UsageError(f"--devices {max(counts)}: {model} has {blocks} blocks to cut, so "
                          f"its stages fill at most {blocks} devices; give --devices {blocks} or "
@@ -223,7 +224,7 @@ def _check_batches(model: str, image_size: int, device: str, batch: int, counts:
                          f"cannot train one image on it ({ones[0]} is a micro-batch of 1): "
                          "give 2 images or more per micro-batch and per device, or "
                          "--image-size 33 or more")
-    need = batch * 3 * image_size**2 * 4  # the whole batch is profiled, in float32 pixels
+    need = workload.input_bytes(batch)  # the whole batch is profiled
     available = (torch.cuda.get_device_properties(0).total_memory if device == "cuda"
                  else host_memory_bytes())
     if available and need > available:
