@@ -14,6 +14,7 @@ import torchvision
 
 from parbench.devices import cpu_cores
 from parbench.measure.allocator import allocator_description
+from parbench.predict.version import PREDICTOR_VERSION
 
 __all__ = ["collect_environment", "format_environment"]
 
@@ -97,6 +98,7 @@ def collect_environment() -> dict:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "cpu_allocator": allocator_description(),
+        "predictor_version": PREDICTOR_VERSION,  # the timing models' version at measuring
     }
 
 

@@ -5,7 +5,6 @@ device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -14,19 +13,22 @@ import torch
 
 from parbench.commands.arguments import UsageError, at_least, open_run_folder
 from parbench.devices import format_bytes, host_memory_bytes
-from parbench.plots import write_predicted_timelines, write_prediction_figure, write_sweep_figure
-from parbench.predict.links import LINKS, AnyLink, MeasuredLink, links_help, named_link
+from parbench.experiments import held_out_version
+from parbench.plots import write_sweep_figure
+from parbench.predict.links import LINKS, AnyLink, links_help, named_link
+from parbench.predict.published import PROFILES_FOLDER, predict_into, run_link
 from parbench.predict.record_profiles import DEFAULT_CACHE, profiles_for
-from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import (
     PREDICTIONS_FILE,
     error_summary,
     memory_summary,
+    naive_summary,
+    ranking_summary,
     speedup_summary,
     trace_summary,
-    with_reader_columns,
 )
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
+from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results import ResultsError, RunFolder, atomic_write_text
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
 from strategies.partition import resnet_blocks
@@ -44,15 +46,11 @@ NEEDED = ("strategy", "model", "image_size", "precision", "device_kind", "global
           "step_time_median_s")
 
 
-def _link(name: str, collectives: list[dict], where: str, backend: str | None = None) -> AnyLink:
-    """`measured` (the collectives measured `where`), a name in LINKS, or a bandwidth in GB/s."""
+def _link(name: str) -> AnyLink:
+    """A name in LINKS, or a bandwidth in GB/s (a sweep's link; a run's may be `measured`)."""
     if name == "measured":
-        if not collectives:
-            raise UsageError(f"--link measured needs collectives measured in {where}: run "
-                             f"parbench collectives --into "
-                             f"{where}, or name a link ({', '.join(LINKS)}) or a bandwidth in "
-                             "GB/s")
-        return MeasuredLink(f"measured in {where}", tuple(collectives), backend)
+        raise UsageError("--link measured reads a run folder's collectives: give the run "
+                         f"folder, or name a link ({', '.join(LINKS)}) or a bandwidth in GB/s")
     try:
         return named_link(name)
     except ValueError as error:
@@ -97,25 +95,19 @@ def _output_file(flag: str, value: str | None, example: str) -> Path | None:
     return path
 
 
-def _collectives(folder: RunFolder) -> list[dict]:
-    try:
-        return folder.read_collectives()
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UsageError(f"{folder.path / 'collectives.json'} is not valid JSON ({error}); "
-                         f"measure it again with parbench collectives --into {folder.path}, or "
-                         f"name a link ({', '.join(LINKS)}) or a bandwidth in GB/s") from None
-
-
-def _checked_run_arguments(args: argparse.Namespace
-                           ) -> tuple[RunFolder, pd.DataFrame, AnyLink, Path]:
-    """The run folder's records, the link and the profile cache, each checked before anything
-    is profiled."""
+def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.DataFrame]:
+    """The run folder and its records, each checked (with the link) before anything is
+    profiled."""
     given = [_flag(name) for name in SWEEP_FLAGS if getattr(args, name) is not None]
     if given:
         raise UsageError(f"{', '.join(given)}: for a sweep not run, while a run folder's "
                          "records say what to predict; give them without the run folder, or "
                          "the run folder alone")
     folder = open_run_folder(args.run)
+    if args.profile_cache is not None:
+        raise UsageError(f"--profile-cache: a run's profiles are kept in the run folder "
+                         f"({folder.path / PROFILES_FOLDER}), to be published with it; give "
+                         "--profile-cache only for a sweep not run")
     try:
         records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
     except ResultsError as error:
@@ -136,40 +128,46 @@ def _checked_run_arguments(args: argparse.Namespace
     if (ok["device_kind"] == "cuda").any() and not torch.cuda.is_available():
         raise UsageError(f"{folder.path} was measured on cuda and this machine has no GPU: "
                          "predict it on a machine with one (the profile is taken on the device)")
-    backends = list(records["backend"].dropna())
-    link = _link(args.link, _collectives(folder) if args.link == "measured" else [],
-                 str(folder.path), backends[0] if backends else None)
-    return folder, records, link, _profile_cache(args.profile_cache)
+    frozen = held_out_version(folder, records)
+    if frozen is not None and frozen != PREDICTOR_VERSION:
+        raise UsageError(f"{folder.path} is a held-out run measured when the models were "
+                         f"version {frozen}; they are now version {PREDICTOR_VERSION}, which "
+                         "may have been tuned since: a held-out set is predicted only by the "
+                         "version frozen before it was measured. Draw a new one: parbench run "
+                         "--experiment prediction-holdout --seed <a seed not used before>")
+    try:
+        run_link(folder, args.link)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return folder, records
 
 
 def _predict_run(args: argparse.Namespace) -> int:
-    folder, records, link, cache = _checked_run_arguments(args)
+    folder, records = _checked_run_arguments(args)
     try:
-        table = predicted_beside_measured(
-            records, lambda record: profiles_for(record, cache), link)
-    except ValueError as error:  # a link or a record without what a prediction needs
+        published = predict_into(folder, records, args.link)
+    except ValueError as error:  # a record without what a prediction needs
         raise UsageError(str(error)) from None
+    table = published.table
     if table.empty:  # found without a profile: predict_record refuses these before profiling
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
                          "(single, model-parallel, the pipelines, ddp and fsdp without hooks, "
                          "ZeRO or mixed precision, none compiled): predict a run that measured "
                          "one, or a sweep with --devices N --batch-size B")
-    table = with_reader_columns(table, link.name)
-    atomic_write_text(folder.path / PREDICTIONS_FILE,
-                      table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
-                      .to_csv(index=False))
-    figure = write_prediction_figure(table, folder.path, link.name)
-    timelines = write_predicted_timelines(table, folder.path)
-    print(f"PREDICTED beside measured (timing model from a profile of this device; link: "
-          f"{link.describe()}):")
+    print(f"PREDICTED beside measured (timing model version {PREDICTOR_VERSION}, from a profile "
+          f"of this device kept in {folder.path / PROFILES_FOLDER}; link: "
+          f"{table['link'].iloc[0]}):")
     shown = table.assign(options=table["split_size"].map(
         lambda split: "" if pd.isna(split) else f"split {split:g}"))
     print(shown[["strategy", "options", "world_size", "step_time_median_s",
-                 "predicted_step_time_s", "prediction_error", "speedup_vs_baseline",
-                 "predicted_speedup", "speedup_error", "measured_bubble_fraction",
-                 "predicted_bubble_fraction"]].to_string(
+                 "predicted_step_time_s", "prediction_error", "naive_error",
+                 "speedup_vs_baseline", "predicted_speedup", "speedup_error",
+                 "measured_bubble_fraction", "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
+    for line in (naive_summary(table), ranking_summary(table)):
+        if line:
+            print(line)
     speedups, traced, memory = (speedup_summary(table), trace_summary(table),
                                 memory_summary(table))
     if speedups:
@@ -179,9 +177,8 @@ def _predict_run(args: argparse.Namespace) -> int:
         print(f"told apart: {traced}")
     if memory:
         print(f"peak memory on the fullest device, predicted against measured: {memory}")
-    print(f"predictions: {folder.path / PREDICTIONS_FILE}; figure: {figure}"
-          + (f"; {len(timelines)} predicted timelines (predicted-timeline-*.png)"
-             if timelines else "")
+    print(f"predictions: {folder.path / PREDICTIONS_FILE}; figures: "
+          + ", ".join(path.name for path in published.figures)
           + f"; parbench report {folder.path} adds them to the run's README")
     return 0
 
@@ -240,9 +237,6 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
         raise UsageError("give a run folder to predict beside its records, or --devices N and "
                          "--batch-size B to predict a sweep (e.g. parbench predict --model "
                          "resnet50 --devices 8 --link nvlink4 --batch-size 1024)")
-    if args.link == "measured":
-        raise UsageError("--link measured reads a run folder's collectives: give the run "
-                         f"folder, or name a link ({', '.join(LINKS)}) or a bandwidth in GB/s")
     given = {name: value for name, value in vars(args).items() if value is not None}
     sweep = argparse.Namespace(**{**SWEEP_DEFAULTS, **given})
     sweep.device_counts = _whole_numbers("--devices", args.devices, "device counts", "2,4,8")
@@ -257,7 +251,7 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
                          "with one, or give --profile-device cpu")
     _check_batches(sweep.model, sweep.image_size, sweep.device, sweep.batch_size,
                    sweep.device_counts, sweep.splits)
-    sweep.link = _link(args.link, [], "")
+    sweep.link = _link(args.link)
     sweep.profile_cache = _profile_cache(args.profile_cache)
     sweep.csv = _output_file("--csv", args.csv, "sweep.csv")
     sweep.figure = _output_file("--figure", args.figure, "sweep.png")
@@ -347,7 +341,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--threads", type=int, help="CPU threads per device when profiling "
                          f"the cpu (no run folder; default {SWEEP_DEFAULTS['threads']})")
     predict.add_argument("--profile-cache", type=Path,
-                         help="where profiles are kept (default ~/.cache/parbench/profiles)")
+                         help="where a sweep's profiles are kept (default "
+                              "~/.cache/parbench/profiles; a run's are kept in its folder)")
     predict.add_argument("--csv", help="also write the sweep's predictions to this file")
     predict.add_argument("--figure", help="also draw the sweep (throughput against split size "
                          "per device count) to this PNG, an SVG beside it")

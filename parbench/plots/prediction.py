@@ -11,11 +11,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from parbench.plots.common import interval_errors, save_figure, strategy_colour, title
+from parbench.plots.common import (
+    config_label,
+    interval_errors,
+    save_figure,
+    strategy_colour,
+    title,
+)
 from parbench.plots.timeline import plot_predicted_timeline
 
-__all__ = ["plot_prediction", "plot_sweep", "write_predicted_timelines",
-           "write_prediction_figure", "write_sweep_figure"]
+__all__ = ["plot_prediction", "plot_ranking", "plot_sweep", "write_predicted_timelines",
+           "write_prediction_figure", "write_ranking_figure", "write_sweep_figure"]
 
 
 def plot_prediction(table: pd.DataFrame, link: str):
@@ -54,8 +60,9 @@ def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, x
         ax.plot(line, line * (1 - share), color="0.6", ls=style, lw=1)
     for strategy, group in table.groupby("strategy", sort=False):
         ax.errorbar(group[measured_name], group[predicted_name],
-                    xerr=interval_errors(group, measured_name), fmt="o",
-                    color=strategy_colour(strategy), capsize=3, label=strategy)
+                    xerr=interval_errors(group, measured_name),
+                    yerr=_band(group) if predicted_name == "predicted_step_time_s" else None,
+                    fmt="o", color=strategy_colour(strategy), capsize=3, label=strategy)
         for _, row in group.iterrows():
             if not pd.isna(row.get("split_size")):
                 ax.annotate(f"{row['split_size']:g}", (row[measured_name], row[predicted_name]),
@@ -65,6 +72,60 @@ def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, x
     ax.set_title(heading, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
+
+
+def _band(group: pd.DataFrame) -> np.ndarray | None:
+    """yerr for each prediction's band from its profile's spread (None without bands)."""
+    if "predicted_low_s" not in group or group["predicted_low_s"].isna().all():
+        return None
+    predicted = group["predicted_step_time_s"]
+    return np.array([(predicted - group["predicted_low_s"]).clip(lower=0).fillna(0),
+                     (group["predicted_high_s"] - predicted).clip(lower=0).fillna(0)])
+
+
+def plot_ranking(table: pd.DataFrame):
+    """One panel per workload and device count with two configurations or more: each
+    configuration's measured step (95% interval over trials), its PREDICTED step (the band
+    from its profile's spread) and the naive estimate, the configurations sorted by measured
+    step, so a model that orders them as measured draws a rising line; None where no group
+    has two."""
+    keyed = table.assign(devices_used=table["devices"].astype(str).str.count(",") + 1,
+                         group=lambda t: t[["model", "global_batch", "image_size",
+                                            "devices_used"]].astype(str).agg(" ".join, axis=1))
+    groups = [(name, group.sort_values("step_time_median_s").reset_index(drop=True))
+              for name, group in keyed.groupby("group", sort=True) if len(group) >= 2]
+    if not groups:
+        return None
+    columns = min(len(groups), 3)
+    rows = -(-len(groups) // columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, figsize=(6 * columns, 4.8 * rows))
+    for ax, (_, group) in zip(axes.flat, groups, strict=False):
+        x = np.arange(len(group))
+        ax.errorbar(x - 0.12, group["step_time_median_s"],
+                    yerr=interval_errors(group, "step_time_median_s"), fmt="o", color="0.2",
+                    capsize=3, label="measured (geometric mean, 95% interval)")
+        ax.errorbar(x + 0.12, group["predicted_step_time_s"], yerr=_band(group), fmt="s",
+                    color="tab:blue", capsize=3, label="PREDICTED (band: profile's quartiles)")
+        if "naive_step_time_s" in group:
+            ax.plot(x, group["naive_step_time_s"], "x", color="tab:red", label="naive estimate")
+        first = group.iloc[0]
+        ax.set_title(f"{first['model']}, batch {first['global_batch']}, "
+                     f"{first['image_size']}px, {first['devices_used']} device(s)", fontsize=9)
+        ax.set_xticks(x, [config_label(row).replace("\n", " ") for _, row in group.iterrows()],
+                      rotation=30, ha="right", fontsize=7)
+        ax.set(yscale="log", ylabel="step time (s, log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title(table, "Order: configurations sorted by measured step, beside their "
+                              "PREDICTED and naive steps"), fontsize=9)
+    return fig
+
+
+def write_ranking_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
+    fig = plot_ranking(table)
+    return None if fig is None else save_figure(fig, out_dir, "ranking")
 
 
 def write_prediction_figure(table: pd.DataFrame, out_dir: str | Path, link: str) -> Path:

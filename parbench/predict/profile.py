@@ -21,7 +21,7 @@ from strategies.partition import Partition, resnet_blocks
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
-PROFILE_VERSION = 5  # bump when what is measured changes: older caches are measured again
+PROFILE_VERSION = 6  # bump when what is measured changes: older caches are measured again
 # Whole steps are timed as many times as take about this many seconds by the warm-up step's
 # time (at least `repeats`, at most MAX_STEPS): this VM's speed moves by 10 to 30% for seconds
 # at a time, so a median of 3 steps moved a profile by up to 20% between two takes minutes
@@ -69,6 +69,10 @@ class Profile:
     blocks: tuple[BlockProfile, ...]
     step_s: float = 0.0
     optimizer_s: float = 0.0  # the workload's optimiser stepping every parameter once
+    # The timed steps' lower and upper quartiles over their median: the profile's own spread,
+    # the band drawn around a prediction made from it.
+    step_low_ratio: float = 1.0
+    step_high_ratio: float = 1.0
 
     def stage_times(self, partition: Partition) -> list[StageTimes]:
         """Each stage of `partition`: the sum of its blocks."""
@@ -178,10 +182,11 @@ def _isolated_block(name, block, inputs, workload, device, repeats) -> BlockProf
 
 
 def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload, device,
-                        repeats: int) -> tuple[list[float], list[float], float]:
+                        repeats: int) -> tuple[list[float], list[float], float, list[float]]:
     """Each block's forward and backward time inside whole training steps (the median of as
     many steps after one warm-up as take about STEP_TIMING_S by its time, at least `repeats`
-    and at most MAX_STEPS, scaled to sum to the median step), and the whole step's. Timed
+    and at most MAX_STEPS, scaled to sum to the median step), the whole step's, and every
+    timed step's. Timed
     alone, a block runs slower than within the model (a CPU's early, large-activation blocks
     by up to 40%), so the step's own boundaries give the times."""
     net, clock = torch.nn.Sequential(*blocks), StepClock(device)
@@ -207,7 +212,8 @@ def block_times_in_step(blocks: list[torch.nn.Module], images, labels, workload,
     backward = [statistics.median(column) for column in zip(*backwards, strict=True)]
     step_s = statistics.median(steps)
     to_step = step_s / (sum(forward) + sum(backward))  # the blocks' medians sum to the step's
-    return [t * to_step for t in forward], [t * to_step for t in backward], step_s
+    return ([t * to_step for t in forward], [t * to_step for t in backward], step_s,
+            list(steps))
 
 
 def _timed_step(net, images, labels, workload, device, clock: StepClock):
@@ -252,8 +258,8 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
             alone.append(_isolated_block(name, block, inputs, workload, device, repeats))
             with torch.no_grad(), workload.autocast(device):
                 x = block(x)
-        forwards, backwards, step_s = block_times_in_step([block for _, block in named], images,
-                                                          labels, workload, device, repeats)
+        forwards, backwards, step_s, steps = block_times_in_step(
+            [block for _, block in named], images, labels, workload, device, repeats)
         optimizer_s = _optimizer_time(model, images, labels, workload, device, repeats)
     finally:
         torch.set_num_threads(threads_before)
@@ -264,9 +270,11 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
         blocks.append(replace(isolated, forward_s=forward_s,
                               input_grad_s=backward_s * input_share,
                               weight_grad_s=backward_s * (1 - input_share)))
+    low, _, high = statistics.quantiles(steps, n=4, method="inclusive")
     return Profile(workload.model, workload.image_size, workload.precision,
                    workload.num_classes, workload.channels_last, str(device), threads,
-                   micro_batch, repeats, tuple(blocks), step_s, optimizer_s)
+                   micro_batch, repeats, tuple(blocks), step_s, optimizer_s,
+                   low / step_s, high / step_s)
 
 
 def _optimizer_time(model, images, labels, workload, device, repeats: int) -> float:

@@ -17,7 +17,7 @@ from parbench.record import Record
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
-__all__ = ["partition_of", "predict_record", "predicted_beside_measured"]
+__all__ = ["partition_of", "predict_record", "predicted_beside_measured", "profiled_size"]
 
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
@@ -58,13 +58,12 @@ def predict_record(record: dict, profile_at: ProfileAt,
     strategy = record["strategy"]
     if not _modelled(record):
         return None
-    split = _number(record.get("split_size"))
     micro_batches = int(_number(record.get("micro_batches")) or 1)
     ranks = int(_number(record.get("world_size")) or 1)
     if strategy == "single":
-        return models.single(profile_at(int(split or record["global_batch"])), micro_batches)
+        return models.single(profile_at(profiled_size(record)), micro_batches)
     if strategy in ("ddp", "fsdp"):
-        per_rank = profile_at(int(record["global_batch"]) // ranks)
+        per_rank = profile_at(profiled_size(record))
         shared = _cores_shared(record)
         if strategy == "ddp":
             return data_parallel.ddp(per_rank, ranks, link, shared_cores=shared)
@@ -74,7 +73,7 @@ def predict_record(record: dict, profile_at: ProfileAt,
     schedule = strategy.removeprefix("pipeline-")
     if strategy not in ("model-parallel", "pipeline") and schedule not in SCHEDULES:
         return None
-    profile = profile_at(int(split or record["global_batch"]))
+    profile = profile_at(profiled_size(record))
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
     in_process = NO_LINK if record.get("device_kind") == "cpu" else link
@@ -83,6 +82,14 @@ def predict_record(record: dict, profile_at: ProfileAt,
     if strategy == "pipeline":
         return models.tick_pipeline(profile, partition, micro_batches)
     return models.pipeline(schedule, profile, partition, ranks, micro_batches, link)
+
+
+def profiled_size(record: dict) -> int:
+    """The micro-batch size a record's prediction is made from: a data-parallel rank's share
+    of the batch, else the record's micro-batch (the whole batch where it has none)."""
+    if record["strategy"] in ("ddp", "fsdp"):
+        return int(record["global_batch"]) // int(_number(record.get("world_size")) or 1)
+    return int(_number(record.get("split_size")) or record["global_batch"])
 
 
 def _cores_shared(record: dict) -> bool:
@@ -109,8 +116,12 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
         predicted = predict_record(measured, profiler(measured), link)
         if predicted is None:
             continue
+        profile = profiler(measured)(profiled_size(measured))
         rows.append({**measured, **_trace_check(measured, profiler(measured), link),
                      "predicted_step_time_s": predicted.step_time_s,
+                     # the band the profile's own spread (its steps' quartiles) puts around it
+                     "predicted_low_s": predicted.step_time_s * profile.step_low_ratio,
+                     "predicted_high_s": predicted.step_time_s * profile.step_high_ratio,
                      "prediction_error": predicted.step_time_s
                      / measured["step_time_median_s"] - 1,
                      "predicted_bubble_fraction": predicted.bubble,
@@ -156,7 +167,7 @@ def _trace_check(record: dict, profile_at: ProfileAt, link: AnyLink) -> dict:
     timeline's own compute times, against the traced step (the profile left out)."""
     if not str(record["strategy"]).startswith("pipeline"):
         return {}
-    profile = profile_at(int(_number(record.get("split_size")) or record["global_batch"]))
+    profile = profile_at(profiled_size(record))
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     checked = replayed_trace(record, profile.cut_bytes(partition), link)
     if checked is None:

@@ -9,9 +9,12 @@ import pandas as pd
 
 from parbench.markdown import cell, markdown_table
 from parbench.plots.common import interval_of, options_text
+from parbench.predict.ranking import ranking
+from parbench.results import load_records
 
-__all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "prediction_section",
-           "speedup_summary", "trace_summary", "with_reader_columns"]
+__all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "naive_summary",
+           "prediction_section", "ranking_summary", "speedup_summary", "trace_summary",
+           "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -40,6 +43,32 @@ def error_summary(table: pd.DataFrame) -> str:
         inside = ((table["predicted_step_time_s"] >= table["step_time_low_s"])
                   & (table["predicted_step_time_s"] <= table["step_time_high_s"])).sum()
         text += f"; {inside} of {len(table)} inside the measurement's 95% interval"
+    return text
+
+
+def naive_summary(table: pd.DataFrame) -> str | None:
+    """The naive estimate's median and worst |error| on the same records, and how much of it
+    the model removes (None where predictions.csv predates the naive column)."""
+    if "naive_error" not in table or table["naive_error"].isna().all():
+        return None
+    naive, model = table["naive_error"].abs(), table["prediction_error"].abs()
+    return (f"the naive estimate (the profiled single step; a pipeline x (1 + (K - 1) / M) / K, "
+            f"GPipe's bubble; data parallel / N) on the same records: median |error| "
+            f"{naive.median():.1%}, worst {naive.max():.1%}; the model's median is "
+            f"{model.median() / naive.median():.2f} of it")
+
+
+def ranking_summary(table: pd.DataFrame) -> str | None:
+    """How the model, and the naive estimate, order the run's configurations against the
+    measured order (None where no record has trials to decide a pair)."""
+    if "trials" not in table or not table["trials"].map(lambda t: isinstance(t, list)).any():
+        return None
+    text = f"order: the model puts {ranking(table).describe()}"
+    if "naive_step_time_s" in table:
+        naive = ranking(table, "naive_step_time_s")
+        if naive.decided:
+            text += (f"; the naive estimate {naive.ordered} of {naive.decided} "
+                     f"({naive.share:.0%})")
     return text
 
 
@@ -94,28 +123,69 @@ def prediction_section(folder: Path) -> list[str]:
     table = pd.read_csv(path)
     if table.empty:
         return []
+    table = _with_trials(table, Path(folder))
     speedups = "speedup_error" in table and table["speedup_error"].notna().any()
-    rows = [[f"{r['strategy']}{_settings_suffix(r)}", r["world_size"],
-             f"{cell(r['step_time_median_s'])}{_interval(r, 'step_time')}",
-             r["predicted_step_time_s"], f"{r['prediction_error']:+.1%}"]
+    naive = "naive_error" in table and table["naive_error"].notna().any()
+    workloads = table[["model", "global_batch", "image_size"]].drop_duplicates()
+    several = len(workloads) > 1
+    rows = [([f"{r['model']}, batch {r['global_batch']}, {r['image_size']}px"] if several
+             else [])
+            + [f"{r['strategy']}{_settings_suffix(r)}", r["world_size"],
+               f"{cell(r['step_time_median_s'])}{_interval(r, 'step_time')}",
+               f"{cell(r['predicted_step_time_s'])}{_band(r)}", f"{r['prediction_error']:+.1%}"]
+            + ([_signed(r["naive_error"])] if naive else [])
             + ([f"{cell(r['speedup_vs_baseline'])}{_interval(r, 'speedup')}",
                 r["predicted_speedup"], _signed(r["speedup_error"])] if speedups else [])
             for _, r in table.iterrows()]
-    headings = ["configuration", "ranks", "measured step (s) [95%]", "PREDICTED step (s)",
-                "error"] + (["measured speedup [95%]", "PREDICTED speedup", "error"]
-                            if speedups else [])
+    headings = ((["workload"] if several else [])
+                + ["configuration", "ranks", "measured step (s) [95%]",
+                   "PREDICTED step (s) [profile's quartiles]", "error"]
+                + (["naive error"] if naive else [])
+                + (["measured speedup [95%]", "PREDICTED speedup", "error"] if speedups else []))
     traced, memory = trace_summary(table), memory_summary(table)
-    return ["## Predicted against measured", "",
-            f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
-            f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
-            f"measured one: {error_summary(table)}."
-            + (f" Speedups over single on the whole batch, each side from its own source (a "
-               f"drift of the machine that slowed every profile alike cancels): "
-               f"{speedup_summary(table)}." if speedups else "")
-            + (f" Told apart: {traced}." if traced else "")
-            + (f" Peak memory on the fullest device: {memory}." if memory else "")
-            + " What the model leaves out is in parbench's docs/prediction.md.", "",
-            markdown_table(rows, headings), "", "![predictions](predictions.png)", ""]
+    lines = ["## Predicted against measured", "",
+             f"Each configuration's step PREDICTED by `parbench predict` (a timing model from a "
+             f"per-block profile of this device; link: {table['link'].iloc[0]}) beside the "
+             f"measured one: {error_summary(table)}."
+             + (f" Speedups over single on the whole batch, each side from its own source (a "
+                f"drift of the machine that slowed every profile alike cancels): "
+                f"{speedup_summary(table)}." if speedups else "")
+             + (f" Told apart: {traced}." if traced else "")
+             + (f" Peak memory on the fullest device: {memory}." if memory else "")
+             + " What the model leaves out is in parbench's docs/prediction.md.", "",
+             *[f"- {line}." for line in (naive_summary(table), ranking_summary(table),
+                                        _version_line(table)) if line], "",
+             markdown_table(rows, headings), "", "![predictions](predictions.png)", ""]
+    if (Path(folder) / "ranking.png").is_file():
+        lines += ["![ranking](ranking.png)", ""]
+    return lines
+
+
+def _band(record: pd.Series) -> str:
+    low, high = record.get("predicted_low_s"), record.get("predicted_high_s")
+    return "" if low is None or high is None or pd.isna(low) or pd.isna(high) \
+        else f" [{cell(low)}, {cell(high)}]"
+
+
+def _with_trials(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """predictions.csv's rows with their records' trials (a CSV keeps them as text), matched
+    by configuration."""
+    try:
+        records = load_records(folder)
+    except (OSError, ValueError):
+        return table
+    if "trials" not in records or "config_index" not in table:
+        return table
+    trials = dict(zip(records["config_index"], records["trials"], strict=True))
+    return table.assign(trials=table["config_index"].map(trials))
+
+
+def _version_line(table: pd.DataFrame) -> str | None:
+    if "predictor_version" not in table:
+        return "predicted by a version of the models from before they were versioned"
+    versions = ", ".join(str(v) for v in table["predictor_version"].dropna().unique())
+    return (f"predicted by version {versions} of the models (parbench/predict/version.py); "
+            "the profiles they were made from are in this folder's profiles/")
 
 
 def _settings_suffix(record: pd.Series) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -79,11 +80,11 @@ def predicted(tmp_path_factory) -> tuple[RunFolder, Path, str]:
     """The run of `_run_folder` predicted on pcie4, once for the tests that read what that
     wrote: its folder, the profile cache and what it printed."""
     tmp_path = tmp_path_factory.mktemp("predicted")
-    folder, cache, out = _run_folder(tmp_path), tmp_path / "profiles", io.StringIO()
+    folder, out = _run_folder(tmp_path), io.StringIO()
+    cache = folder.path / "profiles"  # where a run's profiles are kept, published with it
     _contention(cache, 1.0)
     with contextlib.redirect_stdout(out):
-        assert main(["predict", str(folder.path), "--link", "pcie4",
-                     "--profile-cache", str(cache)]) == 0
+        assert main(["predict", str(folder.path), "--link", "pcie4"]) == 0
     return folder, cache, out.getvalue()
 
 
@@ -110,15 +111,17 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
 
 
 def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, capsys):
-    steps = {}
+    steps, profiled = {}, []
     for slowdown in (1.0, 1.5):
         record_profiles._profile.cache_clear()  # a profile is otherwise read once per process
         folder = _run_folder(tmp_path / str(slowdown))
-        _contention(tmp_path / "profiles", slowdown)
-        assert main(["predict", str(folder.path), "--link", "nvlink4",
-                     "--profile-cache", str(tmp_path / "profiles")]) == 0
+        _contention(folder.path / "profiles", slowdown)
+        for profile in profiled:  # the same profiles: only the slowdown differs
+            shutil.copy(profile, folder.path / "profiles")
+        assert main(["predict", str(folder.path), "--link", "nvlink4"]) == 0
         steps[slowdown] = pd.read_csv(folder.path / "predictions.csv").set_index("strategy")[
             "predicted_step_time_s"]
+        profiled = list((folder.path / "profiles").glob("resnet*.json"))
     assert "contention: 2 processes computing at once" in capsys.readouterr().err
     assert steps[1.5]["single"] == steps[1.0]["single"]  # one device: nothing shared
     # Two stages computing at once: 1.5x the compute, give or take NVLink's transfers.
@@ -352,7 +355,9 @@ def _run_like(tmp_path: Path, kind: str) -> Path:
                                 "run folder alone"),
     ("run", ["--model", "resnet18", "--image-size", "64", "--csv", "x.csv"],
      "--model, --image-size, --csv: for a sweep not run"),
-    ("run", ["--profile-cache", "{run}/records.json"], "records.json is a file, not a folder"),
+    ("run", ["--profile-cache", "{run}/p"], "--profile-cache: a run's profiles are kept in the "
+                                            "run folder ({run}/profiles), to be published with "
+                                            "it; give --profile-cache only for a sweep not run"),
     ("missing", [], "{run} is not a run folder (no records.json or command.json); give a folder "
                     "written by `parbench run`"),
     ("file", [], "{run} is not a run folder"),
@@ -376,6 +381,6 @@ def test_a_bad_run_folder_is_one_line_and_exit_2_before_profiling(tmp_path, caps
         pytest.skip("this host has a GPU")
     run = _run_like(tmp_path, kind)
     argv = [arg.format(run=run) for arg in argv]
-    err = _refusal(capsys, [str(run), "--link", "pcie4", "--profile-cache", str(tmp_path / "p"),
+    err = _refusal(capsys, [str(run), "--link", "pcie4",
                             *argv])
     assert message.format(run=run) in err, err

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from parbench.predict import data_parallel, models
+from parbench.predict import data_parallel, models, version
 from parbench.predict.links import Link
 from parbench.predict.profile import (
     BlockProfile,
@@ -156,7 +156,7 @@ class _SlowForward(torch.nn.Module):
 def test_blocks_are_timed_at_their_own_place_inside_a_whole_step():
     blocks = [torch.nn.Linear(4, 4), _SlowForward(), torch.nn.Linear(4, 3)]
     workload = Workload(model="resnet18", image_size=32, num_classes=3)
-    forwards, backwards, step_s = block_times_in_step(
+    forwards, backwards, step_s, _ = block_times_in_step(
         blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
     assert forwards[1] >= 0.02 > max(forwards[0], forwards[2], *backwards)
     assert sum(forwards) + sum(backwards) == pytest.approx(step_s)
@@ -175,7 +175,7 @@ def test_on_a_cpu_the_step_is_cut_at_the_host_clocks_readings(monkeypatch):
     monkeypatch.setattr("time.perf_counter", lambda: float(next(ticks)))
     blocks = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)]
     workload = Workload(model="resnet18", image_size=32, num_classes=3)
-    forwards, backwards, step_s = block_times_in_step(
+    forwards, backwards, step_s, _ = block_times_in_step(
         blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
     assert (forwards, backwards, step_s) == ([1.0, 1.0, 2.0], [1.0, 1.0, 2.0], 8.0)
     assert _median_time(lambda: None, torch.device("cpu"), repeats=3) == 1.0
@@ -265,3 +265,12 @@ def test_each_device_steps_the_optimiser_over_the_parameters_it_holds():
         pytest.approx(models.pipeline("gpipe", PROFILE, HALVES, 2, 4, FREE).step_time_s + 1.0)
     assert data_parallel.ddp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 2.0)
     assert data_parallel.fsdp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 1.0)
+
+
+def test_the_models_files_are_those_of_their_version():
+    # A change to the models without a new PREDICTOR_VERSION would let a held-out run
+    # measured under the old models be predicted by models tuned since: bump the version
+    # and record the new fingerprint (parbench/predict/version.py).
+    assert version.fingerprint() == version.FINGERPRINT, (
+        f"parbench/predict changed: bump PREDICTOR_VERSION and set FINGERPRINT = "
+        f"{version.fingerprint()!r}")

@@ -1,0 +1,81 @@
+"""Whether a model orders configurations as measurement does: over every pair of one workload
+and device count, the pairs the measured trials decide (their paired ratio's t-test rejects 1
+after Benjamini and Hochberg's correction over all the pairs), the share of those the model
+orders the same way, and Kendall's tau over every pair."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from parbench import stats
+from parbench.comparisons import comparison_key, per_round
+from parbench.record import Record
+
+__all__ = ["Ranking", "ranking"]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How a model's step times order a run's configurations against the measured order."""
+
+    pairs: int  # every pair of configurations of one workload and device count
+    decided: int  # of those, the pairs the measured trials tell apart
+    ordered: int  # of the decided pairs, those the model puts in the measured order
+    tau: float | None  # Kendall's tau over every pair: (concordant - discordant) / pairs
+    misordered: tuple[str, ...]  # the decided pairs the model orders wrongly, as text
+
+    @property
+    def share(self) -> float | None:
+        return self.ordered / self.decided if self.decided else None
+
+    def describe(self) -> str:
+        if not self.pairs:
+            return "no two configurations share a workload and a device count"
+        share = (f"{self.ordered} of {self.decided} pairs the measurement decides ordered "
+                 f"right ({self.share:.0%})" if self.decided else
+                 "no pair decided by the measurement")
+        tau = "" if self.tau is None else f"; Kendall's tau {self.tau:+.2f} over all"
+        return f"{share}, of {self.pairs} pairs within a workload and device count{tau}"
+
+
+def _label(row: dict) -> str:
+    settings = row.get("settings")
+    return f"{row['strategy']}{f' ({settings})' if isinstance(settings, str) and settings else ''}"
+
+
+def ranking(table: pd.DataFrame, predicted: str = "predicted_step_time_s") -> Ranking:
+    """`table`'s (predictions beside measured records) ordering by column `predicted` against
+    the measured one."""
+    rows = table.to_dict("records")
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        record = Record.from_dict({k: v for k, v in row.items() if k in _RECORD_KEYS})
+        key = (comparison_key(record), len(str(row["devices"]).split(",")))
+        groups.setdefault(key, []).append({**row, "rounds": per_round(record)})
+    pairs = [pair for members in groups.values() for pair in itertools.combinations(members, 2)]
+    # b's throughput over a's, round by round: above 1, b is faster (its step shorter).
+    ratios = {index: stats.paired_ratios(b["rounds"], a["rounds"])
+              for index, (a, b) in enumerate(pairs)}
+    verdicts = stats.verdicts(ratios)
+    concordant = discordant = ordered = decided = 0
+    misordered = []
+    for index, (a, b) in enumerate(pairs):
+        model_says = math.copysign(1, a[predicted] - b[predicted])  # +1: b predicted faster
+        measured = stats.centre(ratios[index]) or (a["step_time_median_s"]
+                                                     / b["step_time_median_s"])
+        agree = (model_says > 0) == (measured > 1)
+        concordant, discordant = concordant + agree, discordant + (not agree)
+        if verdicts[index] in ("faster", "slower"):
+            decided += 1
+            ordered += agree
+            if not agree:
+                misordered.append(f"{_label(a)} vs {_label(b)} ({a['model']})")
+    tau = (concordant - discordant) / len(pairs) if pairs else None
+    return Ranking(len(pairs), decided, ordered, tau, tuple(misordered))
+
+
+_RECORD_KEYS = set(Record.__dataclass_fields__) - {"environment"}
