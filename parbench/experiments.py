@@ -11,7 +11,7 @@ from pathlib import Path
 
 from parbench.planning import ConfigError
 
-__all__ = ["FOLDER", "Experiment", "applied", "load", "names"]
+__all__ = ["FOLDER", "Experiment", "applied", "drawn_space", "held_out_version", "load", "names"]
 
 FOLDER = Path(__file__).parent / "experiments"
 
@@ -24,6 +24,11 @@ class Experiment:
     description: str
     source: str
     arguments: list[str]
+    # A space to draw the configurations from at random (parbench.held_out), with the run's
+    # --seed, instead of sweeping the flags' combinations: a held-out set for the predictor.
+    draw: dict | None = None
+    # parbench commands run on the run once it is measured, "{run}" standing for its folder.
+    then: tuple[tuple[str, ...], ...] = ()
 
     @property
     def path(self) -> Path:
@@ -39,7 +44,32 @@ def load(name: str) -> Experiment:
     if not path.is_file():
         raise ConfigError(f"unknown experiment {name!r}; available: {', '.join(names())}")
     values = json.loads(path.read_text())
-    return Experiment(name, values["description"], values["source"], list(values["arguments"]))
+    return Experiment(name, values["description"], values["source"], list(values["arguments"]),
+                      values.get("draw"),
+                      tuple(tuple(step) for step in values.get("then", ())))
+
+
+def drawn_space(name: str | None) -> dict | None:
+    """The space experiment `name` draws its configurations from (None: it sweeps, or there
+    is no experiment, or it is no longer in parbench/experiments)."""
+    if not name or name not in names():
+        return None
+    return load(name).draw
+
+
+def held_out_version(folder, records) -> int | None:
+    """The predictor version a held-out run (one an experiment drew) was measured under, as
+    its records say; None for any other run. A held-out run whose records do not say is
+    version 0: measured before the models were versioned."""
+    try:
+        experiment = folder.read_command().get("experiment")
+    except ValueError:  # ResultsError: no command.json
+        return None
+    if drawn_space(experiment) is None:
+        return None
+    if "predictor_version" not in records or records["predictor_version"].isna().all():
+        return 0
+    return int(records["predictor_version"].dropna().iloc[0])
 
 
 def applied(args: argparse.Namespace,

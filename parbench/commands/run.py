@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 import strategies
-from parbench import experiments, launch, runner, suite, trials
+from parbench import experiments, held_out, launch, runner, suite, trials
 from parbench.answers import results_table
 from parbench.commands.arguments import (
     UsageError,
@@ -44,7 +44,34 @@ def build_configs(args: argparse.Namespace, device_sets: list[DeviceSet] | None 
                   left_out: list[str] | None = None) -> list[Config]:
     """The sweep's configurations, every refusal checked; `left_out` receives a note for each
     strategy the comparison of every strategy leaves out (this machine or its devices cannot
-    run it), for the caller to print once the run starts."""
+    run it), for the caller to print once the run starts. An experiment that draws its
+    configurations (a held-out set) draws them with --seed instead."""
+    space = experiments.drawn_space(getattr(args, "experiment", None))
+    if space is not None:
+        return _drawn_configs(args, space)
+    return _swept_configs(args, device_sets, left_out)
+
+
+def _drawn_configs(args: argparse.Namespace, space: dict) -> list[Config]:
+    """The configurations of each point held_out.draw picks from `space` with --seed (a point
+    whose strategy refuses it, or that cannot run here, is drawn again)."""
+    def configs_of(point: dict) -> list[Config]:
+        return _swept_configs(argparse.Namespace(**{**vars(args), **point}))
+
+    def accept(point: dict) -> bool:
+        try:
+            configs = configs_of(point)
+        except UsageError:
+            return False
+        return all(config.plan.runs and not config.refusal() for config in configs)
+
+    return [config for point in held_out.draw(space, args.seed, accept)
+            for config in configs_of(point)]
+
+
+def _swept_configs(args: argparse.Namespace, device_sets: list[DeviceSet] | None = None,
+                   left_out: list[str] | None = None) -> list[Config]:
+    """Every combination of the flags' lists (see build_configs)."""
     requested = args.strategy is not None
     # Without --strategy, the quick comparison: every strategy its plans find available here.
     names = strategy_names(args.strategy) if requested else strategies.names()
@@ -229,9 +256,32 @@ def command_run(args: argparse.Namespace) -> int:
     if args.resume:
         folder = open_run_folder(args.resume)
         args = _resumed_arguments(args, folder)
-        return _run_and_record(args, build_configs(args), rank, folder)
+        return _then(args, _run_and_record(args, build_configs(args), rank, folder))
     left_out: list[str] = []
-    return _run_and_record(args, build_configs(args, left_out=left_out), rank, notes=left_out)
+    return _then(args, _run_and_record(args, build_configs(args, left_out=left_out), rank,
+                                       notes=left_out))
+
+
+def _exit_status(measured: RunFolder | int) -> int:
+    return 0 if isinstance(measured, RunFolder) else measured
+
+
+def _then(args: argparse.Namespace, measured: RunFolder | int) -> int:
+    """What the run's experiment does with the run once it is measured (`then`: parbench
+    commands, `{run}` standing for its folder), each a step of its own: one that fails says
+    so and leaves every record in place."""
+    if isinstance(measured, int):
+        return measured
+    steps = experiments.load(args.experiment).then if getattr(args, "experiment", None) else []
+    from parbench.cli import parser  # the commands' own parsers (cli imports this module)
+    for step in steps:
+        argv = [part.replace("{run}", str(measured.path)) for part in step]
+        print(f"then: parbench {' '.join(argv)}", file=sys.stderr, flush=True)
+        step_args = parser().parse_args(argv)
+        status = step_args.handler(step_args)
+        if status:
+            return status
+    return 0
 
 
 def _run_under_torchrun(args: argparse.Namespace) -> int:
@@ -252,8 +302,9 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
             args = argparse.Namespace(**{**vars(given), **stored})
             configs = build_configs(args, _torchrun_devices(args))
             order = [configs[slot.index] for slot in _schedule(args, configs, done)]
-            return launch.measure_on_every_rank(configs, order, lambda: _run_and_record(
-                args, configs, 0, open_run_folder(args.resume) if args.resume else None))
+            return launch.measure_on_every_rank(configs, order, lambda: _exit_status(
+                _run_and_record(args, configs, 0,
+                                open_run_folder(args.resume) if args.resume else None)))
     except launch.LaunchError as error:  # said on every rank: no rank waits for the others
         raise UsageError(str(error)) from None
 
@@ -265,9 +316,11 @@ def _schedule(args: argparse.Namespace, configs: list[Config], done=frozenset())
 
 
 def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int | None,
-                    resumed: RunFolder | None = None, notes: list[str] | None = None) -> int:
+                    resumed: RunFolder | None = None, notes: list[str] | None = None
+                    ) -> RunFolder | int:
     """Measure the sweep into a new run folder (or what a resumed one lacks) and print its
-    table (rank 0 under torchrun), after `notes` on what it leaves out."""
+    table (rank 0 under torchrun), after `notes` on what it leaves out; the folder, or the
+    exit status of a run interrupted."""
     cpu_threads = max((c.threads_per_device * len(c.used_devices) for c in configs
                        if c.used_devices.kind == "cpu"), default=0)
     if cpu_threads > cpu_cores() and rank is None:
@@ -304,7 +357,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
         bar.close()
     print(results_table(load_records(folder.path), folder.path, wide=args.wide_table))
     print(f"results: {folder.path}")
-    return 0
+    return folder
 
 
 def _progress(progress: str, total: int, already: int, repeats: int):
