@@ -25,7 +25,7 @@ def _strategy_point(rng: random.Random, strategy: str, options: dict, batch: int
 
 
 def draw(space: dict, seed: int, accept: Callable[[Point], bool]) -> list[Point]:
-    """`space["workloads"]` workloads (model, batch, image size drawn from the space's lists),
+    """`space["workloads"]` distinct workloads (model, batch, image size from the space's lists),
     each with single on the whole batch (every speedup's baseline) and `per_workload` - 1
     other configurations: a strategy drawn from `space["strategies"]`, then each of its
     options from its list (`MICRO_BATCH`: a divisor of the batch). A point `accept` refuses
@@ -33,10 +33,14 @@ def draw(space: dict, seed: int, accept: Callable[[Point], bool]) -> list[Point]
     same points."""
     rng = random.Random(seed)
     points: list[Point] = []
-    for _ in range(space["workloads"]):
+    workloads: list[dict] = []
+    while len(workloads) < space["workloads"]:
         workload = {"model": rng.choice(space["model"]),
                     "batch_size": str(rng.choice(space["batch_size"])),
                     "image_size": str(rng.choice(space["image_size"]))}
+        if workload in workloads:  # drawn already: its configurations would repeat
+            continue
+        workloads.append(workload)
         batch = int(workload["batch_size"])
         drawn = [{**workload, "strategy": "single"}]
         for _ in range(100 * space["per_workload"]):  # refusals are few: a bound, not a loop

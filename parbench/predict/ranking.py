@@ -1,7 +1,8 @@
 """Whether a model orders configurations as measurement does: over every pair of one workload
-and device count, the pairs the measured trials decide (their paired ratio's t-test rejects 1
-after Benjamini and Hochberg's correction over all the pairs), the share of those the model
-orders the same way, and Kendall's tau over every pair."""
+and device count, the pairs the measured trials decide (their paired ratio's 95% interval
+excludes 1), the share of those the model orders the same way, and Kendall's tau over every
+pair. How many stay decided once Benjamini and Hochberg's correction counts every pair tested
+is said beside it: with 3 trials a pair needs a large, steady difference to survive it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class Ranking:
     """How a model's step times order a run's configurations against the measured order."""
 
     pairs: int  # every pair of configurations of one workload and device count
-    decided: int  # of those, the pairs the measured trials tell apart
+    decided: int  # of those, the pairs the measured trials tell apart (95% interval)
+    corrected: int  # of those, the pairs still told apart once the test counts every pair
     ordered: int  # of the decided pairs, those the model puts in the measured order
     tau: float | None  # Kendall's tau over every pair: (concordant - discordant) / pairs
     misordered: tuple[str, ...]  # the decided pairs the model orders wrongly, as text
@@ -35,9 +37,10 @@ class Ranking:
     def describe(self) -> str:
         if not self.pairs:
             return "no two configurations share a workload and a device count"
-        share = (f"{self.ordered} of {self.decided} pairs the measurement decides ordered "
-                 f"right ({self.share:.0%})" if self.decided else
-                 "no pair decided by the measurement")
+        share = (f"{self.ordered} of {self.decided} pairs the measurement decides (paired "
+                 f"ratio's 95% interval excludes 1; {self.corrected} still do once corrected "
+                 f"for the {self.pairs} pairs tested) ordered right ({self.share:.0%})"
+                 if self.decided else "no pair decided by the measurement")
         tau = "" if self.tau is None else f"; Kendall's tau {self.tau:+.2f} over all"
         return f"{share}, of {self.pairs} pairs within a workload and device count{tau}"
 
@@ -60,7 +63,9 @@ def ranking(table: pd.DataFrame, predicted: str = "predicted_step_time_s") -> Ra
     # b's throughput over a's, round by round: above 1, b is faster (its step shorter).
     ratios = {index: stats.paired_ratios(b["rounds"], a["rounds"])
               for index, (a, b) in enumerate(pairs)}
-    verdicts = stats.verdicts(ratios)
+    verdicts = stats.verdicts(ratios, correct=False)
+    corrected = sum(verdict in ("faster", "slower")
+                    for verdict in stats.verdicts(ratios).values())
     concordant = discordant = ordered = decided = 0
     misordered = []
     for index, (a, b) in enumerate(pairs):
@@ -75,7 +80,7 @@ def ranking(table: pd.DataFrame, predicted: str = "predicted_step_time_s") -> Ra
             if not agree:
                 misordered.append(f"{_label(a)} vs {_label(b)} ({a['model']})")
     tau = (concordant - discordant) / len(pairs) if pairs else None
-    return Ranking(len(pairs), decided, ordered, tau, tuple(misordered))
+    return Ranking(len(pairs), decided, corrected, ordered, tau, tuple(misordered))
 
 
 _RECORD_KEYS = set(Record.__dataclass_fields__) - {"environment"}

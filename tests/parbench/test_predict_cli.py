@@ -21,6 +21,7 @@ from parbench.predict.links import Link
 from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.summary import prediction_section
 from parbench.predict.sweep import above_ideal_notes
+from parbench.predict.version import PREDICTOR_VERSION
 from parbench.record import Record
 from parbench.results import RunFolder
 from parbench.workloads import Workload
@@ -320,10 +321,12 @@ def _run_like(tmp_path: Path, kind: str) -> Path:
     if kind == "file":
         (tmp_path / "a-file").write_text("")
         return tmp_path / "a-file"
-    if kind in ("run", "bad-collectives"):
+    if kind in ("run", "bad-collectives", "held-out-before"):
         folder = _run_folder(tmp_path)
         if kind == "bad-collectives":
             (folder.path / "collectives.json").write_text("[{")
+        if kind == "held-out-before":  # drawn and measured before the models were versioned
+            folder.write_command({"experiment": "prediction-holdout", "seed": 0})
         return folder.path
     folder = RunFolder.create(tmp_path / "results")
     failed = [Record(status="error", strategy="single", reason="RuntimeError: boom", **SMALL),
@@ -371,6 +374,11 @@ def _run_like(tmp_path: Path, kind: str) -> Path:
     ("lacking", [], "{run}: a measured record lacks model, which its prediction needs"),
     ("cuda", [], "{run} was measured on cuda and this machine has no GPU: predict it on a "
                  "machine with one"),
+    ("held-out-before", [], "{run} is a held-out run measured when the models were version 0; "
+                            f"they are now version {PREDICTOR_VERSION}, which may have been tuned "
+                            "since: a held-out set is predicted only by the version frozen "
+                            "before it was measured. Draw a new one: parbench run --experiment "
+                            "prediction-holdout --seed <a seed not used before>"),
     ("bad-collectives", ["--link", "measured"],
      "{run}/collectives.json is not valid JSON (Expecting property name enclosed in double "
      "quotes: line 1 column 3 (char 2)); measure it again with parbench collectives --into {run}"),
