@@ -20,7 +20,8 @@ import strategies  # noqa: E402
 __all__ = ["best_settings", "compared_batch", "config_label", "has_intervals", "interval_errors",
            "interval_of", "make_axes", "options_text", "panel_groups", "plot_with_interval",
            "save_figure",
-           "strategy_colour", "strategy_marker", "throughput_spread", "title", "workload_text"]
+           "strategy_colour", "strategy_marker", "throughput_spread", "title", "with_interval",
+           "workload_text"]
 
 
 def strategy_colour(name: str):
@@ -108,9 +109,15 @@ def panel_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def make_axes(count: int, width_per: float = 7.0, height: float = 5.5):
-    width = min(max(width_per * count, 7.0), 18.0)
-    fig, axes = plt.subplots(1, count, figsize=(width, height), squeeze=False)
-    return fig, list(axes[0])
+    """A figure with `count` panels: side by side up to two, then in rows of two (panels
+    of long labels squeezed into one row overlap)."""
+    columns = min(count, 2)
+    rows = -(-count // columns)
+    width = min(max(width_per * columns, 7.0), 18.0)
+    fig, axes = plt.subplots(rows, columns, figsize=(width, height * rows), squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:count]
 
 
 def throughput_spread(record: pd.Series) -> tuple[float, float]:
@@ -127,6 +134,14 @@ def interval_of(record: pd.Series, name: str) -> list | None:
     """The record's 95% interval of `name` over trials, or None (one trial)."""
     intervals = record.get("intervals")
     return intervals.get(name) if isinstance(intervals, dict) else None
+
+
+def with_interval(record: pd.Series, name: str, spec: str) -> str:
+    """The record's `name` formatted by `spec`, with its 95% interval over trials where it has
+    one: `0.82 [0.59, 1.14]`."""
+    bounds = interval_of(record, name)
+    text = format(record[name], spec)
+    return text + (f" [{format(bounds[0], spec)}, {format(bounds[1], spec)}]" if bounds else "")
 
 
 def has_intervals(frame: pd.DataFrame) -> bool:
@@ -158,18 +173,28 @@ def interval_errors(group: pd.DataFrame, name: str) -> np.ndarray | None:
 
 
 def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each strategy once per number of devices: its fastest setting (sweeps have figures of
-    their own), in the order first measured."""
-    counts = frame["devices"].astype(str).str.count(",")
-    best = frame.loc[frame.groupby([frame["strategy"], counts], sort=False)["throughput_ips"]
-                     .idxmax()]
+    """Each strategy once per workload and number of devices: its fastest setting (sweeps
+    have figures of their own), in the order first measured, with `settings_tried` (how many
+    it was the fastest of). The baseline on the whole batch, every speedup's reference, is
+    kept beside the baseline's fastest accumulating setting."""
+    keys = [frame[column].astype(str) for column in ("model", "global_batch", "image_size",
+                                                     "precision")]
+    whole = (frame["strategy"] == strategies.BASELINE) & frame["strategy_options"].map(
+        lambda options: not options)
+    groups = [*keys, frame["strategy"], frame["devices"].astype(str).str.count(","), whole]
+    tried = frame.groupby(groups, sort=False)["throughput_ips"].transform("size")
+    best = frame.assign(settings_tried=tried).loc[
+        frame.groupby(groups, sort=False)["throughput_ips"].idxmax()]
     return best.sort_index()
 
 
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:
     """out_dir/<name>.png and .svg, the figure closed; the PNG's path."""
     fig.tight_layout()
-    for suffix in ("png", "svg"):
-        fig.savefig(Path(out_dir) / f"{name}.{suffix}", dpi=110)
+    fig.savefig(Path(out_dir) / f"{name}.png", dpi=110)
+    # No date and fixed ids: the same records draw the same file, so a run folder written
+    # again can be compared with what is published.
+    with plt.rc_context({"svg.hashsalt": "parbench"}):
+        fig.savefig(Path(out_dir) / f"{name}.svg", dpi=110, metadata={"Date": None})
     plt.close(fig)
     return Path(out_dir) / f"{name}.png"

@@ -19,6 +19,7 @@ from parbench.plots.common import (
     save_figure,
     strategy_colour,
     title,
+    with_interval,
 )
 from parbench.predict.projection import measured_allreduce_s
 
@@ -60,7 +61,7 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
                 ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
                           colors="black", linestyles=":", label="ideal: full overlap")
             gathered = record.get("allgather_bytes")
-            text = (f"{record['exposed_comm_fraction']:.0%} exposed, "
+            text = (f"{with_interval(record, 'exposed_comm_fraction', '.0%')} exposed, "
                     f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
                     + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
             # Past the bar's end: compute can read longer than the step within the noise.
@@ -81,7 +82,9 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
     axes[0, 0].legend(legend.values(), legend.keys(), fontsize=8, loc="lower right")
     fig.suptitle(title(measured, "Where a data-parallel step goes: compute, measured with "
                                   "communication off in the same run, and the communication "
-                                  "it leaves exposed"), fontsize=10)
+                                  "it leaves exposed (the step: geometric mean over trials; "
+                                  "the exposed share: mean over trials [95% interval])"),
+                 fontsize=10)
     return fig
 
 

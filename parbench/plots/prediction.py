@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FormatStrFormatter
 
 from parbench.plots.common import (
     config_label,
@@ -33,7 +34,7 @@ def plot_prediction(table: pd.DataFrame, link: str):
     errors = table["prediction_error"].abs()
     _against(axes[0][0], table, "step_time_median_s", "predicted_step_time_s",
              "measured step time (s; whiskers: 95% interval over trials)",
-             "PREDICTED step time (s)",
+             "PREDICTED step time (s; whiskers: the profile's quartiles)",
              f"step: median |error| {errors.median():.0%}, worst {errors.max():.0%}")
     if len(speedups):
         errors = speedups["speedup_error"].abs()
@@ -69,6 +70,9 @@ def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, x
                             textcoords="offset points", xytext=(5, 3), fontsize=7)
     ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel=xlabel,
            ylabel=ylabel)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FormatStrFormatter("%.2g"))
+        axis.set_minor_formatter(FormatStrFormatter("%.2g"))
     ax.set_title(heading, fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
@@ -114,12 +118,16 @@ def plot_ranking(table: pd.DataFrame):
         ax.set_xticks(x, [config_label(row).replace("\n", " ") for _, row in group.iterrows()],
                       rotation=30, ha="right", fontsize=7)
         ax.set(yscale="log", ylabel="step time (s, log scale)")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(FormatStrFormatter("%.2g"))  # 0.4, not 4 x 10^-1
         ax.grid(True, which="both", alpha=0.3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title(table, "Order: configurations sorted by measured step, beside their "
-                              "PREDICTED and naive steps"), fontsize=9)
+    fig.suptitle(title(table, "Order: in each panel (a workload on a device count) the "
+                              "configurations sorted by measured step, beside their PREDICTED "
+                              "and naive steps; a model that orders them right rises left to "
+                              "right"), fontsize=9)
     return fig
 
 

@@ -21,6 +21,7 @@ from parbench.plots.common import (
     strategy_marker,
     throughput_spread,
     title,
+    with_interval,
 )
 from parbench.record import axis_label
 from strategies.stages import bubble_fraction
@@ -31,9 +32,7 @@ __all__ = ["plot_scaling", "plot_split_sizes", "plot_strategies"]
 def plot_strategies(frame: pd.DataFrame):
     """Throughput of each strategy at its best setting, with the spread of its steps: one
     horizontal bar each, labelled on the left, so that a dozen strategies stay readable."""
-    settings = frame.groupby(["strategy", frame["devices"].astype(str).str.count(",")])
-    tried = settings["throughput_ips"].transform("size")
-    frame = best_settings(frame.assign(settings_tried=tried))
+    frame = best_settings(frame)
     panels = panel_groups(frame)
     rows = max(len(group) for _, group in panels)
     fig, axes = make_axes(len(panels), width_per=8.0, height=2.2 + 0.55 * rows)
@@ -59,7 +58,8 @@ def plot_strategies(frame: pd.DataFrame):
         ax.set_xlabel(axis_label("throughput_ips"))
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.25)
-    bars, whiskers = (("the median over trials", "its 95% interval") if has_intervals(frame)
+    bars, whiskers = (("the geometric mean over trials", "its 95% interval")
+                      if has_intervals(frame)
                       else ("all measured steps", "p90 step to fastest step"))
     fig.suptitle(title(frame, f"Throughput per strategy at its best setting (bars: {bars}; "
                                f"whiskers: {whiskers}; label: img/s and speedup over "
@@ -87,11 +87,12 @@ def plot_scaling(frame: pd.DataFrame):
         return None
     fig, axes = make_axes(len(panels), width_per=6.0)
     for ax, (name, lines) in zip(axes, panels, strict=True):
-        for label, group in lines:
+        for index, (label, group) in enumerate(lines):
             group = group.sort_values("device_count")
             strategy = group["strategy"].iloc[0]
             colour = strategy_colour(strategy)
-            plot_with_interval(ax, group["device_count"], group,
+            nudge = 0.04 * (index - (len(lines) - 1) / 2)  # whiskers at one count kept apart
+            plot_with_interval(ax, group["device_count"] + nudge, group,
                                marker=strategy_marker(strategy), color=colour, label=label)
             one = group[group["device_count"] == 1]["throughput_ips"]
             if len(one):
@@ -99,8 +100,8 @@ def plot_scaling(frame: pd.DataFrame):
                 ax.plot(counts, counts * one.iloc[0], linestyle="--", color=colour, alpha=0.5,
                         label=f"{label}: ideal N x T(1)")
             for _, record in group[group["device_count"] > 1].iterrows():
-                ax.annotate(f"{record['scaling_efficiency']:.2f}",
-                            (record["device_count"], record["throughput_ips"]),
+                ax.annotate(with_interval(record, "scaling_efficiency", ".2f"),
+                            (record["device_count"] + nudge, record["throughput_ips"]),
                             textcoords="offset points", xytext=(6, -4), fontsize=8,
                             color=colour)
         ax.set_xticks(sorted({n for _, group in lines for n in group["device_count"]}))
@@ -113,33 +114,57 @@ def plot_scaling(frame: pd.DataFrame):
     kinds = {True: "weak scaling: the batch per device fixed",
              False: "strong scaling: the global batch fixed"}
     what = "; ".join(kinds[k] for k in sorted(weak.unique(), reverse=True))
-    fig.suptitle(title(scaled, f"Scaling, {what} (labels: efficiency T(N) / (N x T(1)))"),
-                 fontsize=10)
+    fig.suptitle(title(scaled, f"Scaling, {what} (points: geometric mean over trials, whiskers "
+                               "its 95% interval; labels: efficiency T(N) / (N x T(1)) "
+                               "[95% interval])"), fontsize=10)
     return fig
 
 
 def plot_split_sizes(frame: pd.DataFrame):
-    """Throughput against micro-batch size per pipeline, with the theoretical bubble."""
+    """Throughput against micro-batch size per pipeline, with the theoretical bubble: a panel
+    per workload with two split sizes or more."""
     split = frame[frame["split_size"].notna() & (frame["stages"].fillna(1) > 1)]
-    if split.empty:
+    panels = [(name, group) for name, group in panel_groups(frame)
+              if group.loc[group.index.isin(split.index), "split_size"].nunique() >= 2]
+    if not panels:
         return None
-    if split["split_size"].nunique() < 2:
-        return None
-    fig, axes = make_axes(1, height=7.5)  # room for the legend below
-    ax = axes[0]
-    for strategy, group in split.groupby("strategy", sort=False):
-        group = group.sort_values("split_size")
-        plot_with_interval(ax, group["split_size"], group, marker=strategy_marker(strategy),
-                           color=strategy_colour(strategy), label=strategy)
+    fig, axes = make_axes(len(panels), width_per=9.0, height=7.5)  # room for the legend below
+    for ax, (name, group) in zip(axes, panels, strict=True):
+        _split_panel(ax, group, group[group.index.isin(split.index)])
+        ax.set_title(name, fontsize=9)
+    points = ("geometric mean over trials, whiskers its 95% interval, each line nudged "
+              "sideways to keep its whiskers apart" if has_intervals(frame) else
+              "throughput over the measured steps")
+    fig.suptitle(title(split, "Split size trade-off: more micro-batches shrink the bubble, "
+                              f"smaller ones use a device less well (points: {points})"),
+                 fontsize=10)
+    return fig
+
+
+def _dodge(index: int, count: int) -> float:
+    """The factor that moves line `index` of `count` sideways on a log axis (at most 8%)."""
+    return float(np.exp(0.08 * (index - (count - 1) / 2) / max(count - 1, 1)))
+
+
+def _split_panel(ax, frame: pd.DataFrame, split: pd.DataFrame) -> None:
+    """One workload's lines: each pipeline, the same micro-batches accumulated on one device,
+    the strategies that pass the whole batch, and GPipe's bubble in theory."""
     # The same-micro-batch baseline: one device accumulating the same micro-batches. A
     # pipeline above it gains from parallelism; the baseline above its flat line gains from
     # the micro-batches themselves.
     accumulating = frame[(frame["strategy"] == strategies.BASELINE)
                          & (frame["micro_batches"].fillna(1) > 1)].sort_values("split_size")
+    lines = [(strategy, group.sort_values("split_size"))
+             for strategy, group in split.groupby("strategy", sort=False)]
+    count = len(lines) + bool(len(accumulating))
+    for index, (strategy, group) in enumerate(lines):
+        plot_with_interval(ax, group["split_size"] * _dodge(index, count), group,
+                           marker=strategy_marker(strategy), color=strategy_colour(strategy),
+                           label=strategy)
     if len(accumulating):
-        plot_with_interval(ax, accumulating["split_size"], accumulating,
-                           marker=strategy_marker(strategies.BASELINE), linestyle="--",
-                           color=strategy_colour(strategies.BASELINE),
+        plot_with_interval(ax, accumulating["split_size"] * _dodge(count - 1, count),
+                           accumulating, marker=strategy_marker(strategies.BASELINE),
+                           linestyle="--", color=strategy_colour(strategies.BASELINE),
                            label=f"{strategies.BASELINE} accumulating the same micro-batches")
     # The baseline, and every strategy that cuts the model but passes the whole batch.
     splitting = strategies.takers("split_size")
@@ -168,6 +193,3 @@ def plot_split_sizes(frame: pd.DataFrame):
     # Below the axes: with a dozen schedules, any place inside covers some of them.
     ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.13), ncol=2)
-    fig.suptitle(title(split, "Split size trade-off: more micro-batches shrink the bubble, "
-                               "smaller ones use a device less well"), fontsize=10)
-    return fig

@@ -65,9 +65,9 @@ def test_the_comparison_draws_each_strategy_once_at_its_best_in_its_colour(resul
     ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     fig = plots.plot_strategies(ok)
     bars = fig.axes[0].patches
-    # single whole (10) and accumulating (12): 12; pipeline split 2 (14) or 4 (16): 16; ddp
-    # once per device count.
-    best = {("single", 10.0): 12.0, ("pipeline", 14.0): 16.0, ("pipeline-1f1b", 15.0): 17.0}
+    # single whole (10), the speedups' reference, beside its best accumulating (12), though
+    # slower; pipeline split 2 (14) or 4 (16): 16; ddp once per device count.
+    best = {("pipeline", 14.0): 16.0, ("pipeline-1f1b", 15.0): 17.0}
     drawn = ok[[best.get((s, t), t) == t for s, t in zip(ok["strategy"], ok["throughput_ips"],
                                                           strict=True)]]
     assert [round(b.get_width(), 6) for b in bars] == list(drawn["throughput_ips"])
@@ -116,7 +116,10 @@ def test_the_split_size_figure_overlays_the_theoretical_bubble(results):
     assert labels[:3] == ["pipeline", "pipeline-1f1b",
                           "single accumulating the same micro-batches"]
     accumulating = main.get_lines()[2]
-    assert list(accumulating.get_xdata()) == [2] and list(accumulating.get_ydata()) == [12.0]
+    # At split 2, nudged sideways (at most 8% on the log axis) to keep its whiskers apart.
+    assert list(accumulating.get_ydata()) == [12.0]
+    assert 2 < accumulating.get_xdata()[0] <= 2 * 1.08 and {
+        line.get_xdata()[0] for line in main.get_lines()[:3]} != {2}
     [curve] = bubble.get_lines()
     assert "(K-1)/(M+K-1), K=2" in curve.get_label()
     # split 4 of a batch of 8: M = 2, bubble (2-1)/(2+2-1) = 1/3
