@@ -16,7 +16,7 @@ from parbench.devices import format_bytes, host_memory_bytes
 from parbench.experiments import held_out_version
 from parbench.plots import write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, links_help, named_link
-from parbench.predict.published import PROFILES_FOLDER, predict_into, run_link
+from parbench.predict.published import PROFILES_FOLDER, predict_into, run_link, run_records
 from parbench.predict.record_profiles import DEFAULT_CACHE, profiles_for
 from parbench.predict.summary import (
     PREDICTIONS_FILE,
@@ -109,7 +109,7 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
                          f"({folder.path / PROFILES_FOLDER}), to be published with it; give "
                          "--profile-cache only for a sweep not run")
     try:
-        records = pd.DataFrame([r.to_dict() for r in folder.read_records()])
+        records = run_records(folder)
     except ResultsError as error:
         raise UsageError(str(error)) from None
     if records.empty:

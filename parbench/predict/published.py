@@ -25,7 +25,7 @@ from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results import RunFolder, atomic_write_text
 
 __all__ = ["PREDICTION_FILE", "PROFILES_FOLDER", "Published", "predict_into", "run_link",
-           "stored_prediction"]
+           "run_records", "stored_prediction"]
 
 PREDICTION_FILE = "prediction.json"  # how the run's predictions were made: link, version
 PROFILES_FOLDER = "profiles"  # the profiles and contention factors they were made from
@@ -48,6 +48,12 @@ def run_link(folder: RunFolder, name: str, backend: str | None = None) -> AnyLin
                          f"({', '.join(LINKS)}) or a bandwidth in GB/s")
     # The folder's name, not its path: the same wherever the run is copied to.
     return MeasuredLink(f"measured in {folder.path.name}", tuple(collectives), backend)
+
+
+def run_records(folder: RunFolder) -> pd.DataFrame:
+    """The folder's records as predictions are made from them (a ResultsError where its
+    records.json cannot be read)."""
+    return pd.DataFrame([record.to_dict() for record in folder.read_records()])
 
 
 def stored_prediction(folder: RunFolder) -> dict | None:

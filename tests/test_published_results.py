@@ -1,0 +1,49 @@
+"""Every published run folder is what `parbench report` writes from its records, its measured
+collectives and its own profiles: written again into a temporary folder, every file it shows
+(README, figures, predictions) must equal the committed one, and none may be left over."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from parbench.cli import main
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+RUNS = sorted(folder.name for folder in RESULTS.iterdir()
+              if (folder / "records.json").is_file())
+# What a run measured (the inputs); every other file is written from them.
+MEASURED = ("records.json", "records.csv", "command.json", "env.json", "collectives.json",
+            "collectives.csv", "prediction.json", "profiles", "timelines")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()
+            if path.is_file() and path.name not in MEASURED}
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_published_run_is_what_its_records_write(run, tmp_path, capsys):
+    published = RESULTS / run
+    copy = tmp_path / run
+    copy.mkdir()
+    for name in MEASURED:
+        source = published / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name)
+        elif source.is_file():
+            shutil.copy(source, copy / name)
+    assert main(["report", str(copy), "--index", str(tmp_path)]) == 0
+    written, committed = _files(copy), _files(published)
+    assert sorted(written) == sorted(committed), (
+        f"{run}: regenerate it with `parbench report results/{run}` (and delete what it no "
+        "longer writes)")
+    differ = [name for name in written if written[name] != committed[name]]
+    assert not differ, f"{run}: {differ} differ from what its records write; regenerate them " \
+                       f"with `parbench report results/{run}`"
+
+
+def test_the_index_lists_every_published_run(tmp_path, capsys):
+    index = (RESULTS / "README.md").read_text()
+    for run in RUNS:
+        assert f"[{run}]({run}/README.md)" in index
