@@ -129,7 +129,8 @@ def _fastest(ranked: pd.DataFrame) -> str:
                                for index, other in others}, correct=False)
     tied = [other for index, other in others if verdicts[index] == "within noise"]
     unknown = [other for index, other in others if verdicts[index] is None]
-    pairs = f"{len(others)} pair{'s' if len(others) > 1 else ''} compared, each beyond 5%"
+    pairs = (f"{len(others)} pair{'s' if len(others) > 1 else ''} compared, each by its own "
+             "t-test at the 5% level")
     if tied:
         named = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
         return (f"fastest within noise: {text}, with {named} img/s (paired by round; "
