@@ -20,6 +20,7 @@ from parbench.plots.common import (
     title,
 )
 from parbench.plots.timeline import plot_predicted_timeline
+from parbench.predict.ranking import group_key
 
 __all__ = ["plot_prediction", "plot_ranking", "plot_sweep", "write_predicted_timelines",
            "write_prediction_figure", "write_ranking_figure", "write_sweep_figure"]
@@ -94,10 +95,9 @@ def plot_ranking(table: pd.DataFrame):
     step, so a model that orders them as measured draws a rising line; None where no group
     has two."""
     keyed = table.assign(devices_used=table["devices"].astype(str).str.count(",") + 1,
-                         group=lambda t: t[["model", "global_batch", "image_size",
-                                            "devices_used"]].astype(str).agg(" ".join, axis=1))
+                         group=[repr(group_key(row)) for row in table.to_dict("records")])
     groups = [(name, group.sort_values("step_time_median_s").reset_index(drop=True))
-              for name, group in keyed.groupby("group", sort=True) if len(group) >= 2]
+              for name, group in keyed.groupby("group", sort=False) if len(group) >= 2]
     if not groups:
         return None
     columns = min(len(groups), 3)

@@ -68,7 +68,8 @@ def ranking_summary(table: pd.DataFrame) -> str | None:
         naive = ranking(table, "naive_step_time_s")
         if naive.decided:
             text += (f"; the naive estimate {naive.ordered} of {naive.decided} "
-                     f"({naive.share:.0%})")
+                     f"({naive.share:.0%}" + (f"; {naive.tied} it gives the same step"
+                                              if naive.tied else "") + ")")
     return text
 
 
