@@ -16,7 +16,14 @@ from parbench.devices import format_bytes, host_memory_bytes
 from parbench.experiments import held_out_version
 from parbench.plots import write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, links_help, named_link
-from parbench.predict.published import PROFILES_FOLDER, predict_into, run_link, run_records
+from parbench.predict.published import (
+    PROFILES_FOLDER,
+    predict_into,
+    run_link,
+    run_records,
+    stale_models,
+    stored_prediction,
+)
 from parbench.predict.record_profiles import DEFAULT_CACHE, profiles_for
 from parbench.predict.summary import (
     PREDICTIONS_FILE,
@@ -135,6 +142,11 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
                          "may have been tuned since: a held-out set is predicted only by the "
                          "version frozen before it was measured. Draw a new one: parbench run "
                          "--experiment prediction-holdout --seed <a seed not used before>")
+    stored = stored_prediction(folder)
+    stale = stale_models(stored) if frozen is not None and stored else None
+    if stale:
+        raise UsageError(f"{folder.path} is a held-out run whose predictions cannot be made "
+                         f"again: {stale}")
     try:
         run_link(folder, args.link)
     except ValueError as error:

@@ -10,13 +10,13 @@ from pathlib import Path
 from parbench.commands.arguments import UsageError, output_folder
 from parbench.plots import write_collectives_figure, write_figures
 from parbench.predict.published import (
-    PREDICTION_FILE,
     PROFILES_FOLDER,
+    kept_files,
     predict_into,
     run_records,
+    stale_models,
     stored_prediction,
 )
-from parbench.predict.version import PREDICTOR_VERSION
 from parbench.report import write_index, write_run_report
 from parbench.results import ResultsError, RunFolder, read_results
 
@@ -59,26 +59,36 @@ def command_report(args: argparse.Namespace) -> int:
 
 def _predict_again(folder: RunFolder, out: Path) -> None:
     """The run's predictions written again from its records and its own profiles, as `parbench
-    predict` made them (prediction.json), where this version of the models made them; those of
-    another version are left as they are (a held-out run keeps the version it was judged by)."""
+    predict` made them (prediction.json); those another version of the models made are kept
+    as they are (a held-out run keeps the version it was judged by)."""
     stored = stored_prediction(folder)
-    if stored is None or stored.get("predictor_version") != PREDICTOR_VERSION:
-        if stored is not None:
-            print(f"predictions of models version {stored.get('predictor_version')} kept as "
-                  f"they are (these are version {PREDICTOR_VERSION})", file=sys.stderr)
+    if stored is None:
         return
-    if Path(out).resolve() != folder.path.resolve():
-        for name in (PROFILES_FOLDER, "collectives.json", PREDICTION_FILE):
-            source = folder.path / name
-            if source.is_dir():
-                shutil.copytree(source, Path(out) / name, dirs_exist_ok=True)
-            elif source.is_file():
-                shutil.copy(source, Path(out) / name)
+    elsewhere = Path(out).resolve() != folder.path.resolve()
+    stale = stale_models(stored)
+    if stale:
+        print(f"{folder.path}'s predictions kept as they are: {stale}", file=sys.stderr)
+        for path in kept_files(folder.path) if elsewhere else []:
+            shutil.copy(path, Path(out) / path.name)
+        return
+    for name in (PROFILES_FOLDER, "collectives.json") if elsewhere else ():
+        source = folder.path / name
+        if source.is_dir():
+            shutil.copytree(source, Path(out) / name, dirs_exist_ok=True)
+        elif source.is_file():
+            shutil.copy(source, Path(out) / name)
+    profiles = Path(out) / PROFILES_FOLDER
+    before = set(profiles.iterdir()) if profiles.is_dir() else set()
     try:
         predict_into(RunFolder(out), run_records(folder), stored["link"])
     except ValueError as error:
         raise UsageError(f"{folder.path}'s predictions cannot be written again: {error}"
                          ) from None
+    measured = sorted(path.name for path in set(profiles.iterdir()) - before)
+    if measured:  # the run's profiles lacked them: predictions no longer its own
+        print(f"warning: {', '.join(measured)} measured now, missing from "
+              f"{folder.path / PROFILES_FOLDER}; these predictions are not the run's own",
+              file=sys.stderr)
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:

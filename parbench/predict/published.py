@@ -21,11 +21,11 @@ from parbench.predict.naive import with_naive
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import PREDICTIONS_FILE, with_reader_columns
-from parbench.predict.version import PREDICTOR_VERSION
+from parbench.predict.version import PREDICTOR_VERSION, fingerprint
 from parbench.results import RunFolder, atomic_write_text
 
-__all__ = ["PREDICTION_FILE", "PROFILES_FOLDER", "Published", "predict_into", "run_link",
-           "run_records", "stored_prediction"]
+__all__ = ["PREDICTION_FILE", "PROFILES_FOLDER", "Published", "kept_files", "predict_into",
+           "run_link", "run_records", "stale_models", "stored_prediction"]
 
 PREDICTION_FILE = "prediction.json"  # how the run's predictions were made: link, version
 PROFILES_FOLDER = "profiles"  # the profiles and contention factors they were made from
@@ -65,6 +65,26 @@ def stored_prediction(folder: RunFolder) -> dict | None:
         return None
 
 
+def stale_models(stored: dict) -> str | None:
+    """Why this version of the models may not write the predictions prediction.json
+    describes again (None: it may): they were made by another version, or by the same
+    version number with other sources (the models changed without a new version)."""
+    version = stored.get("predictor_version")
+    if version != PREDICTOR_VERSION:
+        return (f"they were made by version {version} of the models, which are now version "
+                f"{PREDICTOR_VERSION}")
+    if stored.get("fingerprint", fingerprint()) != fingerprint():
+        return (f"the models' sources changed since they were made, still numbered version "
+                f"{PREDICTOR_VERSION}: bump PREDICTOR_VERSION (parbench/predict/version.py)")
+    return None
+
+
+def kept_files(folder: Path) -> list[Path]:
+    """Every file of the folder's predictions (kept as they are where stale_models says so)."""
+    names = ("predictions.*", "ranking.*", "predicted-timeline-*", PREDICTION_FILE)
+    return sorted(path for pattern in names for path in Path(folder).glob(pattern))
+
+
 @dataclass(frozen=True)
 class Published:
     """What predict_into wrote: the table, and the figures' paths."""
@@ -92,7 +112,8 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
                       table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
                       .to_csv(index=False))
     atomic_write_text(folder.path / PREDICTION_FILE, json.dumps(
-        {"link": link_name, "predictor_version": PREDICTOR_VERSION}, indent=2) + "\n")
+        {"link": link_name, "predictor_version": PREDICTOR_VERSION,
+         "fingerprint": fingerprint()}, indent=2) + "\n")
     figures = [write_prediction_figure(table, folder.path, link.name)]
     ranked = write_ranking_figure(table, folder.path)
     figures += ([ranked] if ranked else []) + write_predicted_timelines(table, folder.path)

@@ -8,20 +8,28 @@ from pathlib import Path
 
 __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint"]
 
-# Bump on any change to what the models predict (and record the new fingerprint below): the
+# Bump on any change to what the models predict, and record the new fingerprint below: the
 # held-out runs measured before it can no longer be predicted, and a new one must be drawn.
 PREDICTOR_VERSION = 1
-# The sources whose every byte is the model: the profile and contention measurements, the
-# links, the timing models and which model and profile a record gets.
-MODEL_FILES = ("contention.py", "data_parallel.py", "links.py", "models.py", "profile.py",
-               "record_profiles.py", "records.py", "schedule_replay.py")
-# sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it.
-FINGERPRINT = "d40871c46814b0146c2f3dff1da51a0588073f8792a2e17cd77aad67bd75bf93"
+# The sources whose every byte is the model (from the project's root): the profile and
+# contention measurements and where they are kept, the links and the collectives'
+# interpolation, the timing models, the schedules and cuts they replay, and which model and
+# profile a record gets.
+MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
+    "cache.py", "contention.py", "data_parallel.py", "links.py", "models.py", "profile.py",
+    "record_profiles.py", "records.py", "schedule_replay.py")) + (
+    "parbench/measure/collectives.py", "strategies/partition.py",
+    "strategies/pipeline_schedules.py")
+# sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
+# prediction.json keeps it, so a model changed without a new version is caught there too.
+FINGERPRINT = "c08f77fb477a4a2290dd7096849cca982bc458878711707e3854b251580954e8"
+
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def fingerprint() -> str:
     """sha256 over MODEL_FILES' bytes, in order: what FINGERPRINT must equal."""
     digest = hashlib.sha256()
     for name in MODEL_FILES:
-        digest.update((Path(__file__).parent / name).read_bytes())
+        digest.update((_ROOT / name).read_bytes())
     return digest.hexdigest()
