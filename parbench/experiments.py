@@ -80,9 +80,27 @@ def applied(args: argparse.Namespace,
     experiment sets is extended, not replaced. The typed flags are kept as
     `experiment_flags`, for the run's README to say."""
     experiment = load(args.experiment)
+    if experiment.draw is not None:
+        _refuse_drawn_flags(experiment, parse(args.given_argv), parse([]))
     merged = parse(args.given_argv, namespace=parse(experiment.arguments))
     merged.experiment_flags = _without_experiment(args.given_argv)
     return merged
+
+
+def _refuse_drawn_flags(experiment: Experiment, typed: argparse.Namespace,
+                        defaults: argparse.Namespace) -> None:
+    """A flag typed beside an experiment that draws what it sets would be overridden by the
+    draw without a word: refused instead."""
+    assert experiment.draw is not None
+    drawn = {"strategy", "model", "batch_size", "image_size", "devices",
+             *(option for options in experiment.draw["strategies"].values()
+               for option in options)}
+    given = sorted(name for name in drawn if getattr(typed, name) != getattr(defaults, name))
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"{flags}: the {experiment.name} experiment draws these from its "
+                          f"space ({experiment.path.relative_to(FOLDER.parent.parent)}); give "
+                          "--seed S for another draw, or run without --experiment")
 
 
 def _without_experiment(argv: list[str]) -> list[str]:

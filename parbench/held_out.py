@@ -51,5 +51,9 @@ def draw(space: dict, seed: int, accept: Callable[[Point], bool]) -> list[Point]
                                                    batch)}
             if point not in drawn and accept(point):
                 drawn.append(point)
+        if len(drawn) < space["per_workload"]:
+            raise ValueError(f"{workload}: only {len(drawn)} of {space['per_workload']} "
+                             "configurations could be drawn; widen the space's strategies or "
+                             "lower per_workload")
         points += drawn
     return points

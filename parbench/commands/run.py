@@ -4,8 +4,10 @@ or under torchrun), and print what a reader compares."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -65,8 +67,11 @@ def _drawn_configs(args: argparse.Namespace, space: dict) -> list[Config]:
             return False
         return all(config.plan.runs and not config.refusal() for config in configs)
 
-    return [config for point in held_out.draw(space, args.seed, accept)
-            for config in configs_of(point)]
+    try:
+        points = held_out.draw(space, args.seed, accept)
+    except ValueError as error:
+        raise UsageError(f"--experiment {args.experiment}: {error}") from None
+    return [config for point in points for config in configs_of(point)]
 
 
 def _swept_configs(args: argparse.Namespace, device_sets: list[DeviceSet] | None = None,
@@ -249,7 +254,11 @@ def _resumed_arguments(args: argparse.Namespace, folder: RunFolder) -> argparse.
 
 def command_run(args: argparse.Namespace) -> int:
     if args.experiment and not args.resume:
-        args = experiments.applied(args, args.parse_run)
+        try:
+            args = experiments.applied(args, args.parse_run)
+        except ConfigError as error:
+            raise UsageError(str(error)) from None
+        _refuse_a_seed_drawn_before(args)
     rank = launch.torchrun_rank()
     if rank is not None:
         return _run_under_torchrun(args)
@@ -260,6 +269,23 @@ def command_run(args: argparse.Namespace) -> int:
     left_out: list[str] = []
     return _then(args, _run_and_record(args, build_configs(args, left_out=left_out), rank,
                                        notes=left_out))
+
+
+def _refuse_a_seed_drawn_before(args: argparse.Namespace) -> None:
+    """A held-out set is drawn once: a run folder of the results folder that drew this seed
+    already makes a new draw necessary (a model changed since would be judged on the set it
+    may have been tuned against)."""
+    if experiments.drawn_space(args.experiment) is None:
+        return
+    for folder in sorted(Path(args.results_dir).glob("*/command.json")):
+        try:
+            command = json.loads(folder.read_text())
+        except (OSError, ValueError):
+            continue
+        if command.get("experiment") == args.experiment and command.get("seed") == args.seed:
+            raise UsageError(f"--seed {args.seed}: {folder.parent} drew this set already; give "
+                             "a seed no run has drawn (a held-out set judges a model once), or "
+                             f"--resume {folder.parent} to finish that run")
 
 
 def _exit_status(measured: RunFolder | int) -> int:

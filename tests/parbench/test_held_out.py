@@ -10,8 +10,10 @@ import pytest
 from parbench import experiments, held_out
 from parbench.cli import main, parser
 from parbench.commands.run import build_configs
+from parbench.predict import version
 from parbench.predict.naive import naive_step_s
 from parbench.predict.profile import BlockProfile, Profile
+from parbench.predict.published import kept_files, stale_models
 from parbench.predict.ranking import ranking
 from parbench.predict.version import PREDICTOR_VERSION
 
@@ -137,6 +139,60 @@ def test_a_held_out_run_is_measured_then_predicted_with_its_profiles_beside_it(
     assert set(table["predictor_version"]) == {PREDICTOR_VERSION}
     assert table["naive_error"].notna().all()
     assert json.loads((run / "prediction.json").read_text()) == {
-        "link": "pcie4", "predictor_version": PREDICTOR_VERSION}
+        "link": "pcie4", "predictor_version": PREDICTOR_VERSION,
+        "fingerprint": version.fingerprint()}
     assert sorted(p.name for p in (run / "profiles").iterdir()) == [
         "resnet18-32px-1000cls-fp32-cpu-1t-b2.json", "resnet18-32px-1000cls-fp32-cpu-1t-b4.json"]
+
+
+def test_a_space_that_cannot_fill_a_workload_is_refused():
+    with pytest.raises(ValueError, match="only 1 of 4 configurations could be drawn"):
+        held_out.draw(SPACE, 3, lambda point: False)
+
+
+def test_a_pair_the_model_predicts_equal_is_ordered_neither_way():
+    table = pd.DataFrame([
+        _row("single", [1.0, 1.02, 0.99], 1.0, devices="cpu"),
+        _row("single", [2.0, 2.05, 1.98], 1.0, devices="cpu"),  # decided, predicted the same
+    ])
+    result = ranking(table)
+    assert (result.decided, result.ordered, result.tied, result.tau) == (1, 0, 1, 0.0)
+    assert "1 given the same step" in result.describe()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--model", "resnet50"], "--model"),
+    (["--batch-size", "8", "--strategy", "ddp"], "--batch-size, --strategy"),
+    (["--split-size", "4"], "--split-size"),
+])
+def test_a_flag_the_draw_sets_is_refused_beside_it(flags, named, capsys):
+    assert main(["run", "--experiment", "prediction-holdout", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"parbench: error: {named}: the prediction-holdout experiment draws "
+                           "these from its space (parbench/experiments/prediction-holdout.json);"
+                           " give --seed S for another draw, or run without --experiment")
+
+
+def test_a_seed_drawn_before_is_refused(tmp_path, capsys):
+    drawn = tmp_path / "20261125T000000Z-prediction-holdout"
+    drawn.mkdir()
+    (drawn / "command.json").write_text(json.dumps({"experiment": "prediction-holdout",
+                                                    "seed": 0}))
+    assert main(["run", "--experiment", "prediction-holdout", "--results-dir",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parbench: error: --seed 0: {drawn} drew this set already")
+
+
+def test_predictions_of_other_models_are_kept_not_made_again(tmp_path):
+    current = {"predictor_version": PREDICTOR_VERSION, "fingerprint": version.fingerprint()}
+    assert stale_models(current) is None
+    assert "made by version 0 of the models" in stale_models({**current,
+                                                               "predictor_version": 0})
+    assert "bump PREDICTOR_VERSION" in stale_models({**current, "fingerprint": "other"})
+    for name in ("predictions.csv", "predictions.png", "ranking.svg", "prediction.json",
+                 "predicted-timeline-001-pipeline.png", "records.json", "memory.png"):
+        (tmp_path / name).write_text("")
+    assert [path.name for path in kept_files(tmp_path)] == [
+        "predicted-timeline-001-pipeline.png", "prediction.json", "predictions.csv",
+        "predictions.png", "ranking.svg"]
