@@ -6,6 +6,7 @@ import textwrap
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FormatStrFormatter
 
 import strategies
 from parbench.plots.common import (
@@ -154,13 +155,16 @@ def _split_panel(ax, frame: pd.DataFrame, split: pd.DataFrame) -> None:
     # the micro-batches themselves.
     accumulating = frame[(frame["strategy"] == strategies.BASELINE)
                          & (frame["micro_batches"].fillna(1) > 1)].sort_values("split_size")
-    lines = [(strategy, group.sort_values("split_size"))
-             for strategy, group in split.groupby("strategy", sort=False)]
+    stage_counts = sorted(int(k) for k in split["stages"].unique())
+    lines = [(strategy, stages, group.sort_values("split_size"))
+             for (strategy, stages), group in split.groupby(["strategy", "stages"], sort=False)]
     count = len(lines) + bool(len(accumulating))
-    for index, (strategy, group) in enumerate(lines):
+    for index, (strategy, stages, group) in enumerate(lines):
         plot_with_interval(ax, group["split_size"] * _dodge(index, count), group,
                            marker=strategy_marker(strategy), color=strategy_colour(strategy),
-                           label=strategy)
+                           linestyle="-" if stages == stage_counts[0] else "-.",
+                           label=strategy + (f" (K={int(stages)})" if len(stage_counts) > 1
+                                             else ""))
     if len(accumulating):
         plot_with_interval(ax, accumulating["split_size"] * _dodge(count - 1, count),
                            accumulating, marker=strategy_marker(strategies.BASELINE),
@@ -177,15 +181,17 @@ def _split_panel(ax, frame: pd.DataFrame, split: pd.DataFrame) -> None:
             ax.axhline(flat.iloc[0], color=strategy_colour(strategy), linestyle=":",
                        label=f"{strategy} (no split)")
     ax.set_xscale("log")
+    for set_formatter in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+        set_formatter(FormatStrFormatter("%g"))  # 2, not 2 x 10^0
     ax.set_xlabel("split size (images per micro-batch, log scale)")
     ax.set_ylabel(axis_label("throughput_ips"))
     bubble_axis = ax.twinx()
-    stages = int(split["stages"].max())
     batch = int(split["global_batch"].iloc[0])
     sizes = np.unique(np.geomspace(1, split["split_size"].max(), 200).round().astype(int))
-    bubble_axis.plot(sizes, [bubble_fraction(stages, -(-batch // s)) for s in sizes],
-                     color="0.4", linestyle="--",
-                     label=f"GPipe bubble (K-1)/(M+K-1), K={stages} (theory)")
+    for stages, style in zip(stage_counts, ("--", "-.", ":"), strict=False):
+        bubble_axis.plot(sizes, [bubble_fraction(stages, -(-batch // s)) for s in sizes],
+                         color="0.4", linestyle=style,
+                         label=f"GPipe bubble (K-1)/(M+K-1), K={stages} (theory)")
     bubble_axis.set_ylabel("idle fraction (theory)")
     bubble_axis.set_ylim(0, 1)
     handles = ax.get_legend_handles_labels()
