@@ -1,7 +1,10 @@
 """`parbench plot` and `parbench report`: files written from results, the index kept, and
 results that are not parbench's refused in one line."""
 
+import contextlib
+import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,15 +13,25 @@ from parbench.cli import main
 from parbench.report import INDEX_BEGIN, INDEX_END
 
 
-@pytest.fixture
-def run_folder(tmp_path, capsys):
-    status = main(["run", "--strategy", "single,pipeline", "--devices", "cpu,cpu",
-                   "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
-                   "--batch-size", "8", "--split-size", "2,4", "--steps", "2", "--warmup", "1",
-                   "--results-dir", str(tmp_path / "results"), "--progress", "off"])
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> Path:
+    """A small sweep measured once for the module's tests (each gets a copy of its folder)."""
+    results = tmp_path_factory.mktemp("measured") / "results"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["run", "--strategy", "single,pipeline", "--devices", "cpu,cpu",
+                       "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
+                       "--batch-size", "8", "--split-size", "2,4", "--steps", "2",
+                       "--warmup", "1", "--results-dir", str(results), "--progress", "off"])
     assert status == 0
-    out = capsys.readouterr().out
-    return tmp_path / "results" / out.strip().splitlines()[-1].rsplit("/", 1)[-1]
+    [folder] = results.iterdir()
+    return folder
+
+
+@pytest.fixture
+def run_folder(measured, tmp_path) -> Path:
+    """The measured run folder, copied into a results folder of this test's own."""
+    return Path(shutil.copytree(measured, tmp_path / "results" / measured.name))
 
 
 def test_plot_writes_the_figures_into_the_run_folder(run_folder, capsys):
