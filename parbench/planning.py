@@ -4,26 +4,26 @@ nothing else decides it again."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 import strategies
+from parbench.cluster import job
 from parbench.devices import DeviceSet, format_bytes, host_memory_bytes
 
 if TYPE_CHECKING:
     from parbench.config import Config
 
 __all__ = ["BACKENDS", "LAUNCHERS", "REFUSAL_KINDS", "ConfigError", "PlanRefused", "Refusal",
-           "RunPlan", "plan_config", "process_group_backend", "torchrun_rank"]
+           "RunPlan", "plan_config", "process_group_backend", "job_rank"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 # in-process: this process; own-process: a one-process strategy in a worker of its own (under a
 # memory cap an allocation can fail where torch cannot recover); spawn: a process per device on
-# this host; torchrun: this process is one rank of a torchrun job.
-LAUNCHERS = ("in-process", "own-process", "spawn", "torchrun")
+# this host; job: this process is one rank of a job torchrun or srun started.
+LAUNCHERS = ("in-process", "own-process", "spawn", "job")
 # usage: a mistake in the arguments, always an error. devices: fewer devices than the strategy
 # needs; options: the strategy refuses this combination of options, batch and devices (both an
 # error, unless the sweep gives the strategy others: then recorded as skipped). workload: the
@@ -94,11 +94,10 @@ class RunPlan:
         raise (PlanRefused if refused else ConfigError)(refusal.reason)
 
 
-def torchrun_rank() -> int | None:
-    """This process's global rank when torchrun started it, else None."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
-        return None
-    return int(os.environ["RANK"])
+def job_rank() -> int | None:
+    """This process's global rank in the job torchrun or srun started it in, else None."""
+    started = job()
+    return None if started is None else started.rank
 
 
 def process_group_backend(devices: DeviceSet, requested: str = "auto") -> str:
@@ -119,10 +118,10 @@ def plan_config(config: Config) -> RunPlan:
             config.devices.logical, cls.Options.from_values(config.options))))
     except strategies.StrategyError as error:
         used, too_few = config.devices, Refusal("devices", f"{config.strategy}: {error}")
-    under_torchrun = torchrun_rank() is not None
+    in_job = job_rank() is not None
     per_device = cls.process_per_device
     backend = process_group_backend(used, config.backend) if per_device else None
-    launcher = ("torchrun" if under_torchrun else "spawn" if per_device
+    launcher = ("job" if in_job else "spawn" if per_device
                 else "own-process" if config.memory_cap_mib else "in-process")
     strategy_plan, refusal = None, too_few
     try:
@@ -135,7 +134,7 @@ def plan_config(config: Config) -> RunPlan:
     except strategies.StrategyError as error:
         refusal = refusal or Refusal("options", f"{config.strategy}: {error}")
     problem = (_backend_problem(used, config.backend) if per_device else None) or (
-        _torchrun_problem(config, used, per_device) if under_torchrun else None) or (
+        _job_problem(config, used, per_device) if in_job else None) or (
         _batch_problem(config, used))
     if problem and (refusal is None or refusal.kind in ("machine", "workload")):
         refusal = Refusal("usage", problem)
@@ -156,16 +155,17 @@ def _backend_problem(devices: DeviceSet, requested: str) -> str | None:
     return None
 
 
-def _torchrun_problem(config: Config, used: DeviceSet, per_device: bool) -> str | None:
-    """Under torchrun every process is one rank: a one-process strategy runs on one device,
-    a process-per-device one on all of them."""
+def _job_problem(config: Config, used: DeviceSet, per_device: bool) -> str | None:
+    """In a job (torchrun's or srun's) every process is one rank: a one-process strategy runs
+    on one device, a process-per-device one on all of them."""
     if not per_device and len(used) > 1:
         return (f"{config.strategy} drives all its devices from one process; run it without "
-                "torchrun")
+                "torchrun or srun")
     if per_device and len(used) != len(config.devices):
-        return (f"under torchrun, {config.strategy} runs on all {len(config.devices)} "
-                "processes; set their number with torchrun's --nnodes and --nproc-per-node, "
-                "not --world-size or --stages")
+        return (f"under torchrun or srun, {config.strategy} runs on all "
+                f"{len(config.devices)} processes; set their number with torchrun's --nnodes "
+                "and --nproc-per-node (srun's --nodes and --ntasks-per-node), not "
+                "--world-size or --stages")
     return None
 
 

@@ -58,8 +58,8 @@ def message_sizes(smallest: int, largest: int, factor: int) -> list[int]:
 
 
 def command_collectives(args: argparse.Namespace) -> int:
-    if launch.torchrun_rank() is not None:
-        raise UsageError("run parbench collectives without torchrun; it starts its own "
+    if launch.job_rank() is not None:
+        raise UsageError("run parbench collectives without torchrun or srun; it starts its own "
                          "processes")
     devices = device_set(args.devices or default_devices()[0])
     if len(devices) < 2:

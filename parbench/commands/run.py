@@ -1,5 +1,5 @@
 """`parbench run`: build the sweep from the arguments, measure it into a run folder (new, resumed,
-or under torchrun), and print what a reader compares."""
+or as one rank of a job torchrun or srun started), and print what a reader compares."""
 
 from __future__ import annotations
 
@@ -212,17 +212,18 @@ def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
     return result
 
 
-def _torchrun_devices(args: argparse.Namespace) -> list[DeviceSet]:
-    """Under torchrun: every rank's device (each process drives one)."""
+def _job_devices(args: argparse.Namespace) -> list[DeviceSet]:
+    """In a job torchrun or srun started: every rank's device (each process drives one)."""
     specs = args.devices or []
     if len(specs) > 1 or any("," in spec for spec in specs):
-        raise UsageError("under torchrun each process drives one device: give --devices cpu or "
-                         "--devices cuda (rank r uses cuda:LOCAL_RANK), and the number of "
-                         "processes with torchrun's --nnodes and --nproc-per-node")
+        raise UsageError("under torchrun or srun each process drives one device: give --devices "
+                         "cpu or --devices cuda (a rank uses cuda:<its local rank>), and the "
+                         "number of processes with torchrun's --nnodes and --nproc-per-node "
+                         "(srun's --nodes and --ntasks-per-node)")
     kind = (device_set(specs[0]).kind if specs else
             "cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return [launch.torchrun_devices(kind)]
+        return [launch.job_devices(kind)]
     except launch.LaunchError as error:
         raise UsageError(str(error)) from None
 
@@ -259,9 +260,9 @@ def command_run(args: argparse.Namespace) -> int:
         except ConfigError as error:
             raise UsageError(str(error)) from None
         _refuse_a_seed_drawn_before(args)
-    rank = launch.torchrun_rank()
+    rank = launch.job_rank()
     if rank is not None:
-        return _run_under_torchrun(args)
+        return _run_in_job(args)
     if args.resume:
         folder = open_run_folder(args.resume)
         args = _resumed_arguments(args, folder)
@@ -310,7 +311,7 @@ def _then(args: argparse.Namespace, measured: RunFolder | int) -> int:
     return 0
 
 
-def _run_under_torchrun(args: argparse.Namespace) -> int:
+def _run_in_job(args: argparse.Namespace) -> int:
     """Every rank builds the same sweep and measures it together; rank 0 records it. A resumed
     run is read on rank 0 (other nodes may not see its folder), which hands every rank its
     arguments and the trials it keeps."""
@@ -322,11 +323,11 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
         return stored, runner.done_trials(folder.read_records())
 
     try:
-        with launch.torchrun_job(positive("--timeout", args.timeout)):
+        with launch.job_group(positive("--timeout", args.timeout)):
             stored, done = (launch.from_rank_zero(resumed, (UsageError, ResultsError))
                             if args.resume else ({}, set()))
             args = argparse.Namespace(**{**vars(given), **stored})
-            configs = build_configs(args, _torchrun_devices(args))
+            configs = build_configs(args, _job_devices(args))
             order = [configs[slot.index] for slot in _schedule(args, configs, done)]
             return launch.measure_on_every_rank(configs, order, lambda: _exit_status(
                 _run_and_record(args, configs, 0,

@@ -28,8 +28,9 @@ __all__ = ["command_verify"]
 
 
 def command_verify(args: argparse.Namespace) -> int:
-    if launch.torchrun_rank() is not None:
-        raise UsageError("run parbench verify without torchrun; it starts its own processes")
+    if launch.job_rank() is not None:
+        raise UsageError("run parbench verify without torchrun or srun; it starts its own "
+                         "processes")
     devices = device_set(args.devices or default_devices()[0])
     batch = int_list("--batch-size", args.batch_size, 1)[0]
     [options] = strategy_option_sweep(args, sweep=False)

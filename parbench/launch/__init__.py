@@ -18,28 +18,28 @@ from parbench.launch.failures import (
     failure_reason,
     is_out_of_memory,
 )
+from parbench.launch.job import (
+    from_rank_zero,
+    job_devices,
+    job_group,
+    join_job,
+    leave_job,
+    measure_on_every_rank,
+    same_on_every_rank,
+)
 from parbench.launch.launchers import LAUNCHERS, Launcher, launcher_for
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import spawn
-from parbench.launch.torchrun import (
-    from_rank_zero,
-    join_torchrun,
-    leave_torchrun,
-    measure_on_every_rank,
-    same_on_every_rank,
-    torchrun_devices,
-    torchrun_job,
-)
 from parbench.measure import Pace
 from parbench.measure.allocator import pin_cpu_allocator
-from parbench.planning import torchrun_rank
+from parbench.planning import job_rank
 from parbench.worker import Measurement, Trained
 
 __all__ = [
     "LAUNCHERS", "OUT_OF_MEMORY", "LaunchError", "Launcher", "failure_reason", "from_rank_zero",
-    "is_out_of_memory", "join_torchrun", "launcher_for", "leave_torchrun", "measure",
-    "measure_collectives", "measure_on_every_rank", "same_on_every_rank", "torchrun_devices",
-    "torchrun_job", "torchrun_rank", "verify_training",
+    "is_out_of_memory", "join_job", "launcher_for", "leave_job", "measure",
+    "measure_collectives", "measure_on_every_rank", "same_on_every_rank", "job_devices",
+    "job_group", "job_rank", "verify_training",
 ]
 
 

@@ -9,9 +9,9 @@ import torch
 
 from parbench.config import Config
 from parbench.launch.failures import LaunchError
+from parbench.launch.job import measure_in_job
 from parbench.launch.ranks import Task, in_process_threads, measure_here
 from parbench.launch.spawn import spawn
-from parbench.launch.torchrun import measure_under_torchrun
 from parbench.measure import Pace
 from parbench.worker import Measurement, Trained, combine_trained, train_steps
 
@@ -23,7 +23,7 @@ class Launcher(ABC):
 
     @abstractmethod
     def measure(self, config: Config, pace: Pace | None = None) -> Measurement | None:
-        """The configuration's measurement (None on a torchrun rank other than 0). With
+        """The configuration's measurement (None on a job's rank other than 0). With
         `pace`, an external timer drives every step of this process, which then plays rank 0
         itself (see `parbench.paced`)."""
 
@@ -63,20 +63,21 @@ class Spawn(Launcher):
         return spawn(config, Task.VERIFY, batches)
 
 
-class Torchrun(Launcher):
-    """This process is one rank of a torchrun job: every rank measures the configuration in a
-    worker of its own and the ranks agree on its outcome (see `launch.torchrun`)."""
+class JobRank(Launcher):
+    """This process is one rank of a job torchrun or srun started: every rank measures the
+    configuration in a worker of its own and the ranks agree on its outcome (see
+    `launch.job`)."""
 
     def measure(self, config, pace=None):
-        return measure_under_torchrun(config)
+        return measure_in_job(config)
 
     def verify_training(self, config, batches, nudge_seed=None):
-        raise LaunchError("verify starts its own processes; run it without torchrun")
+        raise LaunchError("verify starts its own processes; run it without torchrun or srun")
 
 
 LAUNCHERS: dict[str, Launcher] = {
     "in-process": InProcess(), "own-process": OwnProcess(), "spawn": Spawn(),
-    "torchrun": Torchrun(),
+    "job": JobRank(),
 }
 
 

@@ -44,10 +44,16 @@ def test_every_launcher_a_plan_names_is_one_the_launch_package_has():
     assert set(planning.LAUNCHERS) == set(launch.LAUNCHERS)
 
 
-def test_under_torchrun_every_configuration_is_launched_by_torchrun(tiny_workload, monkeypatch):
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
-    monkeypatch.setenv("RANK", "0")
-    assert _plan("ddp", CPU2, tiny_workload).launcher == "torchrun"
+@pytest.mark.parametrize("environment", [
+    {"TORCHELASTIC_RUN_ID": "test", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "localhost"},
+], ids=["torchrun", "srun"])
+def test_in_a_job_every_configuration_is_launched_as_one_of_its_ranks(tiny_workload,
+                                                                      monkeypatch, environment):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert _plan("ddp", CPU2, tiny_workload).launcher == "job"
     refused = _plan("model-parallel", CPU2, tiny_workload)
     assert refused.refusal.kind == "usage"
     assert "drives all its devices from one process" in refused.refusal.reason

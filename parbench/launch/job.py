@@ -1,6 +1,7 @@
-"""Under torchrun: join the job, learn every rank's device, and measure each configuration on
-every rank in a process of its own, the ranks agreeing on its outcome so that a failed one is
-recorded and the sweep goes on (one-process strategies run on rank 0 alone)."""
+"""One rank of a job torchrun or srun started (parbench.cluster says which): join the job,
+learn every rank's device, and measure each configuration on every rank in a process of its
+own, the ranks agreeing on its outcome so that a failed one is recorded and the sweep goes on
+(one-process strategies run on rank 0 alone)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import contextlib
 import datetime
 import functools
 import itertools
-import os
 import socket
 from collections.abc import Callable
 from typing import TypeVar
@@ -16,6 +16,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from parbench.cluster import Job, job
 from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
@@ -23,35 +24,45 @@ from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
 from parbench.worker import Measurement
 
-__all__ = ["from_rank_zero", "join_torchrun", "leave_torchrun", "measure_on_every_rank",
-           "measure_under_torchrun", "same_on_every_rank", "torchrun_devices", "torchrun_job"]
+__all__ = ["from_rank_zero", "join_job", "leave_job", "measure_on_every_rank",
+           "measure_in_job", "same_on_every_rank", "job_devices", "job_group"]
 
 T = TypeVar("T")
 _DAY_S = 24 * 3600
 
 
-def join_torchrun(timeout_s: float) -> None:
-    """Join the process group torchrun rendezvoused (once per process). It carries only the
-    ranks' agreement, on gloo: the measuring happens in each configuration's own group."""
+def _job() -> Job:
+    started = job()
+    if started is None:
+        raise LaunchError("this process was not started by torchrun or srun")
+    return started
+
+
+def join_job(timeout_s: float) -> None:
+    """Join the job's process group (once per process): torchrun's rendezvous, or srun's
+    tasks meeting at the master its environment names. It carries only the ranks'
+    agreement, on gloo: the measuring happens in each configuration's own group."""
     if not dist.is_initialized():
+        _job().export()  # torch's env:// rendezvous reads them; srun sets none
         # Ranks wait in it for the slowest one's configuration, which its own launcher stops
         # at --timeout (a resumed run's may be longer than this command's); a rank that dies
-        # ends the job through torchrun. So its own timeout is only a backstop.
+        # ends the job through torchrun (or srun). So its own timeout is only a backstop.
         dist.init_process_group("gloo", timeout=datetime.timedelta(
             seconds=max(2 * timeout_s + 60, _DAY_S)))
 
 
-def torchrun_devices(kind: str) -> DeviceSet:
-    """Every rank's device, in rank order: cuda:LOCAL_RANK on GPU nodes, else the CPU."""
-    local_rank = int(os.environ["LOCAL_RANK"])
+def job_devices(kind: str) -> DeviceSet:
+    """Every rank's device, in rank order: cuda:<local rank> on GPU nodes, else the CPU."""
+    local_rank = _job().local_rank
     problem = None
     if kind == "cuda" and local_rank >= torch.cuda.device_count():
         problem = (f"local rank {local_rank} has no GPU of its own (this node has "
-                   f"{torch.cuda.device_count()}); lower --nproc-per-node")
+                   f"{torch.cuda.device_count()}); lower torchrun's --nproc-per-node (srun's "
+                   "--ntasks-per-node)")
     device = torch.device("cuda", local_rank) if kind == "cuda" and not problem else "cpu"
     places: list = [None] * dist.get_world_size()
-    dist.all_gather_object(places, (socket.gethostname(), str(device),
-                                    os.environ.get("GROUP_RANK", "0"), problem))
+    dist.all_gather_object(places, (socket.gethostname(), str(device), _job().node_rank,
+                                    problem))
     problems = [p for *_, p in places if p]
     if problems:  # on every rank, so that none waits for the others
         raise LaunchError(problems[0])
@@ -77,25 +88,25 @@ def from_rank_zero(compute: Callable[[], T], expected: tuple[type[Exception], ..
     return value
 
 
-def leave_torchrun() -> None:
+def leave_job() -> None:
     """Leave the job's process group (after the last configuration, on every rank)."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 @contextlib.contextmanager
-def torchrun_job(timeout_s: float):
+def job_group(timeout_s: float):
     """The job's process group, joined for a sweep and left after it, on every rank."""
-    join_torchrun(timeout_s)
+    join_job(timeout_s)
     try:
         yield
     finally:
-        leave_torchrun()
+        leave_job()
 
 
 def measure_on_every_rank(configs: list[Config], order: list[Config],
                           record: Callable[[], int]) -> int:
-    """A sweep under torchrun: every rank checks that it builds the same one, then rank 0
+    """A sweep in a job: every rank checks that it builds the same one, then rank 0
     measures and records it (`record()`, its exit status) while every other rank plays its
     part in the same configurations in the same `order` (its trials, less those a resumed run
     keeps), failures included, as the ranks agreed on each."""
@@ -105,7 +116,7 @@ def measure_on_every_rank(configs: list[Config], order: list[Config],
         return record()
     for config in order:
         try:
-            measure_under_torchrun(config)
+            measure_in_job(config)
         except Exception:  # noqa: BLE001 (every rank agreed on it; rank 0 records it)
             pass
     return 0
@@ -113,10 +124,10 @@ def measure_on_every_rank(configs: list[Config], order: list[Config],
 
 @functools.cache
 def _job_store() -> dist.Store:
-    """The job's store, where torchrun's rendezvous left it: each configuration's ranks meet
-    under a prefix of their own, and a failed rank says so there."""
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         is_master=False)
+    """The job's store, where its rendezvous left it (torchrun's agent, or rank 0 under
+    srun): each configuration's ranks meet under a prefix of their own, and a failed rank
+    says so there."""
+    return dist.TCPStore(_job().master_addr, _job().master_port, is_master=False)
 
 
 # Each configuration measured in this job gets the next number, the same on every rank since
@@ -124,14 +135,13 @@ def _job_store() -> dist.Store:
 _configurations = itertools.count()
 
 
-def measure_under_torchrun(config: Config) -> Measurement | None:
+def measure_in_job(config: Config) -> Measurement | None:
     """Measure `config` in a worker process on every rank (process-per-device strategies) or
     on rank 0 alone, then agree: every rank returns (rank 0 the measurement, others None) or
     every rank raises the one failure that caused the others (its own exception on the rank
     where it happened, LaunchError elsewhere)."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    prefix = (f"parbench/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-              f"{next(_configurations)}/")
+    prefix = f"parbench/{_job().restart}/{next(_configurations)}/"
     failed_key = prefix + "failed"
 
     def peer_failure() -> str | None:
@@ -144,10 +154,10 @@ def measure_under_torchrun(config: Config) -> Measurement | None:
             result = spawn(config, Task.ALONE) if rank == 0 else None
         elif config.plan.world_size != size:
             raise LaunchError(f"{config.strategy} uses {config.plan.world_size} devices but "
-                              f"torchrun started {size} processes")
+                              f"the job has {size} processes")
         else:
-            rendezvous = Rendezvous(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                    prefix, rank, size)
+            rendezvous = Rendezvous(_job().master_addr, _job().master_port, prefix, rank,
+                                    size)
             result = spawn_rank(config, Task.MEASURE, rendezvous, peer_failure)
     except Exception as error:
         failure = error

@@ -1,0 +1,74 @@
+"""The cluster environment: where this process sits in a job, alone or started by torchrun
+(torchelastic's variables) or Slurm's srun (SLURM_*): its rank, the world size, its node and
+local rank, and the master every rank meets at. Read here only; the launchers and planning
+ask `job()`."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Job", "first_host", "job"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One process of a job a cluster launcher started, one process per device."""
+
+    launcher: str  # "torchrun" or "slurm"
+    rank: int
+    world_size: int
+    local_rank: int  # its device on its node
+    node_rank: int
+    master_addr: str
+    master_port: int
+    restart: int = 0  # torchrun restarts a failed job: each attempt keys its store apart
+
+    def export(self) -> None:
+        """The variables torch.distributed's env:// rendezvous reads, set from this job (srun
+        sets none of them)."""
+        os.environ.update(MASTER_ADDR=self.master_addr, MASTER_PORT=str(self.master_port),
+                          RANK=str(self.rank), WORLD_SIZE=str(self.world_size),
+                          LOCAL_RANK=str(self.local_rank))
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: `node[07-09,12],gpu1` -> `node07`."""
+    match = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", nodelist.strip())
+    if not match:
+        raise ValueError(f"SLURM_JOB_NODELIST {nodelist!r} names no host")
+    return match.group(1) + (match.group(2) or "")
+
+
+def _torchrun(environ: Mapping[str, str]) -> Job | None:
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    return Job("torchrun", int(environ["RANK"]), int(environ["WORLD_SIZE"]),
+               int(environ["LOCAL_RANK"]), int(environ.get("GROUP_RANK", "0")),
+               environ["MASTER_ADDR"], int(environ["MASTER_PORT"]),
+               int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+
+def _slurm(environ: Mapping[str, str]) -> Job | None:
+    """One of several tasks srun started (SLURM_PROCID set; an allocation's shell, salloc's,
+    is not one, and a single task is a process on its own that starts its devices' processes
+    itself). The master is MASTER_ADDR where the job script sets it, else the node list's first
+    host; its port MASTER_PORT, else one derived from the job id (every task derives the same)."""
+    if "SLURM_PROCID" not in environ or int(environ.get("SLURM_NTASKS", "1")) < 2:
+        return None
+    master = environ.get("MASTER_ADDR") or first_host(
+        environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "localhost")
+    port = int(environ.get("MASTER_PORT")
+               or 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)
+    return Job("slurm", int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
+               int(environ.get("SLURM_LOCALID", "0")), int(environ.get("SLURM_NODEID", "0")),
+               master, port)
+
+
+def job(environ: Mapping[str, str] | None = None) -> Job | None:
+    """This process's job (torchrun's variables first: torchrun inside an srun allocation
+    is torchrun's job), or None for a process on its own."""
+    environ = os.environ if environ is None else environ
+    return _torchrun(environ) or _slurm(environ)
