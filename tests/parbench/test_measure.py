@@ -35,12 +35,13 @@ def test_warmup_steps_are_run_but_not_timed():
 
     def step(i):
         calls.append(i)
-        time.sleep(0.05 if i < 2 else 0.01)
+        time.sleep(0.5 if i < 2 else 0.01)
 
     timing = time_steps(step, lambda: None, warmup=2, steps=3)
     assert calls == [0, 1, 2, 3, 4]
     assert len(timing.step_times_s) == 3
-    assert all(0.009 < t < 0.045 for t in timing.step_times_s)
+    # Each a measured step's sleep, none a warm-up's: a margin a loaded VM cannot cross.
+    assert all(0.009 < t < 0.25 for t in timing.step_times_s)
     assert timing.total_s >= sum(timing.step_times_s)
 
 
