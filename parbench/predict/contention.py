@@ -20,13 +20,28 @@ from parbench.workloads import Workload
 __all__ = ["CONTENTION_VERSION", "load_or_measure_slowdown", "measure_slowdown",
            "slowdown_path"]
 
-CONTENTION_VERSION = 2  # bump when what is measured changes: older caches are measured again
+CONTENTION_VERSION = 3  # bump when what is measured changes: older caches are measured again
+# Each phase steps for at least this long: a step of a few milliseconds (2 images at 64 px)
+# is over before processes started together overlap, and three processes on two cores then
+# measured no slowdown at all (version 2, started step by step).
+WINDOW_S = 1.0
+
+
+def _steps_for(step, window_s: float, least: int) -> list[float]:
+    """`step()`'s times, stepping without pause until `window_s` has passed and at least
+    `least` steps are done."""
+    times: list[float] = []
+    end = time.perf_counter() + window_s
+    while time.perf_counter() < end or len(times) < least:
+        times.append(step())
+    return times
 
 
 def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps: int,
-            rounds: int, barrier, results) -> None:
-    """Each round: rank 0 steps alone while the others wait, then every rank steps together
-    (each step started at once); rank 0 sends (alone, together) medians for every round."""
+            rounds: int, window_s: float, barrier, results) -> None:
+    """Each round: rank 0 steps alone while the others wait, then every rank steps without
+    pause for the same window (all of them computing throughout); rank 0 sends its (alone,
+    together) medians for every round."""
     pin_cpu_allocator()
     torch.set_num_threads(threads)
     model = workload.build_model_on("cpu")
@@ -44,24 +59,24 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
     step()  # warm-up: kernels chosen, memory mapped
     for _ in range(rounds):
         barrier.wait()
-        alone = [step() for _ in range(steps)] if rank == 0 else []
-        together = []
-        for _ in range(steps):
-            barrier.wait()
-            together.append(step())
+        alone = _steps_for(step, window_s, steps) if rank == 0 else []
+        barrier.wait()
+        together = _steps_for(step, window_s, steps)
         if rank == 0:
             results.put((statistics.median(alone), statistics.median(together)))
 
 
 def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
-                     steps: int = 3, rounds: int = 3, timeout_s: float = 900.0) -> float:
+                     steps: int = 3, rounds: int = 3, timeout_s: float = 900.0,
+                     window_s: float = WINDOW_S) -> float:
     """The median over `rounds` of a step's time with `processes` processes computing at once
-    over its time alone, each process with `threads` threads (a RuntimeError where one dies,
-    or they have not answered within `timeout_s`); every process is ended on return."""
+    (each stepping for `window_s`, at least `steps` steps) over its time alone, each process
+    with `threads` threads (a RuntimeError where one dies, or they have not answered within
+    `timeout_s`); every process is ended on return."""
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(processes, timeout=timeout_s), context.Queue()
     children = [context.Process(target=_worker, daemon=True, args=(
-        rank, workload, micro_batch, threads, steps, rounds, barrier, results))
+        rank, workload, micro_batch, threads, steps, rounds, window_s, barrier, results))
         for rank in range(processes)]
     for child in children:
         child.start()

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from parbench.devices import cpu_cores
 from parbench.predict import contention
 from parbench.workloads import Workload
 
@@ -40,3 +41,14 @@ def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):
     assert first == again == 1.25 and len(measured) == 1
     path = contention.slowdown_path(tmp_path, TINY, 4, processes=2)
     assert json.loads(path.read_text())["slowdown"] == pytest.approx(1.25)
+
+
+@pytest.mark.timeout(180)
+def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
+    # Twice as many single-threaded processes as cores, each step a few milliseconds: started
+    # step by step they did not overlap and measured no slowdown (1.004 for three processes
+    # on two cores); stepping for a whole window, each gets about half a core.
+    processes = 2 * cpu_cores()
+    slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
+                                           rounds=2, timeout_s=150, window_s=0.5)
+    assert slowdown > 1.4
