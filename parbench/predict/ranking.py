@@ -51,11 +51,15 @@ def _label(row: dict) -> str:
     return f"{row['strategy']}{f' ({settings})' if isinstance(settings, str) and settings else ''}"
 
 
-def group_key(row: dict) -> tuple:
+def _record(row: dict) -> Record:
+    return Record.from_dict({k: v for k, v in row.items() if k in _RECORD_KEYS})
+
+
+def group_key(row: dict, record: Record | None = None) -> tuple:
     """What the configurations ranked against each other share: the workload and batch as
-    the run compares them (comparisons.comparison_key) and the number of devices used."""
-    record = Record.from_dict({k: v for k, v in row.items() if k in _RECORD_KEYS})
-    return (comparison_key(record), len(str(row["devices"]).split(",")))
+    the run compares them (comparisons.comparison_key) and the number of devices used
+    (`record`: the row's, where the caller has it already)."""
+    return (comparison_key(record or _record(row)), len(str(row["devices"]).split(",")))
 
 
 def ranking(table: pd.DataFrame, predicted: str = "predicted_step_time_s") -> Ranking:
@@ -64,8 +68,8 @@ def ranking(table: pd.DataFrame, predicted: str = "predicted_step_time_s") -> Ra
     concordant nor discordant, nor ordered right."""
     groups: dict[tuple, list[dict]] = {}
     for row in table.to_dict("records"):
-        record = Record.from_dict({k: v for k, v in row.items() if k in _RECORD_KEYS})
-        groups.setdefault(group_key(row), []).append({**row, "rounds": per_round(record)})
+        record = _record(row)
+        groups.setdefault(group_key(row, record), []).append({**row, "rounds": per_round(record)})
     pairs = [pair for members in groups.values() for pair in itertools.combinations(members, 2)]
     # b's throughput over a's, round by round: above 1, b is faster (its step shorter).
     ratios = {index: stats.paired_ratios(b["rounds"], a["rounds"])

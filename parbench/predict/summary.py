@@ -133,7 +133,8 @@ def prediction_section(folder: Path) -> list[str]:
              else [])
             + [f"{r['strategy']}{_settings_suffix(r)}", r["world_size"],
                f"{cell(r['step_time_median_s'])}{_interval(r, 'step_time')}",
-               f"{cell(r['predicted_step_time_s'])}{_band(r)}", f"{r['prediction_error']:+.1%}"]
+               f"{cell(r['predicted_step_time_s'])}{_interval(r, 'predicted')}",
+               f"{r['prediction_error']:+.1%}"]
             + ([_signed(r["naive_error"])] if naive else [])
             + ([f"{cell(r['speedup_vs_baseline'])}{_interval(r, 'speedup')}",
                 r["predicted_speedup"], _signed(r["speedup_error"])] if speedups else [])
@@ -160,12 +161,6 @@ def prediction_section(folder: Path) -> list[str]:
     if (Path(folder) / "ranking.png").is_file():
         lines += ["![ranking](ranking.png)", ""]
     return lines
-
-
-def _band(record: pd.Series) -> str:
-    low, high = record.get("predicted_low_s"), record.get("predicted_high_s")
-    return "" if low is None or high is None or pd.isna(low) or pd.isna(high) \
-        else f" [{cell(low)}, {cell(high)}]"
 
 
 def _with_trials(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
@@ -195,8 +190,9 @@ def _settings_suffix(record: pd.Series) -> str:
 
 
 def _interval(record: pd.Series, prefix: str) -> str:
-    """` [low, high]` from the record's `{prefix}_low(_s)` and `_high(_s)` columns, or nothing."""
-    unit = "_s" if prefix == "step_time" else ""
+    """` [low, high]` from the record's `{prefix}_low(_s)` and `_high(_s)` columns (a step's
+    measured interval, a prediction's band, a speedup's interval), or nothing."""
+    unit = "_s" if prefix in ("step_time", "predicted") else ""
     low, high = record.get(f"{prefix}_low{unit}"), record.get(f"{prefix}_high{unit}")
     return "" if low is None or high is None or pd.isna(low) or pd.isna(high) \
         else f" [{cell(low)}, {cell(high)}]"
