@@ -4,13 +4,11 @@ or as one rank of a job torchrun or srun started), and print what a reader compa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 import strategies
 from parbench import experiments, held_out, launch, runner, suite, trials
@@ -28,13 +26,13 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
+from parbench.commands.progress import progress_bar
 from parbench.commands.run_arguments import add_run_arguments
 from parbench.config import Config, expand_sweep, weakly_scaled
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
 from parbench.planning import ConfigError, PlanRefused
-from parbench.record import Record
 from parbench.results import ResultsError, RunFolder, load_records
 from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
 from strategies.single import accumulating
@@ -278,15 +276,15 @@ def _refuse_a_seed_drawn_before(args: argparse.Namespace) -> None:
     may have been tuned against)."""
     if experiments.drawn_space(args.experiment) is None:
         return
-    for folder in sorted(Path(args.results_dir).glob("*/command.json")):
+    for path in sorted(Path(args.results_dir).glob("*/command.json")):
         try:
-            command = json.loads(folder.read_text())
-        except (OSError, ValueError):
+            command = RunFolder(path.parent).read_command()
+        except ResultsError:
             continue
         if command.get("experiment") == args.experiment and command.get("seed") == args.seed:
-            raise UsageError(f"--seed {args.seed}: {folder.parent} drew this set already; give "
+            raise UsageError(f"--seed {args.seed}: {path.parent} drew this set already; give "
                              "a seed no run has drawn (a held-out set judges a model once), or "
-                             f"--resume {folder.parent} to finish that run")
+                             f"--resume {path.parent} to finish that run")
 
 
 def _exit_status(measured: RunFolder | int) -> int:
@@ -368,7 +366,7 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
     if resumed:
         print(f"resuming {folder.path}: {already} of {total} {unit} already measured",
               file=sys.stderr)
-    bar, on_start, on_done = _progress(args.progress, total, already, repeats)
+    bar, on_start, on_done = progress_bar(args.progress, total, already, repeats)
     try:
         runner.run_sweep(configs, folder, collect_environment(), on_start=on_start,
                          on_done=on_done, previous=previous, repeats=repeats,
@@ -385,37 +383,6 @@ def _run_and_record(args: argparse.Namespace, configs: list[Config], rank: int |
     print(results_table(load_records(folder.path), folder.path, wide=args.wide_table))
     print(f"results: {folder.path}")
     return folder
-
-
-def _progress(progress: str, total: int, already: int, repeats: int):
-    """A progress bar (or a line per trial where stderr is not a terminal) and the sweep's
-    callbacks that move it: (bar, on_start, on_done)."""
-    show_bar = progress == "on" or (progress == "auto" and sys.stderr.isatty())
-    bar = tqdm(total=total, initial=already, file=sys.stderr, unit="trial",
-               dynamic_ncols=True,
-               bar_format="{n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}",
-               disable=not show_bar)
-    started = [already]
-
-    def on_start(slot: trials.Slot, config: Config) -> None:
-        started[0] += 1
-        label = config.label() + (f" (round {slot.round + 1} of {repeats}"
-                                  f"{', A/A twin' if slot.twin else ''})" if repeats > 1 else "")
-        if show_bar:
-            bar.set_description_str(label)
-        else:
-            print(f"[{started[0]}/{total}] {label}", file=sys.stderr, flush=True)
-
-    def on_done(slot: trials.Slot, record: Record) -> None:
-        bar.update(1)
-        assert record.trials is not None  # a record of a measured trial
-        trial = next(t for t in record.trials if (t["round"], t["twin"]) == (slot.round,
-                                                                              slot.twin))
-        if trial["status"] != "ok":
-            bar.write(f"  {record.strategy} {trial['status']}: {trial['reason']}",
-                      file=sys.stderr)
-
-    return bar, on_start, on_done
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
