@@ -1,4 +1,4 @@
-"""What is trained: a torchvision ResNet, its synthetic data, loss, optimiser and precision."""
+"""What is trained: a torchvision model, its synthetic data, loss, optimiser and precision."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
-import torchvision
 from torch import nn
 
-__all__ = ["MODELS", "PRECISIONS", "Workload"]
+from parbench.families import FAMILIES, MODELS, ModelFamily, family_of
 
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+__all__ = ["MIN_IMAGE_SIZE", "MODELS", "PRECISIONS", "Workload"]
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# BatchNorm needs more than one value per channel: layer4 of a ResNet downsamples by 32.
-MIN_IMAGE_SIZE = 32
+# The smallest image any family trains on (each family checks its own).
+MIN_IMAGE_SIZE = min(family.min_image_size for family in FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,15 @@ class Workload:
     initial_loss_scale: float = 2.0**16
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
+        family = family_of(self.model)  # a ValueError for a model no family builds
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}"
             )
-        if self.image_size < MIN_IMAGE_SIZE:
-            raise ValueError(
-                f"image size {self.image_size} is too small for a ResNet; "
-                f"use at least {MIN_IMAGE_SIZE}"
-            )
+        problem = family.image_size_problem(self.image_size)
+        if problem:
+            raise ValueError(f"{self.model} cannot train on images of {self.image_size} px; "
+                             f"{problem}")
         if self.num_classes < 1:
             raise ValueError(f"num classes must be at least 1, got {self.num_classes}")
 
@@ -68,12 +66,16 @@ class Workload:
             del described["initial_loss_scale"]
         return described
 
+    @property
+    def family(self) -> ModelFamily:
+        """The model's family: its blocks, cuts and normalisation, for the strategies."""
+        return family_of(self.model)
+
     def build_model(self) -> nn.Module:
-        """A randomly initialised ResNet; the same weights for the same seed, on the CPU."""
+        """A randomly initialised model; the same weights for the same seed, on the CPU."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return getattr(torchvision.models, self.model)(weights=None,
-                                                           num_classes=self.num_classes)
+            return self.family.build(self.model, self.image_size, self.num_classes)
 
     def build_model_on(self, device: torch.device | str) -> nn.Module:
         """`build_model` placed on `device`, in the workload's memory format, in training mode."""

@@ -41,9 +41,12 @@ class Plan:
     def reference_split(self) -> int | None:
         """The micro-batch size over which `single`, accumulating gradients, makes exactly this
         plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
-        single-device step is the reference."""
+        single-device step is the reference, as for every plan of a family whose normalisation
+        sees one sample at a time (LayerNorm)."""
         from strategies import lookup  # the registry imports this module
 
+        if not self.workload.family.batch_statistics:
+            return None
         return lookup(self.strategy).cls.reference_split(self)
 
 

@@ -74,8 +74,8 @@ class DDP(RankDataParallel):
                                 "per rank with --backend auto or nccl")
         if options.comm_hook == "powersgd" and backend == "gloo":
             raise StrategyError("the powersgd hook needs NCCL: on gloo a collective mismatch "
-                                "in its chained all-reduces aborted the ranks (resnet50, torch "
-                                "2.14; torch tests PowerSGD on NCCL only); use --comm-hook "
+                                "in its chained all-reduces aborted the ranks (torch 2.14; "
+                                "torch tests PowerSGD on NCCL only); use --comm-hook "
                                 "fp16, or a GPU per rank with --backend auto or nccl")
 
     @classmethod

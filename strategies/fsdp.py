@@ -17,7 +17,6 @@ from torch.distributed.tensor import DTensor
 
 from strategies.errors import StrategyError
 from strategies.options import option
-from strategies.partition import resnet_blocks
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
 __all__ = ["FSDP", "FSDPOptions"]
@@ -72,11 +71,11 @@ class FSDP(RankDataParallel):
             policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
                                           reduce_dtype=torch.float32)
             self._float32_units = self._batchnorm_units(model, reshard)
-        # layerN.M: a residual block, not the stem or the head (the root unit holds those).
+        # The family's blocks but the stem and the head (the root unit holds those).
         units = [*self._float32_units,
                  *(fully_shard(block, mesh=self._mesh, reshard_after_forward=reshard,
                                mp_policy=policy)
-                   for name, block in resnet_blocks(model) if "." in name),
+                   for block in self.workload.family.sharded_blocks(model)),
                  fully_shard(model, mesh=self._mesh, mp_policy=policy)]
         if dist.get_backend() == "gloo":
             # torch 2.8's gloo reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338),

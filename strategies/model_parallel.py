@@ -11,7 +11,7 @@ from typing_extensions import Self  # typing's from Python 3.11
 from strategies.base import Strategy
 from strategies.errors import StrategyError, Unavailable
 from strategies.options import Options, option
-from strategies.partition import BALANCES, default_balance, plan_cut, resnet_blocks
+from strategies.partition import BALANCES, default_balance, plan_cut
 from strategies.stages import build_stages, timing_batch
 
 __all__ = ["ModelParallel", "StageOptions"]
@@ -24,9 +24,9 @@ class StageOptions(Options):
     stages: int | None = option(minimum=2, label="K", help="pipeline stages, using the first "
                                 "N devices (default: one per device)")
     balance: str | None = option(
-        choices=BALANCES, label="cut", help="where to cut the ResNet: tutorial (conv1..layer2 | "
-        "layer3..fc, 2 stages), time (equal measured time), params (equal parameter counts) "
-        "(default: tutorial for 2 stages, else time)")
+        choices=BALANCES, label="cut", help="where to cut the model: tutorial (the 2 stages "
+        "its family declares, e.g. conv1..layer2 | layer3..fc), time (equal measured time), "
+        "params (equal parameter counts) (default: tutorial for 2 stages, else time)")
 
     def device_count(self) -> int | None:
         return self.stages
@@ -46,13 +46,14 @@ class StageOptions(Options):
         # data, and the structural checks are the same for every balance.
         with torch.device("meta"):
             model = workload.build_model()
-        blocks, pieces = len(resnet_blocks(model)), self.pieces(devices)
+        blocks, pieces = len(workload.family.blocks(model)), self.pieces(devices)
         if pieces > blocks:  # the device list is what cannot be run: skipped in a comparison
             most = blocks * len(devices) // pieces
             raise Unavailable(f"{pieces} stages on {len(devices)} devices, but {workload.model} "
                               f"has {blocks} blocks to cut; use at most {most} devices "
                               f"(--devices, or --stages {most})")
-        plan_cut(model, pieces, "params" if self.balance in (None, "time") else self.balance)
+        plan_cut(workload, model, pieces,
+                 "params" if self.balance in (None, "time") else self.balance)
 
     def resolved(self, global_batch, devices) -> Self:
         return replace(self, stages=len(devices),
@@ -60,7 +61,7 @@ class StageOptions(Options):
 
 
 class ModelParallel(Strategy):
-    """The tutorial's `ModelParallelResNet50`: only one device works at any time."""
+    """The tutorial's naive model parallelism: only one device works at any time."""
 
     summary = "stage k on device k, whole batch through each stage in turn (one process)"
     min_devices = 2

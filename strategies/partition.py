@@ -1,8 +1,8 @@
-"""Cut a torchvision ResNet into K sequential stages: the tutorial's cut, or balanced cuts."""
+"""Cut a model into K sequential stages at its family's blocks: the tutorial's cut, or balanced
+cuts."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torchvision.models import ResNet
 
 from strategies.clock import StepClock
 from strategies.errors import StrategyError
@@ -19,24 +18,11 @@ if TYPE_CHECKING:
     from parbench.workloads import Workload
 
 __all__ = [
-    "BALANCES", "Partition", "cut_resnet", "default_balance", "partition_by_cost", "plan_cut",
-    "resnet_blocks", "split_model",
+    "BALANCES", "Partition", "cut_model", "default_balance", "partition_by_cost", "plan_cut",
+    "split_model",
 ]
 
 BALANCES = ("tutorial", "time", "params")
-
-
-def resnet_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The ResNet as a flat list of cuttable blocks: stem, every residual block, head."""
-    if not isinstance(model, ResNet):
-        raise StrategyError(f"can only cut a torchvision ResNet, got {type(model).__name__}")
-    blocks: list[tuple[str, nn.Module]] = [
-        ("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool))]
-    for layer_name in ("layer1", "layer2", "layer3", "layer4"):
-        for index, block in enumerate(getattr(model, layer_name)):
-            blocks.append((f"{layer_name}.{index}", block))
-    blocks.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
-    return blocks
 
 
 @dataclass(frozen=True)
@@ -66,11 +52,11 @@ def default_balance(stages: int) -> str:
     return "tutorial" if stages == 2 else "time"
 
 
-def _tutorial_bounds(names: Sequence[str], stages: int) -> tuple[int, ...]:
+def _tutorial_bounds(names: Sequence[str], stages: int, workload: Workload) -> tuple[int, ...]:
     if stages != 2:
         raise StrategyError(f"the tutorial's cut has 2 stages, asked for {stages}; "
                             "use --balance time or --balance params for other stage counts")
-    return (0, names.index("layer3.0"))
+    return (0, names.index(workload.family.tutorial_cut(list(names))))
 
 
 def _balanced_bounds(costs: Sequence[float], stages: int) -> tuple[int, ...]:
@@ -97,26 +83,21 @@ def _balanced_bounds(costs: Sequence[float], stages: int) -> tuple[int, ...]:
     return tuple(reversed(bounds))
 
 
-def _autocast(workload: Workload | None, device: torch.device):
-    return workload.autocast(device) if workload else contextlib.nullcontext()
-
-
 def _block_times(blocks: list[tuple[str, nn.Module]], sample: torch.Tensor,
-                 workload: Workload | None = None, repeats: int = 2) -> list[float]:
+                 workload: Workload, repeats: int = 2) -> list[float]:
     """Forward + backward seconds of each block on `sample`'s device (best of `repeats`), at
-    `workload`'s precision and memory format (fp32 as they are without one).
+    `workload`'s precision and memory format.
 
     Runs on a copy so that BatchNorm statistics of the model being trained are not touched.
     """
-    blocks = [(name, workload.prepare_model(block) if workload else block)
-              for name, block in copy.deepcopy(blocks)]
+    blocks = [(name, workload.prepare_model(block)) for name, block in copy.deepcopy(blocks)]
     best = [float("inf")] * len(blocks)
     for _ in range(repeats):
         clock, x = StepClock(sample.device), sample
         clock.mark(-1)  # where block 0 starts
         for index, (_, block) in enumerate(blocks):
             inputs = x.detach().requires_grad_(index > 0)  # as trained: no image gradient
-            with _autocast(workload, sample.device):
+            with workload.autocast(sample.device):
                 x = block(inputs)
             x.float().sum().backward()
             clock.mark(index)
@@ -127,15 +108,16 @@ def _block_times(blocks: list[tuple[str, nn.Module]], sample: torch.Tensor,
     return best
 
 
-def plan_cut(model: nn.Module, stages: int, balance: str, sample: torch.Tensor | None = None,
-             workload: Workload | None = None) -> Partition:
-    """Where to cut `model` into `stages` stages.
+def plan_cut(workload: Workload, model: nn.Module, stages: int, balance: str,
+             sample: torch.Tensor | None = None) -> Partition:
+    """Where to cut `model`, built by `workload`, into `stages` stages of its family's blocks.
 
-    balance: `tutorial` (conv1..layer2 | layer3..fc, 2 stages), `time` (equal measured forward +
-    backward time per stage, measured on `sample`, as `workload.make_batch` makes it, at the
-    workload's precision and memory format), or `params` (equal parameter counts).
+    balance: `tutorial` (the 2 stages the family declares as the tutorial's cut), `time`
+    (equal measured forward + backward time per stage, measured on `sample`, as
+    `workload.make_batch` makes it, at the workload's precision and memory format), or
+    `params` (equal parameter counts).
     """
-    blocks = resnet_blocks(model)
+    blocks = workload.family.blocks(model)
     names = tuple(name for name, _ in blocks)
     if balance not in BALANCES:
         raise StrategyError(f"unknown balance {balance!r}; choose from {', '.join(BALANCES)}")
@@ -145,7 +127,7 @@ def plan_cut(model: nn.Module, stages: int, balance: str, sample: torch.Tensor |
         raise StrategyError(f"cannot cut {len(blocks)} blocks into {stages} stages; "
                             f"use at most {len(blocks)} stages for this model")
     if balance == "tutorial":
-        bounds = _tutorial_bounds(names, stages)
+        bounds = _tutorial_bounds(names, stages, workload)
     elif balance == "params":
         costs = [sum(p.numel() for p in block.parameters()) for _, block in blocks]
         bounds = _balanced_bounds(costs, stages)
@@ -166,14 +148,15 @@ def partition_by_cost(block_names: Sequence[str], costs: Sequence[float], stages
     return Partition(tuple(block_names), _balanced_bounds(costs, stages), balance)
 
 
-def split_model(model: nn.Module, partition: Partition) -> list[nn.Sequential]:
+def split_model(workload: Workload, model: nn.Module,
+                partition: Partition) -> list[nn.Sequential]:
     """The stages of `partition` as nn.Sequential modules sharing `model`'s parameters."""
-    blocks = resnet_blocks(model)
+    blocks = workload.family.blocks(model)
     return [nn.Sequential(*(blocks[i][1] for i in r)) for r in partition.stage_ranges()]
 
 
-def cut_resnet(model: nn.Module, stages: int, balance: str, sample: torch.Tensor | None = None,
-               workload: Workload | None = None) -> tuple[Partition, list[nn.Sequential]]:
+def cut_model(workload: Workload, model: nn.Module, stages: int, balance: str,
+              sample: torch.Tensor | None = None) -> tuple[Partition, list[nn.Sequential]]:
     """Plan a cut of `model` (see `plan_cut`) and split it there."""
-    partition = plan_cut(model, stages, balance, sample, workload)
-    return partition, split_model(model, partition)
+    partition = plan_cut(workload, model, stages, balance, sample)
+    return partition, split_model(workload, model, partition)

@@ -256,11 +256,11 @@ class ScheduledPipeline(ProcessPerDevice):
                                             self.plan.global_batch)
                 sample, _ = self.workload.make_batch(sample_batch, device)
                 model = model.to(device)
-            cut[0] = plan_cut(model, self._pieces, balance, sample, self.workload)
+            cut[0] = plan_cut(self.workload, model, self._pieces, balance, sample)
         dist.broadcast_object_list(cut, src=0)
         assert cut[0] is not None  # rank 0 planned it
         self._partition = cut[0]
-        modules = split_model(model, self._partition)
+        modules = split_model(self.workload, model, self._partition)
         self._indices = self._stage_indices()
         self._local = [self.workload.prepare_model(modules[i].to(device)).train()
                        for i in self._indices]

@@ -66,7 +66,7 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
     def verify_rounds_elsewhere(cls, plan) -> bool:
         # A rank backpropagates its whole shard's loss and the gradients are averaged after;
         # the baseline scales each shard's loss before. Exact in binary, except for fp16's
-        # subnormal gradients (resnet50 at 128 px: 6e-4 apart, a 400th of the step).
+        # subnormal gradients (the tutorial's model at 128 px: 6e-4 apart, a 400th of the step).
         return plan.workload.precision == "fp16"
 
     @property

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from strategies.errors import StrategyError
-from strategies.partition import Partition, cut_resnet
+from strategies.partition import Partition, cut_model
 
 __all__ = ["MAX_TIMING_BATCH", "Stage", "bubble_fraction", "build_stages", "micro_batch_sizes",
            "resolve_split", "timing_batch"]
@@ -76,7 +76,7 @@ def build_stages(workload, devices: Sequence[torch.device], balance: str,
     if balance == "time":
         sample, _ = workload.make_batch(sample_batch, devices[0])
         model = model.to(devices[0])
-    partition, modules = cut_resnet(model, len(devices), balance, sample, workload)
+    partition, modules = cut_model(workload, model, len(devices), balance, sample)
     stages = []
     for module, device in zip(modules, devices, strict=True):
         module = workload.prepare_model(module.to(device)).train()

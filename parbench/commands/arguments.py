@@ -15,8 +15,10 @@ import torch
 import strategies
 from parbench.config import Config
 from parbench.devices import DeviceError, DeviceSet, parse_devices
+from parbench.families import family_of
 from parbench.planning import ConfigError
 from parbench.results import ResultsError, RunFolder
+from parbench.workloads import MIN_IMAGE_SIZE
 
 __all__ = [
     "UsageError", "add_common_arguments", "add_strategy_options", "at_least", "checked",
@@ -55,6 +57,16 @@ def choice_list(flag: str, text: str, choices: Sequence[str]) -> list[str]:
             raise UsageError(f"unknown {flag.lstrip('-').replace('-', ' ')} {value!r}; "
                              f"available: {', '.join(choices)}")
     return values
+
+
+def image_sizes(text: str, models: Sequence[str]) -> list[int]:
+    """The --image-size list, each size one every model in `models` trains on."""
+    sizes = int_list("--image-size", text, MIN_IMAGE_SIZE)
+    for model, size in itertools.product(models, sizes):
+        problem = family_of(model).image_size_problem(size)
+        if problem:
+            raise UsageError(f"--image-size {size}: {model} cannot train on it; {problem}")
+    return sizes
 
 
 def at_least(flag: str, value: int, minimum: int) -> int:

@@ -15,7 +15,7 @@ from parbench.commands.arguments import (
     choice_list,
     default_devices,
     device_set,
-    int_list,
+    image_sizes,
     new_run_folder,
     positive,
     strategy_names,
@@ -25,7 +25,7 @@ from parbench.config import Config, options_for
 from parbench.environment import collect_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.record import Record
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
+from parbench.workloads import MODELS, PRECISIONS, Workload
 
 __all__ = ["command_max_batch"]
 
@@ -39,8 +39,8 @@ def command_max_batch(args: argparse.Namespace) -> int:
                          "of, only the machine's")
     start = at_least("--start", args.start, 1)
     limit = at_least("--limit", args.limit, start)
-    workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
-                        image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
+    model = choice_list("--model", args.model, MODELS)[0]
+    workload = Workload(model=model, image_size=image_sizes(args.image_size, [model])[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
                         channels_last=args.channels_last)

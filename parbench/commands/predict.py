@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from parbench.commands.arguments import UsageError, at_least, open_run_folder
+from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
 from parbench.devices import format_bytes, host_memory_bytes
 from parbench.experiments import held_out_version
 from parbench.plots import write_sweep_figure
@@ -37,8 +37,7 @@ from parbench.predict.summary import (
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
 from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results import ResultsError, RunFolder, atomic_write_text
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
-from strategies.partition import resnet_blocks
+from parbench.workloads import MODELS, PRECISIONS, Workload
 from strategies.stages import resolve_split
 
 __all__ = ["command_predict"]
@@ -220,19 +219,20 @@ def _check_batches(model: str, image_size: int, device: str, batch: int, counts:
                          "micro-batch cannot exceed the global batch")
     workload = Workload(model=model, image_size=image_size)
     with torch.device("meta"):
-        blocks = len(resnet_blocks(workload.build_model()))
+        blocks = len(workload.family.blocks(workload.build_model()))
     if max(counts) > blocks:
         raise UsageError(f"--devices {max(counts)}: {model} has {blocks} blocks to cut, so "
                          f"its stages fill at most {blocks} devices; give --devices {blocks} or "
                          "fewer")
-    # A ResNet halves the image 5 times: up to 32 px layer4's output is 1x1, and BatchNorm
-    # cannot train on one value per channel, one image.
-    ones = [why for size, why in _profiled_sizes(batch, counts, splits) if size == 1]
-    if ones and image_size <= 32:
-        raise UsageError(f"--image-size {image_size} leaves layer4 one pixel, and BatchNorm "
-                         f"cannot train one image on it ({ones[0]} is a micro-batch of 1): "
-                         "give 2 images or more per micro-batch and per device, or "
-                         "--image-size 33 or more")
+    smallest = workload.family.smallest_batch(image_size)
+    fewer = [(size, why) for size, why in _profiled_sizes(batch, counts, splits)
+             if size < smallest]
+    if fewer:  # a ResNet's BatchNorm on one pixel per channel at 32 px
+        (size, why), = fewer[:1]
+        raise UsageError(f"{model} cannot train fewer than {smallest} images at --image-size "
+                         f"{image_size} ({why} gives micro-batches of {size}): give {smallest} "
+                         "images or more per micro-batch and per device, or a larger "
+                         "--image-size")
     need = workload.input_bytes(batch)  # the whole batch is profiled
     available = (torch.cuda.get_device_properties(0).total_memory if device == "cuda"
                  else host_memory_bytes())
@@ -255,7 +255,7 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
     sweep.splits = (_whole_numbers("--split-size", args.split_size, "micro-batch sizes", "2,4")
                     if args.split_size is not None else [])
     at_least("--batch-size", sweep.batch_size, 1)
-    at_least("--image-size", sweep.image_size, MIN_IMAGE_SIZE)
+    image_sizes(str(sweep.image_size), [sweep.model])
     at_least("--threads", sweep.threads, 1)
     sweep.device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
     if sweep.device == "cuda" and not torch.cuda.is_available():

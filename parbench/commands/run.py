@@ -19,6 +19,7 @@ from parbench.commands.arguments import (
     choice_list,
     default_devices,
     device_set,
+    image_sizes,
     int_list,
     new_run_folder,
     open_run_folder,
@@ -34,7 +35,7 @@ from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
 from parbench.planning import ConfigError, PlanRefused
 from parbench.results import ResultsError, RunFolder, load_records
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS
+from parbench.workloads import MODELS, PRECISIONS
 from strategies.single import accumulating
 
 __all__ = ["add_parsers", "build_configs", "command_run"]
@@ -87,11 +88,12 @@ def _swept_configs(args: argparse.Namespace, device_sets: list[DeviceSet] | None
     if args.compile and args.warmup < 1:
         raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
                          "model, and that step must not be measured")
+    models = choice_list("--model", args.model, MODELS)
     configs = expand_sweep(
         strategy=names,
-        model=choice_list("--model", args.model, MODELS),
+        model=models,
         global_batch=batches,
-        image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE),
+        image_size=image_sizes(args.image_size, models),
         precision=choice_list("--precision", args.precision, PRECISIONS),
         devices=device_sets,
         options=strategy_option_sweep(args),

@@ -15,6 +15,7 @@ from parbench.commands.arguments import (
     choice_list,
     default_devices,
     device_set,
+    image_sizes,
     int_list,
     positive,
     strategy_names,
@@ -22,7 +23,7 @@ from parbench.commands.arguments import (
 )
 from parbench.config import Config, options_for
 from parbench.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
-from parbench.workloads import MIN_IMAGE_SIZE, MODELS, PRECISIONS, Workload
+from parbench.workloads import MODELS, PRECISIONS, Workload
 
 __all__ = ["command_verify"]
 
@@ -40,8 +41,8 @@ def command_verify(args: argparse.Namespace) -> int:
         names = strategy_names(args.strategy)
     else:
         names = None
-    workload = Workload(model=choice_list("--model", args.model, MODELS)[0],
-                        image_size=int_list("--image-size", args.image_size, MIN_IMAGE_SIZE)[0],
+    model = choice_list("--model", args.model, MODELS)[0]
+    workload = Workload(model=model, image_size=image_sizes(args.image_size, [model])[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
                         seed=args.seed)
@@ -73,9 +74,14 @@ def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> s
     what = "one SGD step" if steps == 1 else f"{steps} SGD steps"
     text = (f"{what} of {workload.model} on batch {batch} ({workload.image_size}px, "
             f"{workload.precision}) from seed {seed}, against {strategies.BASELINE} on "
-            f"{devices.logical[0]}; micro-batched strategies against the baseline accumulating "
-            "gradients over the same micro-batches, data-parallel ones against it accumulating "
-            "over the replicas' shards (so BatchNorm sees the same samples)")
+            f"{devices.logical[0]}")
+    if workload.family.batch_statistics:
+        text += ("; micro-batched strategies against the baseline accumulating gradients over "
+                 "the same micro-batches, data-parallel ones against it accumulating over the "
+                 "replicas' shards (so BatchNorm sees the same samples)")
+    else:
+        text += (f"'s whole-batch step for every strategy ({workload.model} normalises each "
+                 "sample on its own, so splitting the batch changes nothing but rounding)")
     if steps > 1:
         text += (f". Rounding differences grow over steps: each strategy may drift up to "
                  f"{DRIFT_ALLOWANCE}x as far as the baseline does from the farthest of its "

@@ -1,4 +1,4 @@
-"""A ResNet's per-block profile on the device at hand: forward, input-gradient and weight-
+"""A model's per-block profile on the device at hand: forward, input-gradient and weight-
 gradient time at one micro-batch size (timed inside whole training steps), the activation each
 cut sends, parameter bytes and the activation memory each block holds per micro-batch; cached,
 so a prediction costs seconds."""
@@ -17,7 +17,7 @@ from parbench.predict.cache import cached, settings_key
 from parbench.predict.schedule_replay import StageTimes
 from parbench.workloads import Workload
 from strategies.clock import StepClock
-from strategies.partition import Partition, resnet_blocks
+from strategies.partition import Partition
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 
@@ -251,7 +251,7 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
     try:
         model = workload.build_model_on(device)
         images, labels = workload.make_batch(micro_batch, device)
-        named = resnet_blocks(model)
+        named = workload.family.blocks(model)
         alone, x = [], images
         for index, (name, block) in enumerate(named):
             inputs = x.detach().requires_grad_(index > 0)

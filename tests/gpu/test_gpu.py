@@ -189,7 +189,7 @@ def test_the_time_balance_and_the_profile_time_blocks_with_cuda_events():
     """Both mark block boundaries with CUDA events and sync once a pass (strategies.clock)."""
     workload = replace(WORKLOAD, model="resnet18", precision="bf16", channels_last=True)
     sample, _ = workload.make_batch(16, GPU)
-    partition = plan_cut(workload.build_model_on(GPU), 3, "time", sample, workload)
+    partition = plan_cut(workload, workload.build_model_on(GPU), 3, "time", sample)
     assert len(partition.stage_ranges()) == 3
     profile = profile_blocks(workload, 16, GPU)
     assert all(b.forward_s > 0 and b.input_grad_s + b.weight_grad_s > 0 for b in profile.blocks)

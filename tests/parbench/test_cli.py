@@ -167,7 +167,10 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["run", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
     (["run", "--steps", "ten"], "invalid int value: 'ten'"),
-    (["run", "--image-size", "16"], "--image-size must be at least 32, got 16"),
+    (["run", "--image-size", "16"], "--image-size 16: resnet18 cannot train on it; use at "
+                                    "least 32"),
+    (["verify", "--model", "vit_b_16", "--image-size", "40"],
+     "--image-size 40: vit_b_16 cannot train on it; use a multiple of 16 (e.g. 32)"),
     (["run", "--precision", "fp8"], "unknown precision 'fp8'"),
     (["run", "--devices", "cuda:3"], "device cuda:3 is not available"),
     (["run", "--devices", "tpu:0"], "unknown device 'tpu:0'"),

@@ -260,10 +260,13 @@ SWEEP = ["--model", "resnet18", "--image-size", "32", "--devices", "2", "--batch
     (["--split-size", "2,,4"], "--split-size '2,,4': give micro-batch sizes"),
     (["--split-size", "16"], "--split-size 16 is larger than --batch-size 8; a micro-batch "
                              "cannot exceed the global batch"),
-    (["--split-size", "1"], "BatchNorm cannot train one image on it (--split-size 1 is a "
-                            "micro-batch of 1): give 2 images or more"),
+    (["--split-size", "1"], "resnet18 cannot train fewer than 2 images at --image-size 32 "
+                            "(--split-size 1 gives micro-batches of 1): give 2 images or more"),
     (["--split-size", ""], "--split-size '': give micro-batch sizes"),
-    (["--image-size", "16"], "--image-size must be at least 32, got 16"),
+    (["--image-size", "16"], "--image-size 16: resnet18 cannot train on it; use at least 32"),
+    (["--image-size", "8"], "--image-size must be at least 16, got 8"),
+    (["--model", "vit_b_16", "--image-size", "40"],
+     "--image-size 40: vit_b_16 cannot train on it; use a multiple of 16 (e.g. 32)"),
     (["--image-size", "100000"], "input images alone need"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
     (["--model", "vgg16"], "invalid choice: 'vgg16'"),

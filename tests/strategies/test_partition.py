@@ -9,28 +9,26 @@ from parbench.devices import parse_devices
 from parbench.workloads import Workload
 from strategies.base import StrategyError
 from strategies.clock import StepClock
-from strategies.partition import _balanced_bounds, cut_resnet, plan_cut, resnet_blocks
+from strategies.partition import _balanced_bounds, cut_model, plan_cut
 from strategies.stages import MAX_TIMING_BATCH, timing_batch
 
 
+def _workload(name="resnet50"):
+    return Workload(model=name, image_size=32, num_classes=10)
+
+
 def _model(name="resnet50"):
-    return Workload(model=name, image_size=32, num_classes=10).build_model()
-
-
-def test_blocks_are_stem_every_residual_block_and_head():
-    names = [name for name, _ in resnet_blocks(_model("resnet50"))]
-    assert names[0] == "stem" and names[-1] == "head"
-    assert len(names) == 1 + (3 + 4 + 6 + 3) + 1
+    return _workload(name).build_model()
 
 
 def test_the_tutorial_cut_is_after_layer2():
-    partition = plan_cut(_model("resnet50"), 2, "tutorial")
+    partition = plan_cut(_workload("resnet50"), _model("resnet50"), 2, "tutorial")
     assert partition.describe() == "stem..layer2.3 | layer3.0..head"
 
 
 def test_stages_compose_to_the_whole_model():
     model = _model("resnet18").eval()
-    _, stages = cut_resnet(model, 3, "params")
+    _, stages = cut_model(_workload("resnet18"), model, 3, "params")
     images = torch.randn(2, 3, 32, 32)
     x = images
     for stage in stages:
@@ -47,9 +45,9 @@ def test_balanced_bounds_minimise_the_largest_stage():
 
 
 def test_balance_by_params_and_by_time_give_valid_cuts():
-    model = _model("resnet18")
-    by_params = plan_cut(model, 4, "params")
-    by_time = plan_cut(model, 4, "time", sample=torch.randn(2, 3, 32, 32))
+    model, workload = _model("resnet18"), _workload("resnet18")
+    by_params = plan_cut(workload, model, 4, "params")
+    by_time = plan_cut(workload, model, 4, "time", sample=torch.randn(2, 3, 32, 32))
     for partition in (by_params, by_time):
         assert partition.stages == 4
         assert all(len(r) >= 1 for r in partition.stage_ranges())
@@ -58,7 +56,7 @@ def test_balance_by_params_and_by_time_give_valid_cuts():
 def test_timing_blocks_leaves_batchnorm_statistics_alone():
     model = _model("resnet18")
     before = model.bn1.running_mean.clone()
-    plan_cut(model, 2, "time", sample=torch.randn(2, 3, 32, 32))
+    plan_cut(_workload("resnet18"), model, 2, "time", sample=torch.randn(2, 3, 32, 32))
     assert torch.equal(model.bn1.running_mean, before)
 
 
@@ -87,7 +85,7 @@ def test_timing_blocks_runs_them_at_the_workloads_precision_and_memory_format():
     model = workload.build_model()
     sample, _ = workload.make_batch(3, "cpu")
     with _conv_inputs() as seen:
-        plan_cut(model, 3, "time", sample, workload)
+        plan_cut(workload, model, 3, "time", sample)
     assert len(seen) == 2 * 20  # resnet18's 20 convolutions, in each of 2 repeats
     assert {batch for batch, _, _ in seen} == {3}
     assert all(channels_last for _, channels_last, _ in seen)
@@ -95,9 +93,10 @@ def test_timing_blocks_runs_them_at_the_workloads_precision_and_memory_format():
     assert model.conv1.weight.is_contiguous()  # the copy was timed, the model left as it was
 
 
-def test_timing_blocks_without_a_workload_runs_them_in_fp32_as_they_are():
+def test_timing_blocks_of_an_fp32_workload_runs_them_in_fp32_as_they_are():
     with _conv_inputs() as seen:
-        plan_cut(_model("resnet18"), 3, "time", sample=torch.randn(2, 3, 32, 32))
+        plan_cut(_workload("resnet18"), _model("resnet18"), 3, "time",
+                 sample=torch.randn(2, 3, 32, 32))
     assert {dtype for _, _, dtype in seen} == {torch.float32}
     assert not seen[0][1]  # the stem's input as given
 
@@ -142,4 +141,4 @@ def test_a_strategy_cut_by_time_times_its_blocks_at_its_own_batch(tiny_workload,
 ])
 def test_impossible_cuts_are_refused(stages, balance, message):
     with pytest.raises(StrategyError, match=message):
-        plan_cut(_model("resnet18"), stages, balance)
+        plan_cut(_workload("resnet18"), _model("resnet18"), stages, balance)

@@ -1,0 +1,62 @@
+"""What the suite needs to know of a model family: its blocks, its cut, its normalisation."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from torch import nn
+
+__all__ = ["ModelFamily"]
+
+
+class ModelFamily(ABC):
+    """A family of torchvision image classifiers, described once for every strategy.
+
+    Strategies never name a model: they cut it into the family's `blocks`, the tutorial's
+    two stages at `tutorial_cut`, FSDP's units at its `sharded_blocks`, and verify compares
+    them against the reference its normalisation asks for (`batch_statistics`).
+    """
+
+    # The torchvision builders this family answers for (`torchvision.models.<name>`).
+    models: ClassVar[tuple[str, ...]]
+    # Whether its normalisation layers use the statistics of the batch they see (BatchNorm):
+    # then a micro-batch or a replica's shard normalises otherwise than the whole batch, and
+    # the exact reference accumulates over the same parts. False (LayerNorm: per sample): the
+    # whole-batch step is the reference for every strategy.
+    batch_statistics: ClassVar[bool]
+    # The smallest image side the family trains on, and the step sizes must come in.
+    min_image_size: ClassVar[int]
+    image_size_step: ClassVar[int] = 1
+
+    @abstractmethod
+    def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
+        """A randomly initialised `model` for images of `image_size` pixels."""
+
+    @abstractmethod
+    def blocks(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
+        """The model as a flat list of named blocks that, called in order, compute its forward
+        pass; their parameters, in order, are the model's own in `parameters()` order (what
+        pipelines give back for verify). Built from the model's modules, sharing them."""
+
+    @abstractmethod
+    def tutorial_cut(self, block_names: list[str]) -> str:
+        """The first block of the second stage in the tutorial's two-stage cut."""
+
+    def sharded_blocks(self, model: nn.Module) -> list[nn.Module]:
+        """FSDP's units besides the root: every block but the first (the stem) and the last
+        (the head), which the root unit holds."""
+        return [block for _, block in self.blocks(model)[1:-1]]
+
+    def smallest_batch(self, image_size: int) -> int:
+        """The fewest images a micro-batch or a replica's shard can train on at this size."""
+        return 1
+
+    def image_size_problem(self, image_size: int) -> str | None:
+        """Why the family cannot train at `image_size` and what to give instead, or None."""
+        if image_size < self.min_image_size:
+            return f"use at least {self.min_image_size}"
+        if image_size % self.image_size_step:
+            near = max(self.min_image_size, image_size - image_size % self.image_size_step)
+            return f"use a multiple of {self.image_size_step} (e.g. {near})"
+        return None

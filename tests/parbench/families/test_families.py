@@ -1,0 +1,65 @@
+"""Every model family keeps the promises strategies rely on: its blocks compute its forward pass,
+hold its parameters in order, and its cuts and image sizes are checked."""
+
+import pytest
+import torch
+
+from parbench.families import FAMILIES, MODELS, family_of
+from parbench.workloads import Workload
+from strategies.partition import plan_cut
+
+# The smallest member of each family, at a small size it trains on.
+SMALLEST = [("resnet18", 32), ("vit_b_16", 32)]
+
+
+def test_every_family_is_tested_and_every_model_has_one_family():
+    assert {family_of(model) for model, _ in SMALLEST} == set(FAMILIES)
+    assert len(MODELS) == len(set(MODELS))
+
+
+@pytest.mark.parametrize("model, size", SMALLEST)
+def test_blocks_called_in_order_compute_the_model_and_hold_its_parameters(model, size):
+    workload = Workload(model=model, image_size=size, num_classes=10)
+    network = workload.build_model().eval()
+    blocks = workload.family.blocks(network)
+    images, _ = workload.make_batch(2, "cpu")
+    x = images
+    with torch.no_grad():
+        for _, block in blocks:
+            x = block(x)
+        assert torch.equal(x, network(images))
+    held = [p for _, block in blocks for p in block.parameters()]
+    assert [id(p) for p in held] == [id(p) for p in network.parameters()]  # verify's order
+
+
+@pytest.mark.parametrize("model, cut", [
+    ("resnet50", "stem..layer2.3 | layer3.0..head"),
+    ("vit_b_16", "embed..encoder.5 | encoder.6..head"),
+])
+def test_the_tutorial_cut_is_the_familys(model, cut):
+    workload = Workload(model=model, image_size=32)
+    with torch.device("meta"):
+        network = workload.build_model()
+    assert plan_cut(workload, network, 2, "tutorial").describe() == cut
+
+
+def test_normalisation_decides_the_reference_of_a_split_step():
+    assert family_of("resnet50").batch_statistics  # BatchNorm: per micro-batch
+    assert not family_of("vit_b_16").batch_statistics  # LayerNorm: per sample
+
+
+@pytest.mark.parametrize("model, size, message", [
+    ("resnet18", 16, "resnet18 cannot train on images of 16 px; use at least 32"),
+    ("vit_b_16", 40, "vit_b_16 cannot train on images of 40 px; use a multiple of 16 (e.g. 32)"),
+    ("vit_b_16", 8, "use at least 16"),
+    ("alexnet", 64, "unknown model 'alexnet'; choose from resnet18, "),
+])
+def test_a_size_or_model_no_family_trains_is_refused(model, size, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Workload(model=model, image_size=size)
+
+
+def test_a_resnet_at_32_px_needs_two_images_per_batch():
+    assert family_of("resnet18").smallest_batch(32) == 2
+    assert family_of("resnet18").smallest_batch(64) == 1
+    assert family_of("vit_b_16").smallest_batch(32) == 1
