@@ -4,7 +4,10 @@ hold its parameters in order, and its cuts and image sizes are checked."""
 import pytest
 import torch
 
+import strategies
+from parbench.devices import parse_devices
 from parbench.families import FAMILIES, MODELS, family_of
+from parbench.verify import verify
 from parbench.workloads import Workload
 from strategies.partition import plan_cut
 
@@ -43,9 +46,14 @@ def test_the_tutorial_cut_is_the_familys(model, cut):
     assert plan_cut(workload, network, 2, "tutorial").describe() == cut
 
 
-def test_normalisation_decides_the_reference_of_a_split_step():
-    assert family_of("resnet50").batch_statistics  # BatchNorm: per micro-batch
-    assert not family_of("vit_b_16").batch_statistics  # LayerNorm: per sample
+@pytest.mark.parametrize("model, reference", [("resnet18", 2), ("vit_b_16", None)])
+def test_normalisation_decides_the_reference_of_a_split_step(model, reference):
+    """BatchNorm normalises per micro-batch: the baseline accumulating over the same 2-image
+    micro-batches; LayerNorm per sample: the whole-batch step."""
+    workload = Workload(model=model, image_size=32)
+    plan = strategies.plan("pipeline", workload, 4, parse_devices("cpu,cpu").logical,
+                           {"split_size": 2})
+    assert plan.reference_split == reference
 
 
 @pytest.mark.parametrize("model, size, message", [
@@ -63,3 +71,13 @@ def test_a_resnet_at_32_px_needs_two_images_per_batch():
     assert family_of("resnet18").smallest_batch(32) == 2
     assert family_of("resnet18").smallest_batch(64) == 1
     assert family_of("vit_b_16").smallest_batch(32) == 1
+
+
+def test_a_vit_trains_as_the_baseline_does_where_strategies_use_its_blocks():
+    """The paths that ask the family (stages cut at its blocks in one process and in one
+    process per stage, FSDP's units) make the whole-batch step: LayerNorm needs no
+    accumulating reference."""
+    workload = Workload(model="vit_b_16", image_size=32, num_classes=10)
+    names = ["model-parallel", "pipeline-1f1b", "fsdp"]
+    verdicts = verify(workload, parse_devices("cpu,cpu"), names, 4, {"split_size": 2}, 1e-5)
+    assert [(v.strategy, v.ok) for v in verdicts] == [(name, True) for name in names], verdicts
