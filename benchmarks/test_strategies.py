@@ -1,5 +1,6 @@
-"""pytest-benchmark: one training-step benchmark per strategy of parbench's suite that can run
-here (`parbench.suite`, the configurations asv and the CLI's quick comparison measure too).
+"""pytest-benchmark: one training-step benchmark per configuration of the quick comparison's
+sweep (`parbench.suite.spec`: what `parbench run` without --strategy and asv measure too,
+its accumulating baselines included).
 
 Each timed call (a pytest-benchmark round) is one optimiser step of the whole global batch,
 returning once every device and rank has finished it (the same launcher, processes and
@@ -18,13 +19,20 @@ import pytest
 
 from parbench import suite, trials
 from parbench.config import Config
-from parbench.devices import parse_devices
 from parbench.paced import PacedRun
 from parbench.runner import run_config
+from parbench.sweep import Sweep
 from parbench.worker import Measurement
 
-DEVICES = parse_devices(os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu"))
-RUNNABLE = suite.runnable(DEVICES)
+DEVICES = os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu")
+SWEEP = Sweep.build(suite.spec(DEVICES))
+MEASURED = [config for config in SWEEP.configs if config.plan.runs]
+
+
+def _name(config: Config) -> str:
+    """The benchmark's id: the strategy, with its options where it has any."""
+    options = ",".join(f"{key}={value}" for key, value in sorted(config.options.items()))
+    return f"{config.strategy}:{options}" if options else config.strategy
 
 
 def _finished(run: PacedRun) -> Callable[[Config], Measurement]:
@@ -59,17 +67,17 @@ class Trials:
         for round_, run in enumerate(self.runs):
             measured = run_config(self.config, measure=_finished(run))
             record = trials.with_trial(record, measured, trials.trial_of(measured, round_),
-                                       len(self.runs), seed=0)
+                                       len(self.runs), SWEEP.shuffle_seed)
         return record
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("strategy", RUNNABLE)
-def test_training_step(benchmark, strategy):
-    config = replace(suite.config(strategy, DEVICES), timeout_s=600)
+@pytest.mark.parametrize("config", MEASURED, ids=_name)
+def test_training_step(benchmark, config):
+    config = replace(config, timeout_s=600)
     measured = Trials(config)
     benchmark.pedantic(measured.step, setup=measured.setup, iterations=1,
-                       rounds=suite.REPEATS * config.steps)
+                       rounds=SWEEP.repeats * config.steps)
     record = measured.record()
     assert record.ok, record.reason
     benchmark.extra_info.update(

@@ -19,6 +19,7 @@ from parbench.measure import imbalance, memory_growth, peak_tflops, training_flo
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.record import Record
 from parbench.results import RunFolder
+from parbench.sweep import Sweep
 from parbench.worker import Measurement
 from parbench.workloads import Workload
 
@@ -201,18 +202,19 @@ def done_trials(previous: Sequence[Record]) -> set[tuple[str, int, bool]]:
     return done
 
 
-def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
+def run_sweep(sweep: Sweep, folder: RunFolder, environment: dict,
               on_start: Callable[[trials.Slot, Config], None] | None = None,
               on_done: Callable[[trials.Slot, Record], None] | None = None,
-              previous: Sequence[Record] = (), repeats: int = 1, seed: int = 0) -> list[Record]:
-    """Measure every configuration `repeats` times in interleaved rounds (trials.schedule),
-    rewriting the run folder after each trial.
+              previous: Sequence[Record] = ()) -> list[Record]:
+    """Measure every configuration of the sweep in its trials (`Sweep.schedule`: interleaved
+    rounds), rewriting the run folder after each trial.
 
     A trial that fails is recorded with its status and the sweep goes on; whatever was
     measured before an interruption is already on disk. A resumed run's trials (`previous`)
     that reached a final status are kept instead of measured again. Configurations their plan
     refuses are recorded as skipped, once.
     """
+    configs = sweep.configs
     folder.write_environment(environment)
     kept = {r.config_key: r for r in previous}
     by_key: dict[str, Record] = {}
@@ -221,21 +223,21 @@ def run_sweep(configs: list[Config], folder: RunFolder, environment: dict,
             by_key[config.key()] = dataclasses.replace(kept[config.key()], config_index=index)
         elif not config.plan.runs:
             by_key[config.key()] = run_config(config, folder.run_id, index, environment)
-    slots = trials.schedule(configs, repeats, seed, done_trials(previous))
 
     def records() -> list[Record]:
         ordered = [by_key[c.key()] for c in configs if c.key() in by_key]
         add_comparisons(ordered)
         return ordered
 
-    for slot in slots:
+    for slot in sweep.schedule(done_trials(previous)):
         config = configs[slot.index]
         if on_start:
             on_start(slot, config)
         started = time.perf_counter()
         measured = run_config(config, folder.run_id, slot.index, environment)
         trial = trials.trial_of(measured, slot.round, slot.twin, time.perf_counter() - started)
-        record = trials.with_trial(by_key.get(config.key()), measured, trial, repeats, seed)
+        record = trials.with_trial(by_key.get(config.key()), measured, trial, sweep.repeats,
+                                   sweep.shuffle_seed)
         by_key[config.key()] = record
         folder.write_timeline(record)
         folder.write_records(records())

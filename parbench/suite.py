@@ -1,15 +1,19 @@
-"""The suite: the fixed configurations that the CLI's quick comparison, the asv suite and the
-pytest-benchmark suite all measure (append only: asv keeps a history for each)."""
+"""The suite: the sweep that the CLI's quick comparison, the asv suite and the pytest-benchmark
+suite all measure, as one spec (append only: asv keeps a history for each)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import strategies
 from parbench.config import Config
-from parbench.devices import DeviceSet
+from parbench.devices import DeviceSet, parse_devices
+from parbench.sweep import SweepSpec
 from parbench.workloads import Workload
 
 __all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "REPEATS", "STEPS", "WARMUP", "cannot_run",
-           "config", "runnable", "scaled_strategies", "workload", "world_sizes"]
+           "config", "runnable", "scaled_strategies", "scaling_spec", "spec", "workload",
+           "world_sizes"]
 
 # resnet18, batch 32, 128 px, 1 warm-up + 3 measured steps per trial, 3 trials: a trial takes
 # 5 to 10 s on two CPU cores, of which 0 to 7 s start its processes and build the model. Trials
@@ -18,6 +22,27 @@ __all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "REPEATS", "STEPS", "WARMUP",
 # its steps varied by 2 to 5%, so 5 steps pin a trial's median to about 1 to 2%.
 MODELS = ("resnet18",)
 GLOBAL_BATCH, IMAGE_SIZE, WARMUP, STEPS, REPEATS = 32, 128, 1, 3, 3
+
+
+def spec(devices: str) -> SweepSpec:
+    """The quick comparison on `devices` (a logical device list): every strategy that can run
+    there, on the suite's job, in REPEATS trials. `parbench run` with no --strategy measures
+    it, and asv and pytest-benchmark measure exactly its sweep, baselines included."""
+    return SweepSpec(strategies=None, models=MODELS, batch_sizes=(GLOBAL_BATCH,),
+                     image_sizes=(IMAGE_SIZE,), devices=(devices,), warmup=WARMUP, steps=STEPS,
+                     repeats=REPEATS)
+
+
+def scaling_spec(devices: str) -> SweepSpec | None:
+    """The data-parallel strategies that can run on `devices`, at 1, 2, 4, ... ranks up to
+    them (asv's scaling curve); None where none can."""
+    device_set = parse_devices(devices)
+    names = tuple(name for name in scaled_strategies() if cannot_run(name, device_set) is None)
+    if not names:
+        return None
+    ranks = world_sizes(device_set)
+    return dataclasses.replace(spec(devices), strategies=names,
+                               options=tuple({"world_size": n} for n in ranks))
 
 
 def workload(model: str = MODELS[0]) -> Workload:

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny workload that trains in well under a second on one CPU thread, this
 process's children (to check none is left behind), and a small image folder."""
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -85,3 +86,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def load_harness():
+    """A harness module by its path from the repository's root (benchmarks/ is not an
+    installed package)."""
+    def load(path: str):
+        spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

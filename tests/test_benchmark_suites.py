@@ -31,3 +31,18 @@ def test_plain_pytest_skips_the_benchmarks_and_benchmark_only_selects_them():
     assert "test_training_step[single]" in listed.stdout
     assert "test_training_step[ddp]" in listed.stdout
     assert "test_training_step[data-parallel]" not in listed.stdout  # needs CUDA
+
+
+def test_asv_and_pytest_benchmark_measure_exactly_the_quick_comparison(load_harness):
+    """`parbench run` without --strategy, asv's first sweep and pytest-benchmark's parameters:
+    the same configurations, the accumulating baselines included."""
+    from parbench.cli import parser
+    from parbench.commands.run import build_sweep, spec_of
+
+    quick = build_sweep(spec_of(parser().parse_args(["run", "--devices", "cpu,cpu"])))
+    assert any(config.options.get("accumulation_split") for config in quick.configs)
+    asv = load_harness("benchmarks/asv/common.py")
+    assert [c.key() for c in asv.sweeps()[0].configs] == [c.key() for c in quick.configs]
+    benchmarked = load_harness("benchmarks/test_strategies.py").MEASURED
+    assert [c.key() for c in benchmarked] == [c.key() for c in quick.configs if c.plan.runs]
+    assert asv.sweeps()[0].repeats == quick.repeats == 3

@@ -9,6 +9,7 @@ run`, imports parbench and measures. The devices come from PARBENCH_ASV_DEVICES 
 `cpu,cpu`: two emulated devices on the CPU; on a GPU host e.g. `cuda:0,cuda:1`).
 """
 
+import itertools
 import os
 
 DEVICES = os.environ.get("PARBENCH_ASV_DEVICES", "cpu,cpu")
@@ -36,36 +37,45 @@ def world_sizes() -> list[int]:
     return [2**k for k in range(count.bit_length()) if 2**k <= count]
 
 
+def sweeps() -> list:
+    """The sweeps asv measures: the quick comparison's (`suite.spec`, exactly what `parbench
+    run` measures without --strategy, baselines included), then the data-parallel strategies
+    at each world size (`suite.scaling_spec`)."""
+    from parbench import suite
+    from parbench.sweep import Sweep
+
+    specs = [suite.spec(DEVICES), suite.scaling_spec(DEVICES)]
+    return [Sweep.build(spec) for spec in specs if spec is not None]
+
+
+def _key(config, scaling: bool) -> tuple[str, str, int | None]:
+    """A configuration's asv parameters: (strategy, model, world size in the scaling sweep)."""
+    world_size = config.options.get("world_size") if scaling else None
+    return config.strategy, config.workload.model, world_size
+
+
 def measure_all() -> dict:
-    """Every configuration the suite tracks, each measured in `suite.REPEATS` trials in
-    interleaved rounds (as `parbench run --repeats`): {(strategy, model, world size or
-    None): the record's tracked figures}, figures of merit as geometric means over trials."""
+    """Every sweep's records, each configuration measured in `suite.REPEATS` trials in
+    interleaved rounds (as `parbench run --repeats`): {(strategy, model, world size or None):
+    the record's tracked figures}, figures of merit as geometric means over trials. The
+    quick comparison's accumulating baselines are measured too (its records' speedups are
+    split with them) but tracked by no benchmark; a strategy it leaves out says why."""
     import tempfile
 
-    from parbench import suite
-    from parbench.devices import parse_devices
     from parbench.results import RunFolder
     from parbench.runner import run_sweep
 
-    devices = parse_devices(DEVICES)
-    # A data-parallel strategy's own configuration is its largest world size, when that is
-    # every device (1, 2, 4, ...): measured once, read under both keys.
-    alias = device_count() in world_sizes()
-    keys: list[tuple[str, str, int | None]] = [
-        (s, m, None) for s in STRATEGIES for m in MODELS if not (alias and s in DATA_PARALLEL)]
-    keys += [(s, m, n) for s in DATA_PARALLEL for m in MODELS for n in world_sizes()]
-    configs = [suite.config(s, devices, m) if n is None else
-               suite.config(s, devices, m, world_size=n) for s, m, n in keys]
-    with tempfile.TemporaryDirectory(prefix="parbench-asv-") as folder:
-        records = run_sweep(configs, RunFolder(folder), {}, repeats=suite.REPEATS)
-    # A record's config_key is typed optional; every record here has one.
-    by_key: dict[str | None, tuple[str, str, int | None]] = dict(
-        zip([c.key() for c in configs], keys, strict=True))
-    figures = {by_key[r.config_key]: {name: getattr(r, name) for name in TRACKED}
-               for r in records}
-    if alias:
-        figures.update({(s, m, None): figures[(s, m, device_count())]
-                        for s in DATA_PARALLEL for m in MODELS})
+    figures: dict[tuple[str, str, int | None], dict] = {}
+    for index, sweep in enumerate(sweeps()):
+        with tempfile.TemporaryDirectory(prefix="parbench-asv-") as folder:
+            records = run_sweep(sweep, RunFolder(folder), {})
+        for config, record in zip(sweep.configs, records, strict=True):
+            if not config.options.get("accumulation_split"):
+                figures[_key(config, index > 0)] = {name: getattr(record, name)
+                                                    for name in TRACKED}
+        for name, reason in sweep.left_out.items():
+            for model, world_size in itertools.product(MODELS, [None, *world_sizes()]):
+                figures[(name, model, world_size)] = dict(status="skipped", reason=reason)
     return figures
 
 

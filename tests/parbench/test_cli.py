@@ -325,15 +325,21 @@ def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(tmp_path):
         record["first_step_time_s"] - record["step_time_median_s"])
 
 
+def _sweep(args):
+    from parbench.commands.run import build_sweep, spec_of
+
+    return build_sweep(spec_of(args))
+
+
 def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
     from parbench import cli, runner
-    from parbench.commands.run import build_configs
 
     args = cli.parser().parse_args(
         ["run", "--strategy", "pipeline-dualpipev", "--devices", "cpu,cpu", "--batch-size", "8",
          "--split-size", "2,4", *TINY])
-    configs = build_configs(args)
-    assert "refuses 1 of its 2 configurations" in capsys.readouterr().err
+    sweep = _sweep(args)
+    configs = sweep.configs
+    assert "refuses 1 of its 2 configurations" in "\n".join(sweep.notes)
     assert [c.options["split_size"] for c in configs] == [2, 4]
     assert configs[0].refusal() is None
     record = runner.run_config(configs[1], measure=lambda config: pytest.fail("measured"))
@@ -341,7 +347,7 @@ def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
     assert "needs at least as many micro-batches as stages (4), got 2" in record.reason
     args.split_size = "4"  # refused in every combination: a usage error
     with pytest.raises(cli.UsageError, match="got 2; use a smaller --split-size"):
-        build_configs(args)
+        _sweep(args)
 
 
 EIGHT_CPUS = ",".join(["cpu"] * 8)
@@ -353,12 +359,11 @@ def test_the_comparison_on_many_devices_leaves_out_a_strategy_they_cannot_cut_fo
     data-parallel on CPU, and plans the rest (it aborted); named, they cannot run here, and
     an option that no configuration can take is still a usage error."""
     from parbench import cli
-    from parbench.commands.run import build_configs
 
     args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, *TINY])
-    left_out: list[str] = []
-    planned = {c.strategy for c in build_configs(args, left_out=left_out)}
-    notes = "\n".join(left_out)
+    sweep = _sweep(args)
+    planned = {c.strategy for c in sweep.configs}
+    notes = "\n".join(sweep.notes)
     for name in ("pipeline-zbv", "pipeline-dualpipev", "pipeline-interleaved-1f1b"):
         assert name not in planned
         assert (f"note: {name} left out: 16 stages on 8 devices, but resnet18 has 10 blocks "
@@ -367,10 +372,10 @@ def test_the_comparison_on_many_devices_leaves_out_a_strategy_they_cannot_cut_fo
     args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, "--strategy",
                                     "pipeline-zbv", *TINY])
     with pytest.raises(cli.UsageError, match="pipeline-zbv cannot run here: 16 stages on 8"):
-        build_configs(args)
+        _sweep(args)
     args = cli.parser().parse_args(["run", "--devices", EIGHT_CPUS, "--split-size", "60", *TINY])
     with pytest.raises(cli.UsageError, match="--split-size 60 is larger than --batch-size 32"):
-        build_configs(args)
+        _sweep(args)
 
 
 def test_verify_on_many_devices_leaves_out_what_they_cannot_cut_for(capsys, monkeypatch):

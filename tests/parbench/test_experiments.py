@@ -7,9 +7,10 @@ import pytest
 
 from parbench import experiments, suite
 from parbench.cli import main, parser
-from parbench.commands.run import build_configs
+from parbench.commands.run import build_sweep, spec_of
 from parbench.devices import parse_devices
 from parbench.planning import ConfigError
+from parbench.sweep import SPEC_VERSION
 
 
 @pytest.mark.parametrize("name", experiments.names())
@@ -18,8 +19,8 @@ def test_every_experiment_is_a_valid_run_with_intervals(name):
     assert experiment.description and experiment.source
     args = parser().parse_args(["run", *experiment.arguments])
     assert args.repeats is not None and args.repeats >= suite.REPEATS  # published: intervals
-    configs = build_configs(args, [parse_devices("cpu,cpu")])  # every value refused or planned
-    assert any(config.plan.runs for config in configs)
+    sweep = build_sweep(spec_of(args), [parse_devices("cpu,cpu")])  # refused or planned
+    assert any(config.plan.runs for config in sweep.configs)
 
 
 def test_the_known_experiments_are_there():
@@ -52,7 +53,8 @@ def test_a_run_of_an_experiment_keeps_its_flags_under_the_ones_given(tmp_path, m
     [run] = (tmp_path / "results").iterdir()
     command = json.loads((run / "command.json").read_text())
     assert command["experiment"] == "tiny"
-    assert (command["batch_size"], command["image_size"]) == ("4", "32")  # the experiment's
+    assert command["spec_version"] == SPEC_VERSION
+    assert (command["batch_sizes"], command["image_sizes"]) == ([4], [32])  # the experiment's
     assert (command["repeats"], command["steps"], command["warmup"]) == (1, 1, 1)  # typed win
     [record] = json.loads((run / "records.json").read_text())
     assert (record["global_batch"], record["measured_steps"], record["warmup_steps"]) == (

@@ -9,7 +9,7 @@ import pytest
 
 from parbench import experiments, held_out
 from parbench.cli import main, parser
-from parbench.commands.run import build_configs
+from parbench.commands.run import build_sweep, spec_of
 from parbench.predict import version
 from parbench.predict.naive import naive_step_s
 from parbench.predict.profile import BlockProfile, Profile
@@ -48,7 +48,7 @@ def test_a_point_the_plan_refuses_is_drawn_again():
 def _holdout_configs(*flags: str):
     args = parser().parse_args(["run", "--experiment", "prediction-holdout", *flags])
     args.given_argv = ["--experiment", "prediction-holdout", *flags]
-    return build_configs(experiments.applied(args, args.parse_run))
+    return build_sweep(spec_of(experiments.applied(args, args.parse_run))).configs
 
 
 def test_the_published_holdout_draws_at_least_24_runnable_configurations_per_seed():

@@ -9,6 +9,7 @@ from parbench.devices import parse_devices
 from parbench.record import Record
 from parbench.results import RunFolder, load_records
 from parbench.runner import add_comparisons, run_config, run_sweep
+from parbench.sweep import Sweep
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_p
     monkeypatch.setattr(strategies.single.SingleDevice, "setup", fail_on_large_batches)
     bigger = replace(config, workload=replace(config.workload, image_size=64))
     folder = RunFolder.create(tmp_path)
-    run_sweep([bigger, config], folder, environment={"host": "here"})
+    run_sweep(Sweep((bigger, config)), folder, environment={"host": "here"})
     frame = load_records(folder.path)
     assert list(frame["status"]) == ["error", "ok"]
     assert list(frame["run_id"]) == [folder.run_id] * 2
@@ -135,19 +136,19 @@ def test_weak_scaling_compares_at_the_same_batch_per_device():
 
 def test_weak_scaling_multiplies_the_batch_by_the_devices_each_strategy_uses(capsys):
     from parbench import cli
-    from parbench.commands.run import build_configs
+    from parbench.commands.run import build_sweep, spec_of
 
     args = cli.parser().parse_args(
         ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", "--world-size", "1,2",
          "--batch-size", "8", "--scaling", "weak"])
-    configs = build_configs(args)
+    configs = build_sweep(spec_of(args)).configs
     assert [(c.strategy, c.global_batch, c.scaling) for c in configs] == [
         ("single", 8, "weak"), ("ddp", 8, "weak"), ("ddp", 16, "weak")]
     assert '"scaling": "weak"' in configs[0].key()
     assert "scaling" not in replace(configs[0], scaling="strong").key()
     # More ranks than devices: that combination is skipped, as under strong scaling.
     args.world_size = "1,4"
-    configs = build_configs(args)
+    configs = build_sweep(spec_of(args)).configs
     assert [c.options.get("world_size") for c in configs if c.strategy == "ddp"] == [1, 4]
     assert "world size 4 needs at least 4 devices" in configs[-1].refusal()
 
@@ -194,7 +195,7 @@ def test_cudnn_benchmark_is_set_for_each_configuration_and_recorded(config, monk
 
     import strategies.single
     from parbench import cli
-    from parbench.commands.run import build_configs
+    from parbench.commands.run import build_sweep, spec_of
 
     seen = []
     train_step = strategies.single.SingleDevice.train_step
@@ -213,5 +214,5 @@ def test_cudnn_benchmark_is_set_for_each_configuration_and_recorded(config, monk
     assert set(seen) == {False}
     args = cli.parser().parse_args(["run", "--strategy", "single", "--devices", "cpu",
                                     "--cudnn-benchmark"])
-    assert all(c.workload.cudnn_benchmark for c in build_configs(args))
+    assert all(c.workload.cudnn_benchmark for c in build_sweep(spec_of(args)).configs)
     assert "cudnn_benchmark" not in config.workload.describe()  # older run folders resume

@@ -15,6 +15,7 @@ from parbench.devices import parse_devices
 from parbench.record import Record
 from parbench.results import RunFolder, load_records
 from parbench.runner import run_sweep
+from parbench.sweep import Sweep
 from parbench.trials import Trial, schedule, trial_of, with_trial
 
 CPU2 = parse_devices("cpu,cpu")
@@ -180,9 +181,9 @@ def test_a_sweep_with_repeats_keeps_every_trial_and_resumes_mid_round(tiny_workl
     slots = schedule(configs, repeats=2, seed=0)
     first_round = [s for s in slots if s.round == 0]
     # As if interrupted after round 0: resume measures round 1 only.
-    records = run_sweep(configs, folder, {}, repeats=1, seed=0)  # round 0 of each, no twin
+    records = run_sweep(Sweep(tuple(configs)), folder, {})  # round 0 of each, no twin
     measured = []
-    records = run_sweep(configs, folder, {}, previous=records, repeats=2, seed=0,
+    records = run_sweep(Sweep(tuple(configs), repeats=2), folder, {}, previous=records,
                         on_start=lambda slot, config: measured.append(slot))
     assert measured == [s for s in slots if s not in first_round or s.twin]
     single, ddp = records
@@ -293,9 +294,8 @@ def test_a_run_stopped_before_its_first_record_resumes(tiny_workload, tmp_path, 
             "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--steps", "1",
             "--warmup", "0", "--progress", "off"]
     from parbench.cli import parser
-    namespace = parser().parse_args(args)
-    from parbench.commands.run import _sweep_arguments
-    folder.write_command(_sweep_arguments(namespace))
+    from parbench.commands.run import spec_of
+    folder.write_command(spec_of(parser().parse_args(args)).to_json())
     assert main(["run", "--resume", str(folder.path)]) == 0
     assert "0 of 1 configurations already measured" in capsys.readouterr().err
     assert list(load_records(folder.path)["status"]) == ["ok"]

@@ -3,7 +3,6 @@ options refuse bad values with one line (cases made from its Options fields), it
 the schema, and every harness lists it. Runs over the registry, so a new strategy or option is
 checked without a new test."""
 
-import importlib.util
 import subprocess
 import sys
 from dataclasses import replace
@@ -56,14 +55,6 @@ def _skip_where_it_cannot_run(name: str, workload) -> None:
         _plan(name, workload)
     except strategies.Unavailable as error:
         pytest.skip(f"{name} cannot run on cpu,cpu here: {error}")
-
-
-def _load(path: Path):
-    """A harness module by its path (benchmarks/ is not an installed package)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(240)
@@ -123,21 +114,11 @@ def test_importing_the_asv_suite_does_not_import_torch():
     assert imported.stdout.strip() == "False", imported.stderr
 
 
-@pytest.mark.parametrize("strategy", suite.scaled_strategies())
-def test_asv_reads_a_data_parallel_strategy_without_a_world_size_at_every_device(strategy):
-    """asv measures a data-parallel strategy once at the largest world size and reads its own
-    configuration (no world size given) from it: the two must run the same processes."""
-    own = suite.config(strategy, CPU2).plan
-    widest = suite.config(strategy, CPU2, world_size=len(CPU2)).plan
-    assert own.devices == widest.devices == CPU2
-    assert (own.world_size, own.launcher) == (widest.world_size, widest.launcher)
-
-
-def test_every_harness_lists_every_strategy(capsys):
+def test_every_harness_lists_every_strategy(capsys, load_harness):
     assert main(["strategies", "--devices", "cpu,cpu"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == NAMES
-    asv = _load(ROOT / "benchmarks" / "asv" / "common.py")  # its names as data, without torch
+    asv = load_harness("benchmarks/asv/common.py")  # its names as data, without torch
     assert (asv.STRATEGIES, asv.DATA_PARALLEL, asv.MODELS) == (
         NAMES, suite.scaled_strategies(), list(suite.MODELS))
     collected = subprocess.run(
