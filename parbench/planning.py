@@ -105,17 +105,17 @@ def process_group_backend(devices: DeviceSet, requested: str = "auto") -> str:
     share a GPU (NCCL refuses two ranks on one GPU); or what was asked for."""
     if requested != "auto":
         return requested
-    return "nccl" if devices.kind == "cuda" and not devices.emulated else "gloo"
+    return strategies.default_backend(devices.logical, shared=devices.emulated)
 
 
 def plan_config(config: Config) -> RunPlan:
     """Plan `config`: the first refusal found, in the order a user fixes them (the strategy's
     own, then the process group, the launcher and the memory at hand), or none."""
     cls = strategies.lookup(config.strategy).cls
+    options = strategies.options_of(config.strategy, config.options)
     too_few = None
-    try:
-        used = config.devices.take(len(cls.select_devices(
-            config.devices.logical, cls.Options.from_values(config.options))))
+    try:  # the devices it uses, chosen here once
+        used = config.devices.take(len(cls.select_devices(config.devices.logical, options)))
     except strategies.StrategyError as error:
         used, too_few = config.devices, Refusal("devices", f"{config.strategy}: {error}")
     in_job = job_rank() is not None
@@ -125,14 +125,16 @@ def plan_config(config: Config) -> RunPlan:
                 else "own-process" if config.memory_cap_mib else "in-process")
     strategy_plan, refusal = None, too_few
     try:
-        strategy_plan = strategies.plan(config.strategy, config.workload, config.global_batch,
-                                        config.devices.logical, config.options, backend)
+        if too_few is None:
+            strategy_plan = strategies.plan_on(config.strategy, config.workload,
+                                               config.global_batch, used.logical, options,
+                                               backend)
     except strategies.WorkloadRefused as error:
         refusal = Refusal("workload", f"{config.strategy}: {error}")
     except strategies.Unavailable as error:
         refusal = Refusal("machine", str(error))
     except strategies.StrategyError as error:
-        refusal = refusal or Refusal("options", f"{config.strategy}: {error}")
+        refusal = Refusal("options", f"{config.strategy}: {error}")
     problem = (_backend_problem(used, config.backend) if per_device else None) or (
         _job_problem(config, used, per_device) if in_job else None) or (
         _batch_problem(config, used))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.base import Plan, Strategy
+from strategies.base import Plan, Strategy, default_backend
 from strategies.data_parallel import DataParallel
 from strategies.ddp import DDP
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
@@ -21,9 +21,8 @@ from strategies.single import SingleDevice
 
 __all__ = [
     "BASELINE", "REGISTRY", "OptionSpec", "Options", "Plan", "Strategy", "StrategyError",
-    "allreduces_gradients",
-    "Unavailable", "WorkloadRefused", "create", "lookup", "names", "option_specs",
-    "plan", "takers",
+    "Unavailable", "WorkloadRefused", "allreduces_gradients", "create", "default_backend",
+    "lookup", "names", "option_specs", "options_of", "plan", "plan_on", "takers",
 ]
 
 
@@ -74,16 +73,32 @@ def lookup(name: str) -> Entry:
         ) from None
 
 
+def options_of(name: str, options: dict | Options | None = None) -> Options:
+    """Strategy `name`'s Options from `options` (those it does not take are ignored) and its
+    registry preset."""
+    if isinstance(options, Options):
+        return options
+    entry = lookup(name)
+    return entry.cls.Options.from_values({**(options or {}), **entry.preset})
+
+
 def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],
          options: dict | Options | None = None, backend: str | None = None) -> Plan:
-    """How strategy `name` trains `workload` at `global_batch` on `devices` with `options`
-    (those it does not take are ignored) and its ranks on `backend` (None: NCCL where each
-    rank has a GPU of its own, else gloo): raises StrategyError (a usage error),
-    WorkloadRefused or Unavailable (this machine cannot), each with one line saying why."""
-    entry = lookup(name)
-    if not isinstance(options, Options):
-        options = entry.cls.Options.from_values({**(options or {}), **entry.preset})
-    return entry.cls.make_plan(name, workload, global_batch, devices, options, backend)
+    """How strategy `name` trains `workload` at `global_batch` on the devices it uses out of
+    `devices`, with `options`, its ranks on `backend` (None: see `default_backend`): raises
+    StrategyError (a usage error), WorkloadRefused or Unavailable (this machine cannot), each
+    with one line saying why."""
+    options = options_of(name, options)
+    used = lookup(name).cls.select_devices(devices, options)
+    return plan_on(name, workload, global_batch, used, options, backend)
+
+
+def plan_on(name: str, workload, global_batch: int, used: Sequence[torch.device],
+            options: Options, backend: str | None = None) -> Plan:
+    """`plan` on the devices the strategy uses, selected already (parbench's planning selects
+    them once, and keeps them for a configuration it refuses)."""
+    return lookup(name).cls.make_plan(name, workload, global_batch, tuple(used), options,
+                                      backend)
 
 
 def allreduces_gradients(name: str) -> bool:

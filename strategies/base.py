@@ -88,13 +88,13 @@ class Strategy(ABC):
 
     @classmethod
     def make_plan(cls, name: str, workload: Workload, global_batch: int,
-                  devices: Sequence[torch.device], options: OptionsBase,
+                  used: tuple[torch.device, ...], options: OptionsBase,
                   backend: str | None = None) -> Plan:
-        """Whether this strategy can train `workload` at `global_batch` on `devices` with
-        `options`, and how: raises StrategyError (a usage error), WorkloadRefused or
-        Unavailable (this machine cannot) with one line saying why. `backend` is the process
-        group its ranks will use, as the caller decided it (see `default_backend`)."""
-        used = cls.select_devices(devices, options)
+        """Whether this strategy can train `workload` at `global_batch` on `used` (the devices
+        `select_devices` chose) with `options`, and how: raises StrategyError (a usage error),
+        WorkloadRefused or Unavailable (this machine cannot) with one line saying why.
+        `backend` is the process group its ranks will use, as the caller decided it (None:
+        `default_backend`)."""
         backend = (backend or default_backend(used)) if cls.process_per_device else None
         options.check(workload, global_batch, used)
         cls.check_plan(workload, global_batch, used, options)
@@ -265,12 +265,13 @@ class Strategy(ABC):
         """The trained model (its parameters are what `parbench verify` compares)."""
 
 
-def default_backend(devices: Sequence[torch.device]) -> str:
-    """NCCL when every rank has a GPU of its own, else gloo (NCCL refuses two ranks on one GPU),
-    judged from logical devices alone: a caller that knows the hosts decides it instead (two
-    nodes' cuda:0 are two GPUs)."""
-    distinct = len(set(devices)) == len(devices)
-    return "nccl" if devices[0].type == "cuda" and distinct else "gloo"
+def default_backend(devices: Sequence[torch.device], shared: bool | None = None) -> str:
+    """NCCL when every rank has a GPU of its own, else gloo (NCCL refuses two ranks on one GPU).
+    `shared`: whether ranks share a GPU, from a caller that knows the hosts (two nodes'
+    cuda:0 are two GPUs); None: judged from the logical devices alone."""
+    if shared is None:
+        shared = len(set(devices)) != len(devices)
+    return "nccl" if devices[0].type == "cuda" and not shared else "gloo"
 
 
 class ProcessPerDevice(Strategy):
