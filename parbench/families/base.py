@@ -31,7 +31,11 @@ class ModelFamily(ABC):
 
     @abstractmethod
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
-        """A randomly initialised `model` for images of `image_size` pixels."""
+        """A randomly initialised `model` for images of `image_size` pixels, with no random
+        layer in training (dropout, stochastic depth off): each strategy draws its random
+        numbers in other processes and another order, so their steps would differ by more
+        than rounding, and verify fails them (a ConvNeXt with torchvision's default
+        stochastic depth differs from single by 2e-4 after one step)."""
 
     @abstractmethod
     def blocks(self, model: nn.Module) -> list[tuple[str, nn.Module]]:

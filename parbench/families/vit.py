@@ -65,6 +65,7 @@ class VisionTransformerFamily(ModelFamily):
     image_size_step = _PATCH
 
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
+        # torchvision's dropout and attention dropout default to 0: no random layer.
         return getattr(torchvision.models, model)(weights=None, num_classes=num_classes,
                                                   image_size=image_size)
 
