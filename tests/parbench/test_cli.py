@@ -49,7 +49,7 @@ def test_comma_lists_sweep_one_record_per_point(capsys, tmp_path):
 
 def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path):
     status, out, _ = _run(capsys, "run", "--batch-size", "4", "--results-dir", str(tmp_path),
-                          *TINY)
+                          *TINY, "--steps", "1", "--warmup", "0")
     assert status == 0
     workload = Workload(model="resnet18", image_size=32, num_classes=10)
     can_run = [n for n in strategies.names()
@@ -297,7 +297,7 @@ def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skippe
     # One trial (the quick comparison's default of 3 is the test above's): fp16 is slow here.
     status, out, err = _run(capsys, "run", "--precision", "fp16", "--devices", "cpu,cpu",
                             "--repeats", "1", "--batch-size", "4", "--results-dir",
-                            str(tmp_path), *TINY)
+                            str(tmp_path), *TINY, "--steps", "1", "--warmup", "0")
     assert status == 0, err
     frame = load_records(_run_folder(out)).set_index("strategy")
     for name in ("pipeline-gpipe", "pipeline-1f1b"):
