@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.launch import measure
+from parbench.sweep.config import Config
 from parbench.worker import Measurement
 from parbench.workloads import Workload
 

@@ -1,5 +1,5 @@
 """pytest-benchmark: one training-step benchmark per configuration of the quick comparison's
-sweep (`parbench.suite.spec`: what `parbench run` without --strategy and asv measure too,
+sweep (`parbench.sweep.suite.spec`: what `parbench run` without --strategy and asv measure too,
 its accumulating baselines included).
 
 Each timed call (a pytest-benchmark round) is one optimiser step of the whole global batch,
@@ -17,11 +17,10 @@ from dataclasses import replace
 
 import pytest
 
-from parbench import suite, trials
-from parbench.config import Config
 from parbench.paced import PacedRun
 from parbench.runner import run_config
-from parbench.sweep import Sweep
+from parbench.sweep import Sweep, suite, trials
+from parbench.sweep.config import Config
 from parbench.worker import Measurement
 
 DEVICES = os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from parbench.config import Config
 from parbench.record import Record
 from parbench.runner import run_config
+from parbench.sweep.config import Config
 
 __all__ = ["MaxBatchError", "batch_unit", "find_max_batch"]
 

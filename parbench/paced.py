@@ -7,7 +7,7 @@ import contextlib
 import threading
 
 from parbench import launch
-from parbench.config import Config
+from parbench.sweep.config import Config
 from parbench.worker import Measurement
 
 __all__ = ["PacedRun"]

@@ -83,7 +83,7 @@ class Record:
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one
-    # Trials (parbench.trials): each measurement of this configuration, one a round in
+    # Trials (parbench.sweep.trials): each measurement of this configuration, one a round in
     # interleaved rounds (the baseline's A/A twin marked `twin`), as Trial dicts. Throughput and
     # the median step above are then geometric means over the ok trials (trials.with_trial), and
     # what follows from them is rescaled; the other measured fields are the latest ok trial's.

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from parbench import launch, trials
+from parbench import launch
 from parbench.comparisons import add_comparisons
-from parbench.config import Config
 from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.record import Record
 from parbench.results import RunFolder
-from parbench.sweep import Sweep
+from parbench.sweep import Sweep, trials
+from parbench.sweep.config import Config
 from parbench.worker import Measurement
 from parbench.workloads import Workload
 

@@ -10,8 +10,8 @@ import torch
 
 import strategies
 from parbench import launch
-from parbench.config import Config, options_for
 from parbench.devices import DeviceSet
+from parbench.sweep.config import Config, options_for
 from parbench.worker import Trained
 from parbench.workloads import Workload
 from strategies.single import accumulating

@@ -11,12 +11,12 @@ from typing import NamedTuple
 import torch
 
 import strategies
-from parbench.config import Config
 from parbench.data import BatchSource, shard
 from parbench.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline
+from parbench.sweep.config import Config
 
 __all__ = ["Measurement", "RankTrained", "Trained", "WorkerMeasurement", "combine_trained",
            "measure_worker", "merge", "train_steps"]

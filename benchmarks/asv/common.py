@@ -1,4 +1,4 @@
-"""The asv suite's parameters, and the one measurement of parbench's suite (`parbench.suite`:
+"""The asv suite's parameters, and the one measurement of parbench's suite (`parbench.sweep.suite`:
 the configurations the CLI's quick comparison and pytest-benchmark measure too) that its
 benchmarks share.
 
@@ -41,8 +41,7 @@ def sweeps() -> list:
     """The sweeps asv measures: the quick comparison's (`suite.spec`, exactly what `parbench
     run` measures without --strategy, baselines included), then the data-parallel strategies
     at each world size (`suite.scaling_spec`)."""
-    from parbench import suite
-    from parbench.sweep import Sweep
+    from parbench.sweep import Sweep, suite
 
     specs = [suite.spec(DEVICES), suite.scaling_spec(DEVICES)]
     return [Sweep.build(spec) for spec in specs if spec is not None]

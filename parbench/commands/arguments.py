@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 import strategies
-from parbench.config import Config
 from parbench.devices import DeviceError, DeviceSet, parse_devices
 from parbench.families import family_of
-from parbench.planning import ConfigError
 from parbench.results import ResultsError, RunFolder
+from parbench.sweep.config import Config
+from parbench.sweep.planning import ConfigError
 from parbench.workloads import MIN_IMAGE_SIZE
 
 __all__ = [

@@ -19,12 +19,12 @@ from parbench.commands.arguments import (
     open_run_folder,
     positive,
 )
-from parbench.config import Config
 from parbench.devices import format_bytes
 from parbench.environment import collect_environment
 from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
-from parbench.planning import BACKENDS
 from parbench.plots import write_collectives_figure
+from parbench.sweep.config import Config
+from parbench.sweep.planning import BACKENDS
 from parbench.workloads import Workload
 
 __all__ = ["command_collectives", "message_sizes", "parse_size"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 import strategies
-from parbench import suite
 from parbench.commands.arguments import default_devices, device_set
 from parbench.environment import collect_environment, format_environment
+from parbench.sweep import suite
 
 __all__ = ["command_env", "command_strategies"]
 

@@ -21,10 +21,10 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.config import Config, options_for
 from parbench.environment import collect_environment
 from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
 from parbench.record import Record
+from parbench.sweep.config import Config, options_for
 from parbench.workloads import MODELS, PRECISIONS, Workload
 
 __all__ = ["command_max_batch"]

@@ -7,9 +7,9 @@ import sys
 
 from tqdm import tqdm
 
-from parbench import trials
-from parbench.config import Config
 from parbench.record import Record
+from parbench.sweep import trials
+from parbench.sweep.config import Config
 
 __all__ = ["progress_bar"]
 

@@ -17,7 +17,7 @@ from parbench.predict.published import (
     stale_models,
     stored_prediction,
 )
-from parbench.report import write_index, write_run_report
+from parbench.reporting.report import write_index, write_run_report
 from parbench.results import ResultsError, RunFolder, read_results
 
 __all__ = ["command_plot", "command_report"]

@@ -7,8 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from parbench import experiments, launch, runner
-from parbench.answers import results_table
+from parbench import launch, runner
 from parbench.commands.arguments import UsageError, new_run_folder, open_run_folder, positive
 from parbench.commands.progress import progress_bar
 from parbench.commands.run_arguments import add_run_arguments
@@ -20,9 +19,10 @@ from parbench.commands.run_spec import (
 )
 from parbench.devices import DeviceSet, cpu_cores
 from parbench.environment import collect_environment
-from parbench.planning import ConfigError
+from parbench.reporting.answers import results_table
 from parbench.results import ResultsError, RunFolder, load_records
-from parbench.sweep import Sweep, SweepSpec
+from parbench.sweep import Sweep, SweepSpec, experiments
+from parbench.sweep.planning import ConfigError
 
 __all__ = ["add_parsers", "build_sweep", "command_run"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import strategies
-from parbench import experiments, suite
 from parbench.commands.arguments import add_common_arguments, add_strategy_options
-from parbench.config import SCALINGS
-from parbench.planning import BACKENDS
+from parbench.sweep import experiments, suite
+from parbench.sweep.config import SCALINGS
+from parbench.sweep.planning import BACKENDS
 from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["QUICK_RUN", "add_run_arguments"]

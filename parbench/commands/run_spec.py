@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import torch
 
-from parbench import launch, suite
+from parbench import launch
 from parbench.commands.arguments import (
     UsageError,
     at_least,
@@ -23,7 +23,7 @@ from parbench.commands.arguments import (
     strategy_option_sweep,
 )
 from parbench.results import ResultsError, RunFolder
-from parbench.sweep import SpecError, SweepSpec
+from parbench.sweep import SpecError, SweepSpec, suite
 from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["job_device_sets", "read_spec", "refuse_a_changed_sweep", "spec_of"]

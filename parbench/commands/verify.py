@@ -21,7 +21,7 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.config import Config, options_for
+from parbench.sweep.config import Config, options_for
 from parbench.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
 from parbench.workloads import MODELS, PRECISIONS, Workload
 

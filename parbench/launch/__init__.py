@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from parbench.config import Config
 from parbench.launch.failures import (
     OUT_OF_MEMORY,
     LaunchError,
@@ -32,7 +31,8 @@ from parbench.launch.ranks import Task
 from parbench.launch.spawn import spawn
 from parbench.measure import Pace
 from parbench.measure.allocator import pin_cpu_allocator
-from parbench.planning import job_rank
+from parbench.sweep.config import Config
+from parbench.sweep.planning import job_rank
 from parbench.worker import Measurement, Trained
 
 __all__ = [

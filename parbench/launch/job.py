@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 
 from parbench.cluster import Job, job
-from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
+from parbench.sweep.config import Config
 from parbench.worker import Measurement
 
 __all__ = ["from_rank_zero", "join_job", "leave_job", "measure_on_every_rank",

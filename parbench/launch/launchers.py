@@ -7,12 +7,12 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from parbench.config import Config
 from parbench.launch.failures import LaunchError
 from parbench.launch.job import measure_in_job
 from parbench.launch.ranks import Task, in_process_threads, measure_here
 from parbench.launch.spawn import spawn
 from parbench.measure import Pace
+from parbench.sweep.config import Config
 from parbench.worker import Measurement, Trained, combine_trained, train_steps
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]

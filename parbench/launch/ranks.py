@@ -11,10 +11,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parbench.config import Config
 from parbench.devices import DeviceSet
 from parbench.measure import Pace
 from parbench.measure.collectives import time_collectives
+from parbench.sweep.config import Config
 from parbench.worker import (
     Measurement,
     WorkerMeasurement,

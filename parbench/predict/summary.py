@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from parbench.markdown import cell, markdown_table
 from parbench.plots.common import interval_of, options_text
 from parbench.predict.ranking import ranking
+from parbench.reporting.markdown import cell, markdown_table
 from parbench.results import load_records
 
 __all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "naive_summary",

@@ -7,11 +7,11 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 
 import strategies
-from parbench import experiments, held_out, trials
-from parbench.config import Config, expand_sweep, weakly_scaled
 from parbench.data import DataError, open_image_folder
 from parbench.devices import DeviceError, DeviceSet, parse_devices
-from parbench.planning import ConfigError, PlanRefused
+from parbench.sweep import experiments, held_out, trials
+from parbench.sweep.config import Config, expand_sweep, weakly_scaled
+from parbench.sweep.planning import ConfigError, PlanRefused
 from parbench.sweep.spec import SweepSpec
 from strategies.single import accumulating
 

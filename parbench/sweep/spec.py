@@ -13,7 +13,7 @@ __all__ = ["SPEC_VERSION", "SpecError", "SweepSpec"]
 # Bumped when a field changes meaning; a command.json without `spec_version` holds the command
 # line's flags (runs from before the spec) and is read by `parbench.commands.sweep_spec`.
 SPEC_VERSION = 1
-# A held-out point's flags (parbench.held_out) and the spec's axis each sets.
+# A held-out point's flags (parbench.sweep.held_out) and the spec's axis each sets.
 _POINT_AXES = {"strategy": "strategies", "model": "models", "batch_size": "batch_sizes",
                "image_size": "image_sizes", "devices": "devices"}
 
@@ -68,7 +68,7 @@ class SweepSpec:
         return any(combination.get("accumulation_split") for combination in self.options)
 
     def with_point(self, point: dict) -> SweepSpec:
-        """This spec narrowed to one drawn point: flags by name (parbench.held_out's form,
+        """This spec narrowed to one drawn point: flags by name (parbench.sweep.held_out's form,
         e.g. {"strategy": "ddp", "devices": ["cpu,cpu"], "split_size": "4"})."""
         axes: dict = {}
         drawn = {}

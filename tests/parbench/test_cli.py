@@ -7,9 +7,9 @@ import torch
 
 import strategies
 from parbench.cli import main
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.results import load_records
+from parbench.sweep.config import Config
 from parbench.workloads import Workload
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "2",

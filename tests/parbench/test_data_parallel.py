@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.runner import run_config
+from parbench.sweep.config import Config
 from parbench.verify import verify
 
 CPU3 = parse_devices("cpu,cpu,cpu")

@@ -5,12 +5,11 @@ import json
 
 import pytest
 
-from parbench import experiments, suite
 from parbench.cli import main, parser
 from parbench.commands.run import build_sweep, spec_of
 from parbench.devices import parse_devices
-from parbench.planning import ConfigError
-from parbench.sweep import SPEC_VERSION
+from parbench.sweep import SPEC_VERSION, experiments, suite
+from parbench.sweep.planning import ConfigError
 
 
 @pytest.mark.parametrize("name", experiments.names())

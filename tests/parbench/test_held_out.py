@@ -7,7 +7,6 @@ import math
 import pandas as pd
 import pytest
 
-from parbench import experiments, held_out
 from parbench.cli import main, parser
 from parbench.commands.run import build_sweep, spec_of
 from parbench.predict import version
@@ -16,6 +15,7 @@ from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.published import kept_files, stale_models
 from parbench.predict.ranking import ranking
 from parbench.predict.version import PREDICTOR_VERSION
+from parbench.sweep import experiments, held_out
 
 SPACE = {"workloads": 3, "per_workload": 4, "model": ["resnet18", "resnet50"],
          "batch_size": [8, 12], "image_size": [32, 64],

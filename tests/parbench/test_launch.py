@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.runner import run_config
+from parbench.sweep.config import Config
 from parbench.verify import verify
 
 CPU2 = parse_devices("cpu,cpu")

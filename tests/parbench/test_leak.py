@@ -4,10 +4,10 @@ not."""
 import pytest
 
 from parbench.cli import main
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.measure import memory_growth
 from parbench.runner import run_config
+from parbench.sweep.config import Config
 from parbench.worker import WorkerMeasurement, merge
 from strategies.single import SingleDevice
 

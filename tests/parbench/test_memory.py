@@ -6,10 +6,10 @@ import json
 import pytest
 
 from parbench.cli import main
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.max_batch import find_max_batch
 from parbench.runner import run_config
+from parbench.sweep.config import Config
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "1",
         "--warmup", "1", "--progress", "off"]

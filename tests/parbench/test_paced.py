@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.paced import PacedRun
+from parbench.sweep.config import Config
 
 
 @pytest.mark.timeout(180)

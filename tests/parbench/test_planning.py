@@ -5,10 +5,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from parbench import launch, planning
-from parbench.config import Config
+from parbench import launch
 from parbench.devices import DeviceSet
-from parbench.planning import ConfigError, PlanRefused
+from parbench.sweep import planning
+from parbench.sweep.config import Config
+from parbench.sweep.planning import ConfigError, PlanRefused
 
 CPU = torch.device("cpu")
 GPU0, GPU1 = torch.device("cuda:0"), torch.device("cuda:1")

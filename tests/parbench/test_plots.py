@@ -235,7 +235,7 @@ def test_memory_of_two_kinds_is_never_compared_across_them(results):
     """One GPU emulating two: single and ddp give allocator peaks, the one-process pipeline
     counted tensors (no cuDNN workspace, input batch or transient gradients). The answer names
     the leanest of each kind apart, and the figure labels each bar's kind."""
-    from parbench.answers import answers
+    from parbench.reporting.answers import answers
 
     allocator = "cuda max_memory_allocated per physical device"
     records = [_record("single", "cuda:0", 10.0, peaks=[900.0]),

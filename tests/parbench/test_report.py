@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parbench.cli import main
-from parbench.report import INDEX_BEGIN, INDEX_END
+from parbench.reporting.report import INDEX_BEGIN, INDEX_END
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
     # What a GPU record of a known device carries (measure.flops): its peak and MFU.
     from dataclasses import replace
 
-    from parbench.answers import results_table
+    from parbench.reporting.answers import results_table
     from parbench.results import RunFolder, load_records
 
     folder = RunFolder.open(run_folder)
@@ -117,7 +117,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
 
 def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
     """A published run with every schedule, 3 trials (intervals) and long options."""
-    from parbench.answers import results_table
+    from parbench.reporting.answers import results_table
     from parbench.results import load_records
 
     frame = load_records(Path(__file__).parents[2] / "results"

@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.config import Config, expand_sweep
 from parbench.devices import parse_devices
 from parbench.record import Record
 from parbench.results import RunFolder, load_records
 from parbench.runner import add_comparisons, run_config, run_sweep
 from parbench.sweep import Sweep
+from parbench.sweep.config import Config, expand_sweep
 
 
 @pytest.fixture

@@ -7,16 +7,16 @@ import pandas as pd
 import pytest
 
 from parbench import stats
-from parbench.answers import answers
 from parbench.cli import main
 from parbench.comparisons import add_comparisons
-from parbench.config import Config
 from parbench.devices import parse_devices
 from parbench.record import Record
+from parbench.reporting.answers import answers
 from parbench.results import RunFolder, load_records
 from parbench.runner import run_sweep
 from parbench.sweep import Sweep
-from parbench.trials import Trial, schedule, trial_of, with_trial
+from parbench.sweep.config import Config
+from parbench.sweep.trials import Trial, schedule, trial_of, with_trial
 
 CPU2 = parse_devices("cpu,cpu")
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import strategies
-from parbench import suite
 from parbench.cli import main
-from parbench.config import Config, options_for
 from parbench.devices import parse_devices
 from parbench.record import FIELDS
 from parbench.runner import run_config
+from parbench.sweep import suite
+from parbench.sweep.config import Config, options_for
 from parbench.verify import verify
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from parbench.devices import DeviceSet
 from parbench.workloads import Workload
 
 if TYPE_CHECKING:
-    from parbench.planning import RunPlan
+    from parbench.sweep.planning import RunPlan
 
 __all__ = ["SCALINGS", "Config", "expand_sweep", "options_for", "weakly_scaled"]
 
@@ -54,8 +54,8 @@ class Config:
     @functools.cached_property
     def plan(self) -> RunPlan:
         """How this configuration runs here, or why it cannot: decided once, here
-        (`parbench.planning`)."""
-        from parbench.planning import plan_config  # it reads this module's Config
+        (`parbench.sweep.planning`)."""
+        from parbench.sweep.planning import plan_config  # it reads this module's Config
 
         return plan_config(self)
 

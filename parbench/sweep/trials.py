@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import strategies
 from parbench import stats
-from parbench.config import Config
 from parbench.record import Record
+from parbench.sweep.config import Config
 
 __all__ = ["Slot", "Trial", "has_twin", "schedule", "trial_of", "with_trial"]
 

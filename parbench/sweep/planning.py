@@ -14,7 +14,7 @@ from parbench.cluster import job
 from parbench.devices import DeviceSet, format_bytes, host_memory_bytes
 
 if TYPE_CHECKING:
-    from parbench.config import Config
+    from parbench.sweep.config import Config
 
 __all__ = ["BACKENDS", "LAUNCHERS", "REFUSAL_KINDS", "ConfigError", "PlanRefused", "Refusal",
            "RunPlan", "plan_config", "process_group_backend", "job_rank"]

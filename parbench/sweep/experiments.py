@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parbench.planning import ConfigError
+from parbench.sweep.planning import ConfigError
 
 __all__ = ["FOLDER", "Experiment", "applied", "drawn_space", "held_out_version", "load", "names"]
 
-FOLDER = Path(__file__).parent / "experiments"
+FOLDER = Path(__file__).parents[1] / "experiments"  # parbench/experiments/
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Experiment:
     description: str
     source: str
     arguments: list[str]
-    # A space to draw the configurations from at random (parbench.held_out), with the run's
+    # A space to draw the configurations from at random (parbench.sweep.held_out), with the run's
     # --seed, instead of sweeping the flags' combinations: a held-out set for the predictor.
     draw: dict | None = None
     # parbench commands run on the run once it is measured, "{run}" standing for its folder.
