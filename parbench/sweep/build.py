@@ -3,6 +3,7 @@ baselines, and the trial schedule (rounds, each with the baseline's A/A twin).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 
@@ -52,9 +53,16 @@ class Sweep:
         return cls(tuple(configs), spec.repeats, spec.shuffle_seed, left_out, tuple(skipped),
                    spec)
 
+    @functools.cached_property
+    def slots(self) -> list[trials.Slot]:
+        """Every trial the sweep measures, in order (rounds, each shuffled, with the baseline's
+        A/A twin): worked out here, once."""
+        return trials.schedule(list(self.configs), self.repeats, self.shuffle_seed)
+
     def schedule(self, done: Set[tuple[str, int, bool]] = frozenset()) -> list[trials.Slot]:
         """The trials still to measure, in order, less those `done` (a resumed run's)."""
-        return trials.schedule(list(self.configs), self.repeats, self.shuffle_seed, done)
+        return [slot for slot in self.slots
+                if (self.configs[slot.index].key(), slot.round, slot.twin) not in done]
 
 
 def _device_set(text: str) -> DeviceSet:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import statistics
-from collections.abc import Set
 from dataclasses import dataclass, field
 
 import strategies
@@ -70,13 +69,11 @@ def _twinned(configs: list[Config], measured: list[int]) -> list[int]:
     return list(first.values())
 
 
-def schedule(configs: list[Config], repeats: int, seed: int,
-             done: Set[tuple[str, int, bool]] = frozenset()) -> list[Slot]:
+def schedule(configs: list[Config], repeats: int, seed: int) -> list[Slot]:
     """Every (configuration, round) a sweep measures, in order: round by round, each round's
     order shuffled by `random.Random(seed + round)` (one round keeps the sweep's order);
-    configurations that do not run (their plan refuses them) are not measured, and slots in
-    `done` ((key, round, twin) of a resumed run's final trials) are left out. The same on every
-    torchrun rank."""
+    configurations that do not run (their plan refuses them) are not measured. The same on
+    every rank of a job (a resumed run's are left out by `Sweep.schedule`)."""
     measured = [i for i, config in enumerate(configs) if config.plan.runs]
     twinned = _twinned(configs, measured)
     slots = []
@@ -85,7 +82,7 @@ def schedule(configs: list[Config], repeats: int, seed: int,
         if repeats > 1:  # one round keeps the sweep's own order
             order += [Slot(i, round_, twin=True) for i in twinned]
             random.Random(seed + round_).shuffle(order)
-        slots += [s for s in order if (configs[s.index].key(), s.round, s.twin) not in done]
+        slots += order
     return slots
 
 

@@ -43,7 +43,7 @@ def test_rounds_measure_each_configuration_once_in_a_seeded_shuffled_order(tiny_
     assert schedule(configs, repeats=1, seed=0) == [s for s in schedule(configs, 1, 0)
                                                     if not s.twin]  # one round: no twin
     done = {(configs[1].key(), 0, False), (configs[0].key(), 2, True)}
-    left = schedule(configs, repeats=3, seed=7, done=done)
+    left = Sweep(tuple(configs), repeats=3, shuffle_seed=7).schedule(done)  # a resumed run's
     assert len(left) == len(slots) - 2
     assert all((configs[s.index].key(), s.round, s.twin) not in done for s in left)
 
