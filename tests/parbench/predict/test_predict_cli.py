@@ -27,7 +27,7 @@ from parbench.results import RunFolder
 from parbench.workloads import Workload
 from strategies.partition import Partition
 
-RESULTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+RESULTS_DOC = Path(__file__).resolve().parents[3] / "docs" / "results.md"
 SMALL = dict(model="resnet18", image_size=32, precision="fp32", devices="cpu,cpu",
              physical_devices="cpu", device_kind="cpu", emulated=True, threads_per_device=1,
              global_batch=8)

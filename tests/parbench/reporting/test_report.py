@@ -120,7 +120,7 @@ def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
     from parbench.reporting.answers import results_table
     from parbench.results import load_records
 
-    frame = load_records(Path(__file__).parents[2] / "results"
+    frame = load_records(Path(__file__).parents[3] / "results"
                          / "20261125T081039Z-tutorial-pinned-splits-5-20")
     narrow = results_table(frame).splitlines()[:len(frame) + 1]
     assert max(map(len, narrow)) <= 120
