@@ -228,7 +228,7 @@ def _check_batches(model: str, image_size: int, device: str, batch: int, counts:
     fewer = [(size, why) for size, why in _profiled_sizes(batch, counts, splits)
              if size < smallest]
     if fewer:  # a ResNet's BatchNorm on one pixel per channel at 32 px
-        (size, why), = fewer[:1]
+        size, why = fewer[0]
         raise UsageError(f"{model} cannot train fewer than {smallest} images at --image-size "
                          f"{image_size} ({why} gives micro-batches of {size}): give {smallest} "
                          "images or more per micro-batch and per device, or a larger "

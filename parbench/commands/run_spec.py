@@ -22,6 +22,7 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
+from parbench.devices import DeviceSet
 from parbench.results import ResultsError, RunFolder
 from parbench.sweep import SpecError, SweepSpec, suite
 from parbench.workloads import MODELS, PRECISIONS
@@ -82,7 +83,7 @@ def _job_device(args: argparse.Namespace) -> tuple[str, ...]:
     return (kind,)
 
 
-def job_device_sets(spec: SweepSpec):
+def job_device_sets(spec: SweepSpec) -> list[DeviceSet]:
     """Every rank's device in the job (each process drives one), of the spec's kind."""
     try:
         return [launch.job_devices(spec.devices[0])]

@@ -35,7 +35,6 @@ class _Embed(nn.Module):
         self.class_token = vit.class_token
         self.conv_proj = vit.conv_proj
         self.positions = _PositionEmbedding(vit)
-        self.hidden_dim = vit.hidden_dim
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.conv_proj(images).flatten(2).transpose(1, 2)  # (batch, patches, hidden)

@@ -4,6 +4,7 @@ baselines, and the trial schedule (rounds, each with the baseline's A/A twin).""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 
@@ -75,9 +76,14 @@ def _device_set(text: str) -> DeviceSet:
 def _drawn(spec: SweepSpec, space: dict) -> list[Config]:
     """The configurations of each point held_out.draw picks from `space` with the spec's seed
     (a point whose strategy refuses it, or that cannot run here, is drawn again)."""
+    built: dict[str, list[Config]] = {}  # each accepted point is planned once, not again
+
     def configs_of(point: dict) -> list[Config]:
-        narrowed = spec.with_point(point)
-        return _swept(narrowed, [_device_set(text) for text in narrowed.devices])[0]
+        key = json.dumps(point, sort_keys=True)
+        if key not in built:
+            narrowed = spec.with_point(point)
+            built[key] = _swept(narrowed, [_device_set(text) for text in narrowed.devices])[0]
+        return built[key]
 
     def accept(point: dict) -> bool:
         try:

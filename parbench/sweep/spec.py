@@ -11,7 +11,7 @@ import strategies
 __all__ = ["SPEC_VERSION", "SpecError", "SweepSpec"]
 
 # Bumped when a field changes meaning; a command.json without `spec_version` holds the command
-# line's flags (runs from before the spec) and is read by `parbench.commands.sweep_spec`.
+# line's flags (runs from before the spec) and is read by `parbench.commands.run_spec`.
 SPEC_VERSION = 1
 # A held-out point's flags (parbench.sweep.held_out) and the spec's axis each sets.
 _POINT_AXES = {"strategy": "strategies", "model": "models", "batch_size": "batch_sizes",
