@@ -156,5 +156,22 @@ class FSDP(RankDataParallel):
 
     def trained_parameters(self):
         # Each parameter is a DTensor, sharded over the ranks; full_tensor() is a collective.
-        full = [cast(DTensor, parameter).full_tensor() for parameter in self.model.parameters()]
+        parameters = [cast(DTensor, parameter) for parameter in self.model.parameters()]
+        if dist.get_backend() == "gloo" and self.input_device.type == "cuda":
+            return gathered_through_cpu(parameters, self.rank)
+        full = [parameter.full_tensor() for parameter in parameters]
         return full if self.rank == 0 else []
+
+
+def gathered_through_cpu(parameters: list[DTensor], rank: int) -> list[torch.Tensor]:
+    """The full parameters on rank 0 (none elsewhere), each rank's shards sent as CPU tensors:
+    full_tensor()'s all-gather of CUDA tensors over gloo (ranks sharing a GPU) killed rank 0
+    with SIGSEGV on torch 2.11 + H200. FSDP2 shards dim 0 in rank order (Shard(0), torch.chunk's
+    sizes), so the rank-ordered shards concatenate to the parameter."""
+    shards = [parameter.to_local().detach().cpu() for parameter in parameters]
+    everyone: list[list[torch.Tensor] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, shards)
+    if rank != 0:
+        return []
+    return [torch.cat([cast(list, ranks)[i] for ranks in everyone])
+            for i in range(len(parameters))]
