@@ -1,7 +1,13 @@
 """Data-parallel strategies' rules: where they run, how the batch divides, what they equal."""
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +16,7 @@ import strategies
 from strategies import StrategyError
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 GPU0, GPU1 = torch.device("cuda:0"), torch.device("cuda:1")
 
 
@@ -112,3 +119,51 @@ def test_fsdp_on_cpu_stays_on_cpu_where_the_default_accelerator_is_a_gpu(tiny_wo
         fsdp.close()
     finally:
         dist.destroy_process_group()
+
+
+GATHER = """
+import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from strategies.fsdp import gathered_through_cpu
+
+def rank_main(rank, world, store):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    # dim 0 of 5, 1 and 3 over 3 ranks: uneven shards, and empty ones on the last ranks
+    model = nn.Sequential(nn.Linear(7, 5), nn.Linear(5, 1), nn.Conv2d(1, 3, 3))
+    fully_shard(model, mesh=DeviceMesh.from_group(dist.group.WORLD, "cpu"))
+    parameters = list(model.parameters())
+    full = [p.full_tensor() for p in parameters]
+    gathered = gathered_through_cpu(parameters, rank)
+    if rank == 0:
+        assert [g.shape for g in gathered] == [f.shape for f in full]
+        assert all(torch.equal(g, f) for g, f in zip(gathered, full))
+        print("gathered", [tuple(g.shape) for g in gathered])
+    else:
+        assert gathered == []
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(rank_main, args=(3, sys.argv[1]), nprocs=3)
+"""
+
+
+def test_fsdp_gathers_uneven_shards_through_cpu_as_full_tensor_does(tmp_path):
+    """Ranks sharing a GPU gather the trained parameters as CPU shards (full_tensor's CUDA
+    all-gather over gloo killed rank 0 on an H200): on CPU both gathers must agree, for
+    shards of unequal length and empty ones."""
+    script = tmp_path / "gather.py"
+    script.write_text(GATHER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "store")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    try:
+        out, _ = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the ranks too, should it have hung
+    assert process.returncode == 0, out
+    assert "gathered [(5, 7), (5,), (1, 5), (1,), (3, 1, 3, 3), (3,)]" in out
