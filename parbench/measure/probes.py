@@ -43,7 +43,7 @@ class Probes:
         if self.tensors is not None:
             self.tensors.reset()
         if self.sampler is not None:
-            self.sampler.start_energy()
+            self.sampler.start_measuring()
 
     def step_done(self, measured: bool) -> None:
         if self.tensors is not None:
@@ -53,13 +53,14 @@ class Probes:
 
     @contextlib.contextmanager
     def sampling(self):
-        """GPU utilisation sampled, and energy counted, while the steps run."""
+        """GPU utilisation and memory sampled while the steps run; utilisation and energy counted
+        over the measured ones."""
         if self.sampler is None:
             yield
             return
         with self.sampler:
             yield
-            self.sampler.stop_energy()
+            self.sampler.stop_measuring()
 
     def read_memory(self, optimizer) -> tuple[list[float], str, list[float]]:
         """(peak MiB per logical device, how it was obtained, peak MiB per physical device)."""

@@ -11,7 +11,9 @@ import torch
 
 from parbench.measure.memory import MIB
 
-__all__ = ["GpuSampler"]
+__all__ = ["GpuSampler", "MIN_UTILISATION_SAMPLES"]
+
+MIN_UTILISATION_SAMPLES = 3
 
 
 def _nvml_index(device: torch.device) -> int:
@@ -111,7 +113,11 @@ def _open_reader(indices: Sequence[int]):
 
 class GpuSampler:
     """Samples the given GPUs' utilisation and used memory in a background thread, and where
-    NVML reports it, the energy they used between `start_energy()` and `stop_energy()`.
+    NVML reports it, the energy they used between `start_measuring()` and `stop_measuring()`.
+    Utilisation is averaged over the samples taken between those two calls alone (the warm-up
+    idles the GPU while cuDNN searches and memory is allocated), and only where at least
+    MIN_UTILISATION_SAMPLES were: NVML averages each reading over its own period (1/6 s to 1 s
+    by GPU), so a shorter window would mostly read what ran before it.
 
     `source` says how: "nvml", "GPUtil (nvidia-smi per sample)", or why nothing was sampled
     (then `per_gpu()` is empty).
@@ -125,6 +131,7 @@ class GpuSampler:
         self._reader, why_not = _open_reader([_nvml_index(d) for d in devices])
         self.source = self._reader.source if self._reader else why_not
         self._energy_start: list[float] | None = None
+        self._window: tuple[int, int | None] | None = None  # samples[start:end] measured
         self.energy_j: dict[str, float] = {}  # GPU uuid -> joules over the energy window
 
     def _run(self) -> None:
@@ -146,12 +153,15 @@ class GpuSampler:
         if self._reader is not None:
             self._reader.close()
 
-    def start_energy(self) -> None:
-        """Open the energy window (the measured steps)."""
+    def start_measuring(self) -> None:
+        """Open the window of the measured steps: utilisation and energy count from here."""
+        self._window = (len(self.samples), None)
         self._energy_start = self._reader.energy_mj() if self._reader else None
 
-    def stop_energy(self) -> None:
-        """Close the energy window: `energy_j` per GPU, empty where it is not reported."""
+    def stop_measuring(self) -> None:
+        """Close the window: `energy_j` per GPU, empty where it is not reported."""
+        if self._window is not None:
+            self._window = (self._window[0], len(self.samples))
         end = self._reader.energy_mj() if self._reader else None
         if self._energy_start is None or end is None:
             return
@@ -159,11 +169,16 @@ class GpuSampler:
                          in zip(self._reader.uuids, self._energy_start, end, strict=True)}
 
     def mean_utilisation(self) -> list[float]:
-        """Mean utilisation % per GPU over the samples (empty when nothing was sampled)."""
-        if not self.samples:
+        """Mean utilisation % per GPU over the samples of the measured window (empty where it
+        holds fewer than MIN_UTILISATION_SAMPLES, or was never opened)."""
+        if self._window is None:
             return []
-        gpus = range(len(self.samples[0]))
-        return [float(np.mean([sample[i][0] for sample in self.samples])) for i in gpus]
+        start, end = self._window
+        measured = self.samples[start:end]
+        if len(measured) < MIN_UTILISATION_SAMPLES:
+            return []
+        return [float(np.mean([sample[i][0] for sample in measured]))
+                for i in range(len(measured[0]))]
 
     def max_memory_used_mib(self) -> list[float]:
         if not self.samples:

@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from parbench.measure.sampling import GpuSampler
+from parbench.measure.sampling import MIN_UTILISATION_SAMPLES, GpuSampler
 from parbench.worker import merge
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))
@@ -55,14 +55,14 @@ class _FakeNvml(types.ModuleType):
 
 def _sample(sampler: GpuSampler) -> None:
     with sampler:
-        sampler.start_energy()
+        sampler.start_measuring()
         deadline = time.monotonic() + 5
         while len(sampler.samples) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         if isinstance(sys.modules.get("pynvml"), _FakeNvml):
             nvml = sys.modules["pynvml"]
             nvml.energy_mj = [mj + 250_000.0 * (1 + i) for i, mj in enumerate(nvml.energy_mj)]
-        sampler.stop_energy()
+        sampler.stop_measuring()
 
 
 def test_nvml_is_preferred_and_gives_utilisation_memory_and_energy(monkeypatch):
@@ -73,7 +73,7 @@ def test_nvml_is_preferred_and_gives_utilisation_memory_and_energy(monkeypatch):
     assert sampler.source == "nvml"
     assert sampler.mean_utilisation() == [40.0, 50.0]
     assert sampler.max_memory_used_mib() == [1024.0, 2048.0]
-    # 250 J and 500 J between start_energy and stop_energy (NVML counts mJ).
+    # 250 J and 500 J between start_measuring and stop_measuring (NVML counts mJ).
     assert sampler.energy_j == {"GPU-0": 250.0, "GPU-1": 500.0}
     # One call per reading: utilisation and memory, per GPU, per sample (and one at start).
     assert nvml.calls == 2 * len(GPUS) * (len(sampler.samples) + 1)
@@ -152,3 +152,22 @@ def test_without_nvml_or_gputil_nothing_is_sampled_and_the_record_says_why(monke
     assert "Nvml" in sampler.source and "Gputil" in sampler.source
     assert sampler.mean_utilisation() == []
     assert sampler.energy_j == {}
+
+
+def test_utilisation_is_the_measured_steps_and_needs_enough_samples(monkeypatch):
+    """The warm-up's samples (the GPU idle while cuDNN searches) are left out, and a window
+    of fewer than MIN_UTILISATION_SAMPLES readings gives none: NVML averages each over up to a
+    second, so it would mostly read what ran before (5.7% for a 0.2 s window on an H200)."""
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    sampler = GpuSampler(GPUS[:1])  # the thread is never started: samples are given by hand
+    sampler.samples.extend([[(0.0, 100.0)]] * 5)  # warm-up
+    sampler.start_measuring()
+    sampler.samples.extend([[(90.0, 200.0)]] * (MIN_UTILISATION_SAMPLES - 1))
+    sampler.stop_measuring()
+    sampler.samples.append([(0.0, 300.0)])  # after the window
+    assert sampler.mean_utilisation() == []
+    assert sampler.max_memory_used_mib() == [300.0]  # memory: every sample
+    sampler.start_measuring()
+    sampler.samples.extend([[(90.0, 200.0)], [(70.0, 200.0)], [(80.0, 200.0)]])
+    sampler.stop_measuring()
+    assert sampler.mean_utilisation() == [80.0]
