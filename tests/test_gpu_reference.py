@@ -92,7 +92,7 @@ def test_the_dry_run_prints_every_chunk_in_priority_order_and_runs_nothing(tmp_p
                  if line.startswith("  estimated ")]
     assert len(estimates) == 10 and max(estimates) <= 570  # each chunk inside 10 minutes
     assert f"total estimated {sum(estimates)} s" in out
-    assert "within 12 minutes: chunks 1." in out
+    assert "within 12 minutes: chunks 1,2." in out
     # What the install brings and checks, and the per-test limit.
     assert "wheels: none given" in out and "--fetch-wheels DIR" in out
     assert "asv (chunks 3,9): pip check, import, python -m asv --version" in out

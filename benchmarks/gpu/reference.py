@@ -8,7 +8,8 @@ the reference chunks in priority order, each in a folder of its own and inside 1
 
 A chunk's steps write their output under RUN/<chunk>/ as they finish (parbench's own run
 folders, a log per step and steps.json), so a chunk cut short, or a later chunk that fails,
-loses nothing already measured. Estimates are planning figures for one H100, not measurements.
+loses nothing already measured. Estimates are 1.5 times each step's time on an H200, planning
+figures where a step has not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ def _dry_run(selected: list[Chunk], wheels: Path | None, commit: tuple[str | Non
                   f"{shlex.join(_fill(step.argv, values))}{note}")
     print(f"total estimated {total} s ({total / 60:.1f} min) for {len(selected)} chunks; "
           f"within {LEASE_S // 60} minutes: chunks {','.join(fitting) or 'none'}. Estimates "
-          "are planning figures for one H100, not measurements")
+          "are 1.5 times what each step took on an H200, planning figures for the steps that have "
+          "not run on a GPU yet (chunks 3 and 9, timm's loop)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -14,6 +14,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CHUNK_LIMIT_S = 570  # each chunk ends well inside a 10-minute command
+# Each step's estimate: its time on an H200 on 2026-11-26 (results/20261126T004029Z-gpu-
+# reference-h200) times 1.5, rounded up; chunks 3 and 9 and timm's loop have not run on a GPU
+# yet, and keep the planning figures they were written with.
 SPLITS = "1,3,5,8,10,12,20,40,60"  # the tutorial's split-size sweep
 TIMM_HELP = ("timm's benchmark.py is a script in timm's repository, not in its wheel: pass "
              "--timm-benchmark PATH to a copy of it at the host's timm version")
@@ -143,13 +146,13 @@ def _gpu_test_chunks(asv_can_save: bool) -> list[Chunk]:
     env = {"PYTHONPATH": _pythonpath()}
     return [
         Chunk(1, "gpu-tests", "every CUDA path (pytest -m gpu), less the tests of chunks 2 and 3", (
-            Step("gpu-tests", _pytest("-m", "gpu", GPU_TESTS, *deselect, per_test_s=150), 480,
+            Step("gpu-tests", _pytest("-m", "gpu", GPU_TESTS, *deselect, per_test_s=150), 110,
                  env=env),)),
         Chunk(2, "gpu-tests-slow", "the slow GPU tests: a cold torch.compile, the max-batch "
               "search and torchrun", (
                   Step("gpu-tests", _pytest("-m", "gpu", *(f"{GPU_TESTS}::{name}"
                                                            for name in SLOW_TESTS),
-                                            per_test_s=300), 390, env=env),)),
+                                            per_test_s=300), 180, env=env),)),
         Chunk(3, "gpu-tests-suites", "the GPU tests of the benchmark suites: nested runs of "
               "pytest-benchmark and asv", (
                   Step("gpu-tests", _pytest("-m", "gpu", *suites, per_test_s=270), 450,
@@ -169,7 +172,7 @@ def _prediction_chunk() -> Chunk:
                          "--image-size", "128", "--batch-size", "120", "--devices", "2,4,8",
                          "--split-size", SPLITS, "--link", "nvlink4", "--profile-cache",
                          "{folder}/profiles", "--csv", "{folder}/predicted-sweep.csv",
-                         "--figure", "{folder}/predicted-sweep.png"), 240),))
+                         "--figure", "{folder}/predicted-sweep.png"), 50),))
 
 
 def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
@@ -185,9 +188,9 @@ def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
                   # cuDNN's algorithm search on, as timm's benchmark.py sets it.
                   Step("bf16-channels-last", _run("bf16-channels-last", *resnet50_224,
                                                   "--batch-size", "256", "--precision", "bf16",
-                                                  "--channels-last", "--cudnn-benchmark"), 60),
+                                                  "--channels-last", "--cudnn-benchmark"), 40),
                   Step("ablation", _run("ablation", *resnet50_224, "--batch-size", "256",
-                                        "--precision", "fp32,bf16"), 90),
+                                        "--precision", "fp32,bf16"), 30),
                   # Last: a timm that fails (another version, not installed) ends the chunk.
                   Step("timm", timm, 60, needs=None if timm_benchmark else TIMM_HELP)),
               summarise=lambda folder: {**_timm_ratio(folder), **_throughputs(folder)}),
@@ -197,13 +200,13 @@ def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
                                               "bf16", "--channels-last", "--start", "256",
                                               "--limit", "2048", "--results-dir",
                                               "{folder}/max-batch"),
-                       150, finds=("max_batch", _largest_batch)),
+                       30, finds=("max_batch", _largest_batch)),
                   Step("largest-batch", _run("largest-batch", *resnet50_224, "--batch-size",
                                              "{max_batch}", "--precision", "bf16",
-                                             "--channels-last"), 60),
+                                             "--channels-last"), 40),
                   Step("compiled", _run("compiled", *resnet50_224, "--batch-size", "256",
                                         "--precision", "bf16", "--channels-last",
-                                        "--compile"), 180)),
+                                        "--compile"), 75)),
               summarise=_throughputs),
     ]
 
@@ -227,17 +230,17 @@ def _emulated_chunks(shared: str, asv_commit: str | None) -> list[Chunk]:
                                         "single,model-parallel,pipeline", "--model",
                                         "resnet50", "--batch-size", "120", "--image-size", "128",
                                         "--devices", shared, "--split-size", SPLITS,
-                                        steps=10, warmup=3), 300),)),
+                                        steps=10, warmup=3), 220),)),
         Chunk(7, "data-parallel", "ddp and fsdp on one GPU emulating two (gloo), world sizes "
               "1 and 2, against single", (
                   Step("data-parallel", _run("data-parallel", "--strategy", "single,ddp,fsdp",
                                              "--model", "resnet50", "--batch-size", "128",
                                              "--image-size", "128", "--devices", shared,
                                              "--world-size", "1,2", steps=10, warmup=3),
-                       240),)),
+                       60),)),
         Chunk(8, "pytest-benchmark", "the pytest-benchmark suite on the GPU", (
             Step("pytest-benchmark", _pytest("benchmarks", "--benchmark-only", "--benchmark-json",
-                                             "{folder}/benchmark.json", per_test_s=240), 300,
+                                             "{folder}/benchmark.json", per_test_s=240), 65,
                  env={"PARBENCH_BENCH_DEVICES": shared, "PYTHONPATH": _pythonpath()}),),
               requires=("pytest_benchmark",)),
         Chunk(9, "asv", "the asv suite on the GPU, in the host's environment",
