@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -52,6 +53,7 @@ def _loopback_environment() -> None:
 def _die_with_parent(launcher: int) -> None:
     """Linux: this worker is killed if its parent dies, even by SIGKILL, so no rank outlives
     an interrupted sweep (the fork server, its parent, exits when the launcher does)."""
+    _release_the_fork_server()
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -61,6 +63,21 @@ def _die_with_parent(launcher: int) -> None:
         os.kill(launcher, 0)
     except ProcessLookupError:
         os._exit(1)  # the launcher died while this worker was starting
+
+
+def _release_the_fork_server() -> None:
+    """The fork server exits when every copy of the write end of its launcher's pipe is
+    closed, and each worker is handed a copy (multiprocessing.forkserver._serve_one, so that it
+    can use the server too): while a worker held it, a SIGKILLed launcher's server stayed up,
+    its workers' PR_SET_PDEATHSIG never fired, and the ranks trained on to the end of their
+    configuration (42 s in one probe). Closed here; a process this worker starts through a fork
+    server then starts a server of its own."""
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
 @dataclasses.dataclass(frozen=True)

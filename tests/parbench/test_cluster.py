@@ -51,12 +51,14 @@ def _free_port() -> int:
 @pytest.mark.timeout(300)
 def test_two_srun_tasks_on_loopback_measure_and_record_as_one_job(tmp_path):
     port = _free_port()
+    # ddp first: both tasks start their fork servers (an import of torch each) at once, where
+    # single first would run on task 0 alone and leave task 1's to start after it.
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
     tasks = [subprocess.Popen(
         [sys.executable, "-m", "parbench", "run", "--devices", "cpu", "--model", "resnet18",
          "--image-size", "32", "--num-classes", "10", "--warmup", "1", "--steps", "2",
-         "--strategy", "single,ddp", "--batch-size", "8", "--progress", "off",
+         "--strategy", "ddp,single", "--batch-size", "8", "--progress", "off",
          "--results-dir", str(tmp_path)],
         env={**environment, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
              "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_JOB_ID": "1",
@@ -74,8 +76,8 @@ def test_two_srun_tasks_on_loopback_measure_and_record_as_one_job(tmp_path):
     assert [task.returncode for task in tasks] == [0, 0], outputs
     [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
     frame = load_records(folder)
-    assert list(zip(frame["strategy"], frame["status"], strict=True)) == [("single", "ok"),
-                                                                         ("ddp", "ok")]
-    ddp = frame.iloc[1]
+    assert list(zip(frame["strategy"], frame["status"], strict=True)) == [("ddp", "ok"),
+                                                                         ("single", "ok")]
+    ddp = frame.iloc[0]
     assert ddp["world_size"] == 2 and ddp["backend"] == "gloo"
     assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2

@@ -1,7 +1,12 @@
-"""Real interruptions of a real sweep (SIGKILL, SIGTERM, Ctrl-C): what was measured is on disk
-and complete, no worker outlives the sweep, and --resume measures only what is missing."""
+"""Real interruptions of a real sweep (SIGKILL, and SIGTERM, which parbench turns into Ctrl-C's
+KeyboardInterrupt): what was measured is on disk and complete, no worker outlives the sweep, and
+--resume measures only what is missing."""
 
+import contextlib
+import dataclasses
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+# Enough that ddp's ranks (1 + 10 steps, then 1 + 10 without communication: some 2.5 s on 2
+# cores) are still training when the signal comes, 0.5 s after both have started.
+STEPS = 10
 SWEEP = ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", "--model", "resnet18",
-         "--image-size", "32", "--num-classes", "10", "--batch-size", "4,8", "--steps", "20",
-         "--warmup", "1", "--progress", "off"]
+         "--image-size", "32", "--num-classes", "10", "--batch-size", "4,8",
+         "--steps", str(STEPS), "--warmup", "1", "--progress", "off"]
 
 
 def _children(pid: int) -> list[int]:
@@ -26,8 +34,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _ranks(sweep: int) -> list[int]:
-    """The sweep's workers: forked by its fork server, a child of the sweep."""
+def _servers(sweep: int) -> list[int]:
+    """The sweep's fork server: a child of the sweep."""
     servers = []
     for pid in _children(sweep):
         try:
@@ -35,7 +43,12 @@ def _ranks(sweep: int) -> list[int]:
                 servers.append(pid)
         except OSError:
             continue
-    return [rank for server in servers for rank in _children(server)]
+    return servers
+
+
+def _ranks(sweep: int) -> list[int]:
+    """The sweep's workers: forked by its fork server."""
+    return [rank for server in _servers(sweep) for rank in _children(server)]
 
 
 def _alive(pid: int) -> bool:
@@ -46,16 +59,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _default_sigint() -> None:
-    # As in a terminal: a test run started in the background (`pytest &` without job
-    # control) ignores SIGINT, and its children would inherit that and never see Ctrl-C.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start(results: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "parbench", *SWEEP, "--results-dir",
                              str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=_default_sigint)
+                            text=True)
 
 
 def _interrupt_during_ddp(sweep: subprocess.Popen, results: Path, signum: int) -> list[int]:
@@ -78,33 +85,94 @@ def _records(results: Path) -> list[dict]:
     return json.loads((folder / "records.json").read_text())
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(tmp_path, signum):
-    sweep = _start(tmp_path)
-    ranks = _interrupt_during_ddp(sweep, tmp_path, signum)
+@dataclasses.dataclass(frozen=True)
+class Interrupted:
+    """A sweep signalled during ddp, once it has exited: its results folder, the ranks that
+    were running, its exit status and its stderr."""
+
+    results: Path
+    ranks: list[int]
+    returncode: int
+    err: str
+
+
+def _interrupted(results: Path, signum: int) -> Interrupted:
+    sweep = _start(results)
+    ranks = _interrupt_during_ddp(sweep, results, signum)
     _, err = sweep.communicate(timeout=60)
+    return Interrupted(results, ranks, sweep.returncode, err)
+
+
+@pytest.fixture(scope="module")
+def killed_sweep(tmp_path_factory) -> Interrupted:
+    """A sweep SIGKILLed during ddp, measured once for the module: the SIGKILL case checks it
+    and the resume test resumes a copy of its folder."""
+    return _interrupted(tmp_path_factory.mktemp("killed"), signal.SIGKILL)
+
+
+# SIGKILL: no handler runs, and the ranks must die with the sweep on their own. SIGTERM:
+# parbench's handler (cli._interrupt) raises KeyboardInterrupt, and from there on the sweep
+# stops exactly as on Ctrl-C (SIGINT, whose KeyboardInterrupt is Python's own): launch.spawn
+# kills the ranks, `parbench run` prints the resume hint and exits 130. A SIGINT case would
+# measure that same path again, so there is none.
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tmp_path, signum):
+    sweep = (request.getfixturevalue("killed_sweep") if signum == signal.SIGKILL
+             else _interrupted(tmp_path, signum))
     deadline = time.monotonic() + 10
-    while any(_alive(r) for r in ranks) and time.monotonic() < deadline:
+    while any(_alive(r) for r in sweep.ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(r) for r in ranks), "a rank outlived the sweep"
-    records = _records(tmp_path)
+    assert not any(_alive(r) for r in sweep.ranks), "a rank outlived the sweep"
+    records = _records(sweep.results)
     assert [r["strategy"] for r in records] == ["single"]
-    assert records[0]["status"] == "ok" and len(records[0]["step_times_s"]) == 20
+    assert records[0]["status"] == "ok" and len(records[0]["step_times_s"]) == STEPS
     if signum == signal.SIGKILL:
         assert sweep.returncode == -signal.SIGKILL
     else:
         assert sweep.returncode == 130
-        assert "interrupted; 1 configuration(s) are recorded" in err
-        assert "parbench run --resume" in err and "Traceback" not in err
+        assert "interrupted; 1 configuration(s) are recorded" in sweep.err
+        assert "parbench run --resume" in sweep.err and "Traceback" not in sweep.err
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_sweeps_fork_server_and_ranks_exit_long_before_their_steps_end(tmp_path):
+    """SIGKILL runs no handler: the fork server must see its launcher gone and exit, and the
+    ranks with it (PR_SET_PDEATHSIG), though their configuration has steps for a minute more.
+    (The case above cannot tell: its ranks' steps end within seconds anyway, and
+    communicate() waits for them.)"""
+    sweep = subprocess.Popen([sys.executable, "-m", "parbench", "run", "--strategy", "ddp",
+                              "--devices", "cpu,cpu", "--model", "resnet18", "--image-size",
+                              "32", "--num-classes", "10", "--batch-size", "4", "--steps",
+                              "1000", "--warmup", "1", "--progress", "off", "--results-dir",
+                              str(tmp_path)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    processes: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(_ranks(sweep.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        processes = [*_servers(sweep.pid), *_ranks(sweep.pid)]
+        assert len(processes) == 3, "the sweep never started ddp's two ranks"
+        sweep.kill()
+        sweep.wait(timeout=30)
+        killed = time.monotonic()
+        while any(_alive(p) for p in processes) and time.monotonic() - killed < 20:
+            time.sleep(0.1)
+        left = [p for p in processes if _alive(p)]
+        assert not left, f"{left} still running 20 s after the sweep was killed"
+    finally:
+        sweep.kill()
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(300)
-def test_resume_measures_only_what_is_missing(tmp_path):
-    sweep = _start(tmp_path)
-    _interrupt_during_ddp(sweep, tmp_path, signal.SIGKILL)
-    sweep.wait(timeout=60)
-    [folder] = list(tmp_path.iterdir())
+def test_resume_measures_only_what_is_missing(killed_sweep, tmp_path):
+    [killed] = list(killed_sweep.results.iterdir())
+    folder = tmp_path / killed.name  # a copy: the SIGKILL case reads the original
+    shutil.copytree(killed, folder)
     first = _records(tmp_path)[0]
     resumed = subprocess.run([sys.executable, "-m", "parbench", "run", "--resume", str(folder),
                               "--progress", "off"], capture_output=True, text=True, timeout=240)

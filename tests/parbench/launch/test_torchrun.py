@@ -79,10 +79,11 @@ def _worker_of_rank(agent: subprocess.Popen, rank: int) -> int | None:
 @pytest.mark.timeout(300)
 def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(tmp_path):
     standalone = ["--standalone", "--nproc-per-node", "2"]
-    # Enough steps that the first configuration is still running a second after its worker
-    # starts (a worker forked from a warm server trains resnet18 at 32 px in 0.1 s a step).
+    # Enough steps that the first configuration is still training a second after its worker
+    # starts: at batch 16 a rank's worker lives about 4 s (1 + 8 steps, then 1 + 8 without
+    # communication, at about 0.2 s a step on 2 cores), batch 4's about 2 s.
     agent = _torchrun(standalone, ["run", *TINY, "--strategy", "ddp", "--batch-size", "16,4",
-                                   "--steps", "20", "--results-dir", str(tmp_path)])
+                                   "--steps", "8", "--results-dir", str(tmp_path)])
     try:
         deadline = time.monotonic() + 120
         while (victim := _worker_of_rank(agent, 1)) is None and time.monotonic() < deadline:
@@ -116,9 +117,12 @@ def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_agai
 def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory_ones_too(
         tmp_path):
     port = _free_port()
+    # ddp first: each rank starts its fork server (an import of torch, some 5 s of CPU) for its
+    # first configuration, both at once for ddp; single first would run on rank 0 alone and
+    # leave rank 1's server to start after it.
     agents = [_torchrun(["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                          "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}"],
-                        ["run", *TINY, "--strategy", "single,ddp", "--batch-size", "8,4096",
+                        ["run", *TINY, "--strategy", "ddp,single", "--batch-size", "8,4096",
                          "--steps", "2", "--memory-cap-mib", "400",
                          "--results-dir", str(tmp_path)])
               for _ in range(2)]
@@ -127,9 +131,9 @@ def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory
     [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
     frame = load_records(folder)
     assert list(zip(frame["strategy"], frame["global_batch"], frame["status"], strict=True)) == [
-        ("single", 8, "ok"), ("ddp", 8, "ok"), ("single", 4096, "oom"), ("ddp", 4096, "oom")]
-    assert "can't allocate memory" in frame.iloc[3]["reason"]
-    ddp = frame.iloc[1]
+        ("ddp", 8, "ok"), ("single", 8, "ok"), ("ddp", 4096, "oom"), ("single", 4096, "oom")]
+    assert "can't allocate memory" in frame.iloc[2]["reason"]  # ddp's, agreed by both ranks
+    ddp = frame.iloc[0]
     assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
     assert ddp["emulated"]  # both nodes are this host
     assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
