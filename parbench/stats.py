@@ -9,8 +9,6 @@ import statistics
 from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
-from scipy import stats
-
 Key = TypeVar("Key", bound=Hashable)  # what a family of comparisons is keyed by
 
 __all__ = ["CONFIDENCE", "METHOD", "VERDICT_METHOD", "adjusted", "centre", "interval",
@@ -56,6 +54,8 @@ def interval(values: Iterable[float], log: bool = True) -> tuple[float, float] |
     if spread == 0:
         low = high = centre
     else:
+        from scipy import stats  # here: scipy.stats costs every process 0.8 s to import
+
         low, high = stats.t.interval(CONFIDENCE, len(sample) - 1, loc=centre,
                                      scale=spread / math.sqrt(len(sample)))
     return (math.exp(low), math.exp(high)) if log else (float(low), float(high))
@@ -95,6 +95,8 @@ def p_value(ratios: Iterable[float]) -> float | None:
         return None
     if statistics.pstdev(logs) == 0:
         return 0.0 if logs[0] != 0 else 1.0
+    from scipy import stats
+
     return float(stats.ttest_1samp(logs, 0.0).pvalue)
 
 
@@ -106,6 +108,8 @@ def adjusted(p_values: Mapping[Key, float]) -> dict[Key, float]:
     keys = list(p_values)
     if not keys:
         return {}
+    from scipy import stats
+
     values = stats.false_discovery_control([p_values[key] for key in keys])
     return {key: float(value) for key, value in zip(keys, values, strict=True)}
 
