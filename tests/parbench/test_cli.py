@@ -48,8 +48,15 @@ def test_comma_lists_sweep_one_record_per_point(capsys, tmp_path):
 
 
 def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path):
-    status, out, _ = _run(capsys, "run", "--batch-size", "4", "--results-dir", str(tmp_path),
-                          *TINY, "--steps", "1", "--warmup", "0")
+    from parbench.cli import parser
+    from parbench.commands.run import spec_of
+
+    argv = ["run", "--batch-size", "4", "--results-dir", str(tmp_path), *TINY, "--steps", "1",
+            "--warmup", "0"]
+    # The quick comparison's trials, for its intervals: 3 unless --repeats says otherwise
+    # (the sweep it asks for; measured here in one trial each, which every record states).
+    assert spec_of(parser().parse_args(argv)).repeats == 3
+    status, out, _ = _run(capsys, *argv, "--repeats", "1")
     assert status == 0
     workload = Workload(model="resnet18", image_size=32, num_classes=10)
     can_run = [n for n in strategies.names()
@@ -57,7 +64,7 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     assert "single" in can_run and "ddp" in can_run and "data-parallel" not in can_run
     frame = load_records(_run_folder(out))
     assert list(dict.fromkeys(frame["strategy"])) == can_run
-    assert set(frame["repeats"]) == {3}  # the quick comparison's trials, for its intervals
+    assert set(frame["repeats"]) == {1}  # the trials the sweep asked for
     # Beside single with the whole batch, single accumulating the pipelines' micro-batches.
     single = frame["strategy"] == "single"
     assert (set(frame.loc[single, "split_size"].dropna())
@@ -294,7 +301,7 @@ def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path)
 
 def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skipped(
         capsys, tmp_path):
-    # One trial (the quick comparison's default of 3 is the test above's): fp16 is slow here.
+    # One trial (the default of 3 is checked in the test above): fp16 is slow here.
     status, out, err = _run(capsys, "run", "--precision", "fp16", "--devices", "cpu,cpu",
                             "--repeats", "1", "--batch-size", "4", "--results-dir",
                             str(tmp_path), *TINY, "--steps", "1", "--warmup", "0")
@@ -307,16 +314,27 @@ def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skippe
     assert frame.loc["single", "status"].iloc[0] == "ok"  # the whole batch (then accumulating)
 
 
+@pytest.fixture
+def compiling_here(monkeypatch):
+    """torch.compile in this process, inductor compiling in the calling thread (a pool of
+    compile workers would live as long as this process, and be taken for a leftover by the
+    tests that look for them); the compiled code dropped afterwards."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.mark.timeout(600)
-def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(tmp_path):
-    # In a process of its own: inductor's pool of compile workers lives as long as the process
-    # that compiled (and would be taken for a leftover by the tests that look for them).
-    done = subprocess.run([sys.executable, "-m", "parbench", "run", "--strategy", "single",
-                           "--compile", "--devices", "cpu", "--batch-size", "4",
-                           "--results-dir", str(tmp_path), *TINY],
-                          capture_output=True, text=True, timeout=540)
-    assert done.returncode == 0, done.stderr[-2000:]
-    record = load_records(_run_folder(done.stdout)).iloc[0]
+def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(capsys, tmp_path,
+                                                                     compiling_here, child_pids):
+    status, out, err = _run(capsys, "run", "--strategy", "single", "--compile", "--devices",
+                            "cpu", "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
+    assert status == 0, err[-2000:]
+    assert child_pids() == []  # no pool of compile workers left behind
+    record = load_records(_run_folder(out)).iloc[0]
     assert record["status"] == "ok", record["reason"]
     assert record["compile"]
     # The first warm-up step compiled (seconds, on a CPU); the measured ones did not.

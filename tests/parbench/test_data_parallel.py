@@ -47,13 +47,16 @@ def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_st
 
 @pytest.mark.timeout(240)
 def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
-    """With its sharded gradient scaler, from verify's initial scale (one step, not skipped)."""
-    [verdict] = verify(replace(tiny_workload, precision="fp16"), CPU3, ["fsdp"], 8,
-                       {"world_size": 2}, tolerance=1e-5)
+    """With its sharded gradient scaler, at the scale verify settles on (one step, not
+    skipped). From torch's 2^16 this workload's baseline skips its step at 2^16, 2^15 and 2^14,
+    and fsdp's at 2^13 as well: started at 2^14, both of verify's halvings still happen (the
+    reference skipped, then the strategy alone), with two skipped fp16 baseline steps fewer."""
+    fp16 = replace(tiny_workload, precision="fp16", initial_loss_scale=2.0**14)
+    [verdict] = verify(fp16, CPU3, ["fsdp"], 8, {"world_size": 2}, tolerance=1e-5)
     assert verdict.baseline_update > 1e-3
     assert verdict.ok, verdict
-    # Halved from 2^16 until neither step was skipped.
-    assert verdict.loss_scale < 2**16
+    # Halved until neither step was skipped.
+    assert verdict.loss_scale < 2**14
     assert child_pids() == []
 
 
@@ -210,18 +213,18 @@ def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload
     """A rank frozen by SIGSTOP hangs its peer in the all-reduce: the launcher's deadline ends
     both, kills them and records the error."""
     config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
-                    timeout_s=12)
+                    timeout_s=6)  # the deadline counts from when both ranks are started
     result = {}
     worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     started = time.monotonic()
     worker.start()
     while len(child_pids()) < 2 and time.monotonic() - started < 20:
         time.sleep(0.1)
-    time.sleep(3)
+    time.sleep(2)
     os.kill(max(child_pids()), signal.SIGSTOP)
     worker.join(timeout=60)
     assert not worker.is_alive()
-    assert 12 <= time.monotonic() - started < 32
+    assert 6 <= time.monotonic() - started < 26
     assert result["record"].status == "error"
-    assert "timed out after 12 s; ranks still running: [0, 1]" in result["record"].reason
+    assert "timed out after 6 s; ranks still running: [0, 1]" in result["record"].reason
     assert child_pids() == []

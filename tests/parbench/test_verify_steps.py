@@ -13,7 +13,10 @@ from parbench.verify import verify
 from strategies.model_parallel import ModelParallel
 
 CPU2 = parse_devices("cpu,cpu")
-STEPS = 12
+# Enough steps for the rounding twins' envelope to grow past one step's tolerance, and for a
+# strategy off by OFF_BY to leave it: at the third step here, by about 80 times (from the
+# fifth on the twins have drifted as far apart, so more steps show nothing more).
+STEPS = 4
 # Off by this much of its learning rate: 1 part in 10,000 of every update.
 OFF_BY = 1e-4
 
@@ -53,17 +56,19 @@ def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
 
 @pytest.mark.timeout(240)
 def test_real_strategies_stay_within_the_grown_tolerance(workload):
-    steps = STEPS // 2  # enough for the tolerance to grow; the rounding twins cost the time
-    verdicts = verify(workload, CPU2, ["model-parallel", "pipeline"], 8, {"split_size": 2},
-                      tolerance=1e-5, steps=steps)
-    for verdict in verdicts:
-        assert verdict.ok, verdict
-        assert len(verdict.losses) == len(verdict.reference_losses) == steps
-        # the losses really moved, and the tolerance grew from one step's
-        assert verdict.reference_losses[-1] != pytest.approx(verdict.reference_losses[0])
-        assert verdict.loss_tolerances[-1] > verdict.loss_tolerances[0]
-    # the one-process pipeline rounds apart from its reference: something was compared
-    assert max(verdicts[1].loss_differences) > 0
+    """The one-process pipeline, whose micro-batches round apart from its accumulating
+    reference. (model-parallel's steps are its whole-batch reference's bit for bit: the
+    command's test below checks that over 3 steps, and the strategy off by a little above is
+    model-parallel over STEPS.)"""
+    [verdict] = verify(workload, CPU2, ["pipeline"], 8, {"split_size": 2}, tolerance=1e-5,
+                       steps=STEPS)
+    assert verdict.ok, verdict
+    assert len(verdict.losses) == len(verdict.reference_losses) == STEPS
+    # the losses really moved, and the tolerance grew from one step's
+    assert verdict.reference_losses[-1] != pytest.approx(verdict.reference_losses[0])
+    assert verdict.loss_tolerances[-1] > verdict.loss_tolerances[0]
+    # it rounds apart from its reference: something was compared
+    assert max(verdict.loss_differences) > 0
 
 
 def test_the_command_prints_each_strategy_s_worst_loss_step(capsys):

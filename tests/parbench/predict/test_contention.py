@@ -14,13 +14,6 @@ from parbench.workloads import Workload
 TINY = Workload(model="resnet18", image_size=32, num_classes=10)
 
 
-def test_two_processes_at_once_are_timed_against_one_alone():
-    slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=2, steps=1,
-                                           rounds=2, timeout_s=120)
-    assert 0.3 < slowdown < 10 and slowdown != 1.0  # a ratio of two real step times
-    assert multiprocessing.active_children() == []  # every process it started has ended
-
-
 def test_a_process_that_dies_is_reported_at_once_not_at_the_timeout():
     broken = Workload(model="resnet18", image_size=32, num_classes=10)
     object.__setattr__(broken, "image_size", 0)  # past the check: the workers' forward fails
@@ -45,10 +38,12 @@ def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):
 
 @pytest.mark.timeout(180)
 def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
-    # Twice as many single-threaded processes as cores, each step a few milliseconds: started
-    # step by step they did not overlap and measured no slowdown (1.004 for three processes
-    # on two cores); stepping for a whole window, each gets about half a core.
+    """Processes at once timed against one alone, in real processes that all end. Twice as
+    many single-threaded processes as cores, each step a few milliseconds: started step by
+    step they did not overlap and measured no slowdown (1.004 for three processes on two
+    cores); stepping for a whole window, each gets about half a core."""
     processes = 2 * cpu_cores()
     slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
                                            rounds=2, timeout_s=150, window_s=0.5)
-    assert slowdown > 1.4
+    assert 1.4 < slowdown < 10  # a ratio of two real step times
+    assert multiprocessing.active_children() == []  # every process it started has ended
