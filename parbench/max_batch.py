@@ -21,7 +21,7 @@ def batch_unit(config: Config) -> int:
     """The smallest batch step the strategy accepts on its devices (data-parallel: one image
     per replica; process-per-stage pipelines: one image per default micro-batch)."""
     for unit in range(1, 8 * len(config.devices) + 1):
-        if _accepts(config, unit):
+        if _divides(config, unit):
             return unit
     return len(config.devices)
 
@@ -64,7 +64,19 @@ def find_max_batch(config: Config, limit: int,
     return fitting * unit, False, trials
 
 
+# What refuses a batch: how it is cut, and a piece too small for the family (a workload
+# refusal that depends on the batch; the others, fp16 or --compile, are refused before).
+_BATCH_REFUSALS = ("devices", "options", "workload")
+
+
 def _accepts(config: Config, batch: int) -> bool:
-    """Whether the strategy can train this batch (e.g. one it can split equally)."""
+    """Whether the strategy can train this batch (e.g. one it can split equally, into
+    micro-batches the model family can train on)."""
     # Where the machine cannot run it, the trial records that.
+    return replace(config, global_batch=batch).plan.reason(*_BATCH_REFUSALS) is None
+
+
+def _divides(config: Config, batch: int) -> bool:
+    """Whether the strategy can cut this batch as it must (equal shards or micro-batches),
+    leaving aside how small a piece the model family trains on."""
     return replace(config, global_batch=batch).plan.reason("devices", "options") is None

@@ -104,8 +104,29 @@ class Strategy(ABC):
         reason = cls.unavailable_reason(used)
         if reason:
             raise Unavailable(reason)
-        return Plan(name, workload, global_batch, used, options.resolved(global_batch, used),
-                    backend)
+        resolved = options.resolved(global_batch, used)
+        cls.check_slice(workload, cls.smallest_slice(global_batch, used, resolved))
+        return Plan(name, workload, global_batch, used, resolved, backend)
+
+    @classmethod
+    def smallest_slice(cls, global_batch: int, devices: tuple[torch.device, ...],
+                       options: OptionsBase) -> int:
+        """The fewest images one forward pass computes on: the smallest micro-batch, else the
+        whole batch."""
+        split = options.micro_batch_size()
+        return min(micro_batch_sizes(global_batch, split)) if split else global_batch
+
+    @staticmethod
+    def check_slice(workload: Workload, images: int) -> None:
+        """Refuse a forward pass on fewer images than the model family can train on (a ResNet
+        at 32 px or less ends on one value per channel, which BatchNorm cannot normalise):
+        refused here in one line, not an error inside every process."""
+        fewest = workload.family.smallest_batch(workload.image_size)
+        if images < fewest:
+            raise WorkloadRefused(
+                f"a forward pass on {images} image(s) at {workload.image_size} px: "
+                f"{workload.model} trains on at least {fewest} there; give a larger batch or "
+                "split size, or a larger --image-size")
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],

@@ -49,6 +49,10 @@ class SplitBatch(Strategy):
                 f"{lower + replicas}")
 
     @classmethod
+    def smallest_slice(cls, global_batch, devices, options) -> int:
+        return super().smallest_slice(global_batch, devices, options) // len(devices)
+
+    @classmethod
     def reference_split(cls, plan) -> int | None:
         # Each replica's BatchNorm normalises over its own shard: single accumulating over the
         # same shards makes the same update.

@@ -52,7 +52,9 @@ def command_max_batch(args: argparse.Namespace) -> int:
                         threads_per_device=at_least("--threads-per-device",
                                                     args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=positive("--timeout", args.timeout))
-        reason = checked(replace(config, global_batch=batch_unit(config))).unavailable_reason()
+        unit = batch_unit(config)  # the search's first batch: --start in whole units
+        first = replace(config, global_batch=-(-start // unit) * unit)
+        reason = checked(first).unavailable_reason()
         if reason:
             raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")
         configs.append(config)

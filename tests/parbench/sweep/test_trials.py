@@ -25,7 +25,7 @@ def _configs(workload):
     return [Config("single", workload, 8, CPU2, warmup=1, steps=2),
             Config("ddp", workload, 8, CPU2, warmup=1, steps=2),
             Config("pipeline", workload, 7, CPU2, warmup=1, steps=2,
-                   options={"split_size": 2}),  # unequal micro-batches: fine for `pipeline`
+                   options={"split_size": 3}),  # unequal micro-batches: fine for `pipeline`
             Config("data-parallel", workload, 8, CPU2)]  # CUDA only: skipped, never measured
 
 
