@@ -18,7 +18,7 @@ class MaxBatchError(RuntimeError):
 
 
 def batch_unit(config: Config) -> int:
-    """The smallest batch step the strategy accepts on its devices (data-parallel: one image
+    """The smallest batch step the strategy can cut on its devices (data-parallel: one image
     per replica; process-per-stage pipelines: one image per default micro-batch)."""
     for unit in range(1, 8 * len(config.devices) + 1):
         if _divides(config, unit):
@@ -26,11 +26,23 @@ def batch_unit(config: Config) -> int:
     return len(config.devices)
 
 
+def first_batch(config: Config, limit: int) -> int:
+    """Where the search starts: config.global_batch rounded up to whole units, then up to the
+    first batch the strategy accepts (one whose micro-batches the model family trains on);
+    the rounded batch itself where none up to `limit` is (its plan then says why)."""
+    unit = batch_unit(config)
+    start = max(1, -(-config.global_batch // unit)) * unit
+    batch = start
+    while batch <= limit and not _accepts(config, batch):
+        batch += unit
+    return batch if batch <= limit else start
+
+
 def find_max_batch(config: Config, limit: int,
                    on_trial: Callable[[Record], None] = lambda record: None
                    ) -> tuple[int, bool, list[Record]]:
     """(largest batch that trained, whether `limit` stopped the search first, every trial's
-    record). Batches are multiples of `batch_unit`, starting at config.global_batch's."""
+    record). Batches are multiples of `batch_unit`, from `first_batch`."""
     unit = batch_unit(config)
     trials: list[Record] = []
 
@@ -43,7 +55,7 @@ def find_max_batch(config: Config, limit: int,
         return record.ok
 
     fitting, failing = 0, None  # largest multiple known to fit; smallest known not to
-    multiple = max(1, config.global_batch // unit)
+    multiple = first_batch(config, limit) // unit
     while multiple * unit <= limit and _accepts(config, multiple * unit):
         if not fits(multiple):
             failing = multiple
@@ -64,9 +76,8 @@ def find_max_batch(config: Config, limit: int,
     return fitting * unit, False, trials
 
 
-# What refuses a batch: how it is cut, and a piece too small for the family (a workload
-# refusal that depends on the batch; the others, fp16 or --compile, are refused before).
-_BATCH_REFUSALS = ("devices", "options", "workload")
+# What refuses a batch: how it is cut, and a piece too small for the model family.
+_BATCH_REFUSALS = ("devices", "options", "batch")
 
 
 def _accepts(config: Config, batch: int) -> bool:

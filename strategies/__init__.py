@@ -11,7 +11,7 @@ import torch
 from strategies.base import Plan, Strategy, default_backend
 from strategies.data_parallel import DataParallel
 from strategies.ddp import DDP
-from strategies.errors import StrategyError, Unavailable, WorkloadRefused
+from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from strategies.fsdp import FSDP
 from strategies.model_parallel import ModelParallel
 from strategies.options import Options, OptionSpec
@@ -20,8 +20,9 @@ from strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
 from strategies.single import SingleDevice
 
 __all__ = [
-    "BASELINE", "REGISTRY", "OptionSpec", "Options", "Plan", "Strategy", "StrategyError",
-    "Unavailable", "WorkloadRefused", "allreduces_gradients", "create", "default_backend",
+    "BASELINE", "REGISTRY", "BatchTooSmall", "OptionSpec", "Options", "Plan", "Strategy",
+    "StrategyError", "Unavailable", "WorkloadRefused", "allreduces_gradients", "create",
+    "default_backend",
     "lookup", "names", "option_specs", "options_of", "plan", "plan_on", "takers",
 ]
 

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from strategies.errors import StrategyError, Unavailable, WorkloadRefused
+from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from strategies.options import Options as OptionsBase
 from strategies.stages import bubble_fraction, micro_batch_sizes
 
@@ -123,10 +123,10 @@ class Strategy(ABC):
         refused here in one line, not an error inside every process."""
         fewest = workload.family.smallest_batch(workload.image_size)
         if images < fewest:
-            raise WorkloadRefused(
+            raise BatchTooSmall(
                 f"a forward pass on {images} image(s) at {workload.image_size} px: "
-                f"{workload.model} trains on at least {fewest} there; give a larger batch or "
-                "split size, or a larger --image-size")
+                f"{workload.model} trains on at least {fewest} there; give a larger batch (or "
+                "micro-batch, where the strategy cuts one), or a larger --image-size")
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["StrategyError", "Unavailable", "WorkloadRefused"]
+__all__ = ["BatchTooSmall", "StrategyError", "Unavailable", "WorkloadRefused"]
 
 
 class StrategyError(ValueError):
@@ -17,3 +17,8 @@ class Unavailable(StrategyError):
 class WorkloadRefused(Unavailable):
     """The strategy cannot train this workload (fp16, --compile): refused up front when the
     user named the strategy, recorded as skipped in the comparison of every strategy."""
+
+
+class BatchTooSmall(WorkloadRefused):
+    """A forward pass on fewer images than the model family trains on (a micro-batch or a
+    replica's share): refused for that batch alone, so a sweep's other batches still run."""

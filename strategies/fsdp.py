@@ -169,9 +169,10 @@ def gathered_through_cpu(parameters: list[DTensor], rank: int) -> list[torch.Ten
     with SIGSEGV on torch 2.11 + H200. FSDP2 shards dim 0 in rank order (Shard(0), torch.chunk's
     sizes), so the rank-ordered shards concatenate to the parameter."""
     shards = [parameter.to_local().detach().cpu() for parameter in parameters]
-    everyone: list[list[torch.Tensor] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, shards)
-    if rank != 0:
+    everyone: list[list[torch.Tensor] | None] | None = (
+        [None] * dist.get_world_size() if rank == 0 else None)
+    dist.gather_object(shards, everyone, dst=0)  # to rank 0 alone, which compares them
+    if everyone is None:
         return []
     return [torch.cat([cast(list, ranks)[i] for ranks in everyone])
             for i in range(len(parameters))]

@@ -164,7 +164,7 @@ def _archive(root: Path, path: Path) -> None:
 
 
 def _dry_run(selected: list[Chunk], wheels: Path | None, commit: tuple[str | None, str],
-             asv: str | None) -> None:
+             asv: str | None, limit_s: float = CHUNK_LIMIT_S) -> None:
     install_plan(selected, wheels)
     limited = [str(chunk.number) for chunk in selected if per_test_s(chunk)]
     if limited:
@@ -178,7 +178,7 @@ def _dry_run(selected: list[Chunk], wheels: Path | None, commit: tuple[str | Non
             fitting.append(str(chunk.number))
         print(f"chunk {chunk.number} {chunk.name}: {chunk.purpose}")
         per_test = per_test_s(chunk)
-        print(f"  estimated {chunk.estimate_s} s (limit {CHUNK_LIMIT_S} s"
+        print(f"  estimated {chunk.estimate_s} s (limit {limit_s:.0f} s"
               + (f", each test at most {per_test} s" if per_test else "")
               + f"), {total} s from the start")
         values = {"folder": f"RUN/{chunk.folder_name}", "max_batch": "<max-batch's answer>"}
@@ -237,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     selected = [c for c in every if wanted is None or c.number in wanted]
     if wanted and len(selected) < len(wanted):
         parser.error(f"--chunks: there are chunks 1 to {len(every)}, got {args.chunks}")
+    if args.chunk_limit_s <= 0:
+        parser.error("--chunk-limit-s takes a number of seconds above 0, got "
+                     f"{args.chunk_limit_s:g}")
     if args.dry_run:
-        _dry_run(selected, args.wheels, commit, asv)
+        _dry_run(selected, args.wheels, commit, asv, args.chunk_limit_s)
         return 0
     brought = set() if args.no_install else install(args.wheels)
     skipped = check(selected, brought)

@@ -22,7 +22,7 @@ from parbench.commands.arguments import (
     strategy_option_sweep,
 )
 from parbench.environment import collect_environment
-from parbench.max_batch import MaxBatchError, batch_unit, find_max_batch
+from parbench.max_batch import MaxBatchError, find_max_batch, first_batch
 from parbench.record import Record
 from parbench.sweep.config import Config, options_for
 from parbench.workloads import MODELS, PRECISIONS, Workload
@@ -52,8 +52,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
                         threads_per_device=at_least("--threads-per-device",
                                                     args.threads_per_device, 1),
                         memory_cap_mib=cap, timeout_s=positive("--timeout", args.timeout))
-        unit = batch_unit(config)  # the search's first batch: --start in whole units
-        first = replace(config, global_batch=-(-start // unit) * unit)
+        first = replace(config, global_batch=first_batch(config, limit))
         reason = checked(first).unavailable_reason()
         if reason:
             raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")

@@ -115,9 +115,9 @@ class GpuSampler:
     """Samples the given GPUs' utilisation and used memory in a background thread, and where
     NVML reports it, the energy they used between `start_measuring()` and `stop_measuring()`.
     Utilisation is averaged over the samples taken between those two calls alone (the warm-up
-    idles the GPU while cuDNN searches and memory is allocated), and only where at least
-    MIN_UTILISATION_SAMPLES were: NVML averages each reading over its own period (1/6 s to 1 s
-    by GPU), so a shorter window would mostly read what ran before it.
+    idles the GPU while cuDNN searches and memory is allocated), less the first of them: NVML
+    averages each reading over its own period (1/6 s to 1 s by GPU), so the first reads the
+    warm-up too. None where fewer than MIN_UTILISATION_SAMPLES remain.
 
     `source` says how: "nvml", "GPUtil (nvidia-smi per sample)", or why nothing was sampled
     (then `per_gpu()` is empty).
@@ -169,12 +169,12 @@ class GpuSampler:
                          in zip(self._reader.uuids, self._energy_start, end, strict=True)}
 
     def mean_utilisation(self) -> list[float]:
-        """Mean utilisation % per GPU over the samples of the measured window (empty where it
-        holds fewer than MIN_UTILISATION_SAMPLES, or was never opened)."""
+        """Mean utilisation % per GPU over the samples of the measured window but its first
+        (empty where fewer than MIN_UTILISATION_SAMPLES remain, or it was never opened)."""
         if self._window is None:
             return []
         start, end = self._window
-        measured = self.samples[start:end]
+        measured = self.samples[start + 1:end]  # the first averages what ran before
         if len(measured) < MIN_UTILISATION_SAMPLES:
             return []
         return [float(np.mean([sample[i][0] for sample in measured]))

@@ -121,7 +121,7 @@ def _swept(spec: SweepSpec,
     if spec.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=spec.data)) for c in configs]
     _check(configs, spec.data, not spec.compares_every_strategy)
-    skipped = _refused_or_skipped(configs)
+    skipped = _refused_or_skipped(configs, not spec.compares_every_strategy)
     if not spec.accumulates:
         configs = _with_accumulation_baselines(configs)
     if not spec.compares_every_strategy:  # a strategy named for nothing it can run: refused
@@ -176,13 +176,17 @@ def _left_out(configs: list[Config]) -> dict[str, str]:
             if (reason := config.plan.reason("machine"))}
 
 
-def _refused_or_skipped(configs: list[Config]) -> list[str]:
+def _refused_or_skipped(configs: list[Config], requested: bool) -> list[str]:
     """A strategy that refuses every combination of the sweep is a ConfigError; one that
-    refuses only some (a schedule's micro-batch count, say) has those recorded as skipped,
-    with its reason (a note says so), and the sweep measures the rest."""
+    refuses only some (a schedule's micro-batch count, a batch too small, say) has those
+    recorded as skipped, with its reason (a note says so), and the sweep measures the rest.
+    In the quick comparison (nothing `requested`) a batch too small is only skipped."""
+    def refusal(config: Config) -> str | None:
+        return config.refusal() or (config.plan.reason("batch") if requested else None)
+
     notes = []
-    for name in dict.fromkeys(c.strategy for c in configs if c.refusal()):
-        reasons = [c.refusal() for c in configs if c.strategy == name]
+    for name in dict.fromkeys(c.strategy for c in configs if refusal(c)):
+        reasons = [refusal(c) for c in configs if c.strategy == name]
         if all(reasons):
             raise ConfigError(str(reasons[0]))
         notes.append(f"note: {name} refuses {sum(map(bool, reasons))} of its {len(reasons)} "

@@ -29,7 +29,7 @@ LAUNCHERS = ("in-process", "own-process", "spawn", "job")
 # error, unless the sweep gives the strategy others: then recorded as skipped). workload: the
 # strategy cannot train this workload (fp16, compile; skipped in the quick comparison).
 # machine: this machine lacks what it needs (skipped).
-REFUSAL_KINDS = ("usage", "devices", "options", "workload", "machine")
+REFUSAL_KINDS = ("usage", "devices", "options", "batch", "workload", "machine")
 
 
 class ConfigError(ValueError):
@@ -76,7 +76,7 @@ class RunPlan:
         """Whether the devices, the machine and the launcher can run the strategy (its options
         or the workload may still be refused): what a comparison that does not name its
         strategies includes."""
-        return self.refusal is None or self.refusal.kind in ("options", "workload")
+        return self.refusal is None or self.refusal.kind in ("options", "batch", "workload")
 
     def reason(self, *kinds: str) -> str | None:
         """The refusal's reason if it is of one of `kinds`, else None."""
@@ -88,9 +88,9 @@ class RunPlan:
         the strategy refuses, are left to be recorded as skipped."""
         refusal = self.refusal
         if refusal is None or refusal.kind == "machine" or (
-                refusal.kind == "workload" and not check_workload):
+                refusal.kind in ("workload", "batch") and not check_workload):
             return
-        refused = refusal.kind in ("devices", "options")
+        refused = refusal.kind in ("devices", "options", "batch")
         raise (PlanRefused if refused else ConfigError)(refusal.reason)
 
 
@@ -129,6 +129,8 @@ def plan_config(config: Config) -> RunPlan:
             strategy_plan = strategies.plan_on(config.strategy, config.workload,
                                                config.global_batch, used.logical, options,
                                                backend)
+    except strategies.BatchTooSmall as error:  # this batch alone: a sweep's others may run
+        refusal = Refusal("batch", f"{config.strategy}: {error}")
     except strategies.WorkloadRefused as error:
         refusal = Refusal("workload", f"{config.strategy}: {error}")
     except strategies.Unavailable as error:
@@ -138,7 +140,7 @@ def plan_config(config: Config) -> RunPlan:
     problem = (_backend_problem(used, config.backend) if per_device else None) or (
         _job_problem(config, used, per_device) if in_job else None) or (
         _batch_problem(config, used))
-    if problem and (refusal is None or refusal.kind in ("machine", "workload")):
+    if problem and (refusal is None or refusal.kind in ("machine", "batch", "workload")):
         refusal = Refusal("usage", problem)
     return RunPlan(used, launcher, len(used) if per_device else 1, backend,
                    None if refusal else strategy_plan, refusal)

@@ -219,8 +219,8 @@ def test_max_batch_finds_the_limit_under_a_cap(tmp_path, capsys):
 
 def test_gpu_utilisation_memory_and_energy_are_sampled():
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
-    # Utilisation needs 3 samples (0.2 s apart) inside the measured steps: 30 of these steps
-    # took 0.3 s on an H200, 120 about 1.4 s.
+    # Utilisation needs 4 samples (0.2 s apart) inside the measured steps, the first left out:
+    # 30 of these steps took 0.3 s on an H200, 120 about 1.4 s.
     record = _ok(_run("single", batch=64, steps=120))
     assert record.gpu_sampling == "nvml"
     assert record.gpu_utilisation_pct[0] > 10  # busy, as NVML saw it

@@ -7,7 +7,7 @@ import pytest
 
 from parbench.cli import main
 from parbench.devices import parse_devices
-from parbench.max_batch import find_max_batch
+from parbench.max_batch import find_max_batch, first_batch
 from parbench.runner import run_config
 from parbench.sweep.config import Config
 
@@ -66,3 +66,14 @@ def test_max_batch_prints_the_answer_and_writes_every_trial(tmp_path, capsys):
     trials = json.loads((folder / "records.json").read_text())
     assert trials[0]["global_batch"] == 64 and {r["status"] for r in trials} <= {"ok", "oom"}
     assert {(r["precision"], r["channels_last"]) for r in trials} == {("bf16", True)}
+
+
+def test_the_search_starts_at_the_first_batch_the_strategy_can_train(tiny_workload):
+    """--start in whole units, rounded up, then past what the model family cannot train on
+    (resnet18 at 32 px: 2 images a forward pass): never below --start, never a refused one."""
+    cpu2 = parse_devices("cpu,cpu")
+    assert first_batch(Config("ddp", tiny_workload, 3, cpu2), limit=64) == 4  # 2 per replica
+    assert first_batch(Config("ddp", tiny_workload, 1, cpu2), limit=64) == 4  # 2 was 1 each
+    assert first_batch(Config("single", tiny_workload, 1, parse_devices("cpu")), limit=64) == 2
+    # None up to the limit: the rounded start, whose plan says why
+    assert first_batch(Config("single", tiny_workload, 1, parse_devices("cpu")), limit=1) == 1

@@ -57,7 +57,7 @@ def _sample(sampler: GpuSampler) -> None:
     with sampler:
         sampler.start_measuring()
         deadline = time.monotonic() + 5
-        while len(sampler.samples) < 3 and time.monotonic() < deadline:
+        while len(sampler.samples) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
         if isinstance(sys.modules.get("pynvml"), _FakeNvml):
             nvml = sys.modules["pynvml"]
@@ -155,19 +155,20 @@ def test_without_nvml_or_gputil_nothing_is_sampled_and_the_record_says_why(monke
 
 
 def test_utilisation_is_the_measured_steps_and_needs_enough_samples(monkeypatch):
-    """The warm-up's samples (the GPU idle while cuDNN searches) are left out, and a window
-    of fewer than MIN_UTILISATION_SAMPLES readings gives none: NVML averages each over up to a
-    second, so it would mostly read what ran before (5.7% for a 0.2 s window on an H200)."""
+    """The warm-up's samples (the GPU idle while cuDNN searches) are left out, and the
+    window's first (NVML averages each reading over up to a second, so it reads the warm-up
+    too); fewer than MIN_UTILISATION_SAMPLES left give none (5.7% for a 0.2 s window on an
+    H200 before this)."""
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     sampler = GpuSampler(GPUS[:1])  # the thread is never started: samples are given by hand
     sampler.samples.extend([[(0.0, 100.0)]] * 5)  # warm-up
     sampler.start_measuring()
-    sampler.samples.extend([[(90.0, 200.0)]] * (MIN_UTILISATION_SAMPLES - 1))
+    sampler.samples.extend([[(90.0, 200.0)]] * MIN_UTILISATION_SAMPLES)  # one too few
     sampler.stop_measuring()
     sampler.samples.append([(0.0, 300.0)])  # after the window
     assert sampler.mean_utilisation() == []
     assert sampler.max_memory_used_mib() == [300.0]  # memory: every sample
     sampler.start_measuring()
-    sampler.samples.extend([[(90.0, 200.0)], [(70.0, 200.0)], [(80.0, 200.0)]])
+    sampler.samples.extend([[(10.0, 200.0)], [(90.0, 200.0)], [(70.0, 200.0)], [(80.0, 200.0)]])
     sampler.stop_measuring()
     assert sampler.mean_utilisation() == [80.0]
