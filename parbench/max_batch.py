@@ -21,16 +21,17 @@ def batch_unit(config: Config) -> int:
     """The smallest batch step the strategy can cut on its devices (data-parallel: one image
     per replica; process-per-stage pipelines: one image per default micro-batch)."""
     for unit in range(1, 8 * len(config.devices) + 1):
-        if _divides(config, unit):
+        if _allows(config, unit, _CUTS):
             return unit
     return len(config.devices)
 
 
-def first_batch(config: Config, limit: int) -> int:
-    """Where the search starts: config.global_batch rounded up to whole units, then up to the
-    first batch the strategy accepts (one whose micro-batches the model family trains on);
-    the rounded batch itself where none up to `limit` is (its plan then says why)."""
-    unit = batch_unit(config)
+def first_batch(config: Config, limit: int, unit: int | None = None) -> int:
+    """Where the search starts: config.global_batch rounded up to whole units (`batch_unit`'s,
+    unless given), then up to the first batch the strategy accepts (one whose micro-batches
+    the model family trains on); the rounded batch itself where none up to `limit` is (its
+    plan then says why)."""
+    unit = unit or batch_unit(config)
     start = max(1, -(-config.global_batch // unit)) * unit
     batch = start
     while batch <= limit and not _accepts(config, batch):
@@ -55,7 +56,7 @@ def find_max_batch(config: Config, limit: int,
         return record.ok
 
     fitting, failing = 0, None  # largest multiple known to fit; smallest known not to
-    multiple = first_batch(config, limit) // unit
+    multiple = first_batch(config, limit, unit) // unit
     while multiple * unit <= limit and _accepts(config, multiple * unit):
         if not fits(multiple):
             failing = multiple
@@ -76,18 +77,16 @@ def find_max_batch(config: Config, limit: int,
     return fitting * unit, False, trials
 
 
-# What refuses a batch: how it is cut, and a piece too small for the model family.
-_BATCH_REFUSALS = ("devices", "options", "batch")
+# The refusals of how a batch is cut (equal shards or micro-batches); "batch" adds a piece
+# too small for the model family. Where the machine cannot run it, the trial records that.
+_CUTS = ("devices", "options")
+
+
+def _allows(config: Config, batch: int, kinds: tuple[str, ...]) -> bool:
+    return replace(config, global_batch=batch).plan.reason(*kinds) is None
 
 
 def _accepts(config: Config, batch: int) -> bool:
-    """Whether the strategy can train this batch (e.g. one it can split equally, into
-    micro-batches the model family can train on)."""
-    # Where the machine cannot run it, the trial records that.
-    return replace(config, global_batch=batch).plan.reason(*_BATCH_REFUSALS) is None
-
-
-def _divides(config: Config, batch: int) -> bool:
-    """Whether the strategy can cut this batch as it must (equal shards or micro-batches),
-    leaving aside how small a piece the model family trains on."""
-    return replace(config, global_batch=batch).plan.reason("devices", "options") is None
+    """Whether the strategy can train this batch: cut as it must, into pieces the model family
+    trains on."""
+    return _allows(config, batch, (*_CUTS, "batch"))

@@ -26,8 +26,10 @@ BACKENDS = ("auto", "gloo", "nccl")
 LAUNCHERS = ("in-process", "own-process", "spawn", "job")
 # usage: a mistake in the arguments, always an error. devices: fewer devices than the strategy
 # needs; options: the strategy refuses this combination of options, batch and devices (both an
-# error, unless the sweep gives the strategy others: then recorded as skipped). workload: the
-# strategy cannot train this workload (fp16, compile; skipped in the quick comparison).
+# error, unless the sweep gives the strategy others: then recorded as skipped). batch: a forward
+# pass on fewer images than the model family trains on, for this batch alone (as options where
+# the strategy is named, skipped in the quick comparison). workload: the strategy cannot train
+# this workload at any batch (fp16, compile; skipped in the quick comparison).
 # machine: this machine lacks what it needs (skipped).
 REFUSAL_KINDS = ("usage", "devices", "options", "batch", "workload", "machine")
 

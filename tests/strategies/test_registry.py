@@ -135,17 +135,3 @@ def test_a_forward_pass_on_fewer_images_than_the_family_trains_on_is_refused(
         assert strategies.plan(name, tiny_workload, 2 * batch, (cpu, cpu), options)
     else:
         assert strategies.plan(name, tiny_workload, batch, (cpu, cpu), fine)
-
-
-def test_a_batch_too_small_is_refused_for_that_batch_alone(tiny_workload):
-    """Refused as the sweep's other refusals of a combination are (PlanRefused: recorded as
-    skipped where the strategy's other batches run), not as fp16 is for every batch."""
-    from parbench.devices import parse_devices
-    from parbench.sweep.config import Config
-    from parbench.sweep.planning import PlanRefused
-
-    config = Config("ddp", tiny_workload, 2, parse_devices("cpu,cpu"))
-    assert config.plan.refusal.kind == "batch"
-    with pytest.raises(PlanRefused, match=r"a forward pass on 1 image\(s\) at 32 px"):
-        config.plan.check()
-    config.plan.check(check_workload=False)  # the quick comparison: skipped, not refused

@@ -99,3 +99,13 @@ def test_two_nodes_cuda0_each_are_two_gpus_with_nccl(tiny_workload, fake_gpus):
 def test_a_batch_larger_than_memory_is_a_usage_error(tiny_workload, fake_gpus):
     huge = _plan("single", DeviceSet((GPU0,)), tiny_workload, batch=10**9)
     assert huge.refusal.kind == "usage" and "input images alone need" in huge.refusal.reason
+
+
+def test_a_batch_too_small_is_refused_for_that_batch_alone(tiny_workload):
+    """Refused as the sweep's other refusals of a combination are (PlanRefused: recorded as
+    skipped where the strategy's other batches run), not as fp16 is for every batch."""
+    config = Config("ddp", tiny_workload, 2, CPU2)
+    assert config.plan.refusal.kind == "batch"
+    with pytest.raises(PlanRefused, match=r"a forward pass on 1 image\(s\) at 32 px"):
+        config.plan.check()
+    config.plan.check(check_workload=False)  # the quick comparison: skipped, not refused
