@@ -3,7 +3,7 @@
 
 import pytest
 
-from parbench.environment import collect_environment
+from parbench.machine.environment import collect_environment
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,11 +15,11 @@ import time
 
 import torch
 
-from parbench.devices import parse_devices
+from parbench.families.workloads import Workload
 from parbench.launch import measure
+from parbench.launch.worker import Measurement
+from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
-from parbench.worker import Measurement
-from parbench.workloads import Workload
 
 
 def bare_loop_throughput(workload: Workload, batch_size: int, warmup: int, steps: int) -> float:

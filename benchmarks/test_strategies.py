@@ -17,11 +17,11 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.paced import PacedRun
-from parbench.runner import run_config
+from parbench.launch.paced import PacedRun
+from parbench.launch.worker import Measurement
 from parbench.sweep import Sweep, suite, trials
 from parbench.sweep.config import Config
-from parbench.worker import Measurement
+from parbench.sweep.runner import run_config
 
 DEVICES = os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu")
 SWEEP = Sweep.build(suite.spec(DEVICES))

@@ -17,8 +17,8 @@ from strategies.options import Options as OptionsBase
 from strategies.stages import bubble_fraction, micro_batch_sizes
 
 if TYPE_CHECKING:
+    from parbench.families.workloads import Workload
     from parbench.measure.timeline import Timeline
-    from parbench.workloads import Workload
 
 __all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
            "WorkloadRefused", "default_backend"]

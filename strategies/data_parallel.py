@@ -10,7 +10,7 @@ from torch import nn
 from strategies.rank_parallel import SplitBatch
 
 if TYPE_CHECKING:
-    from parbench.workloads import Workload
+    from parbench.families.workloads import Workload
 
 __all__ = ["AutocastForward", "DataParallel"]
 

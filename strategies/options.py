@@ -14,7 +14,7 @@ from strategies.errors import StrategyError
 if TYPE_CHECKING:
     import torch
 
-    from parbench.workloads import Workload
+    from parbench.families.workloads import Workload
 
 __all__ = ["OptionSpec", "Options", "option"]
 

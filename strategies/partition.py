@@ -15,7 +15,7 @@ from strategies.clock import StepClock
 from strategies.errors import StrategyError
 
 if TYPE_CHECKING:
-    from parbench.workloads import Workload
+    from parbench.families.workloads import Workload
 
 __all__ = [
     "BALANCES", "Partition", "cut_model", "default_balance", "partition_by_cost", "plan_cut",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from parbench.workloads import Workload
+from parbench.families.workloads import Workload
 
 
 @pytest.fixture

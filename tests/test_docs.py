@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from parbench import option_reference
-from parbench.environment import collect_environment
-from parbench.record import FIELDS
+from parbench.commands import option_reference
+from parbench.machine.environment import collect_environment
+from parbench.results.record import FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

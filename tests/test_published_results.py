@@ -9,7 +9,7 @@ import pytest
 
 from parbench.cli import main
 from parbench.predict.published import kept_files, stale_models, stored_prediction
-from parbench.results import RunFolder
+from parbench.results.folder import RunFolder
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 RUNS = sorted(folder.name for folder in RESULTS.iterdir()

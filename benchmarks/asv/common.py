@@ -61,8 +61,8 @@ def measure_all() -> dict:
     split with them) but tracked by no benchmark; a strategy it leaves out says why."""
     import tempfile
 
-    from parbench.results import RunFolder
-    from parbench.runner import run_sweep
+    from parbench.results.folder import RunFolder
+    from parbench.sweep.runner import run_sweep
 
     figures: dict[tuple[str, str, int | None], dict] = {}
     for index, sweep in enumerate(sweeps()):

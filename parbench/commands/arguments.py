@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 import strategies
-from parbench.devices import DeviceError, DeviceSet, parse_devices
 from parbench.families import family_of
-from parbench.results import ResultsError, RunFolder
+from parbench.families.workloads import MIN_IMAGE_SIZE
+from parbench.machine.devices import DeviceError, DeviceSet, parse_devices
+from parbench.results.folder import ResultsError, RunFolder
 from parbench.sweep.config import Config
 from parbench.sweep.planning import ConfigError
-from parbench.workloads import MIN_IMAGE_SIZE
 
 __all__ = [
     "UsageError", "add_common_arguments", "add_strategy_options", "at_least", "checked",

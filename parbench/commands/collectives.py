@@ -19,13 +19,13 @@ from parbench.commands.arguments import (
     open_run_folder,
     positive,
 )
-from parbench.devices import format_bytes
-from parbench.environment import collect_environment
+from parbench.families.workloads import Workload
+from parbench.machine.devices import format_bytes
+from parbench.machine.environment import collect_environment
 from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
 from parbench.plots import write_collectives_figure
 from parbench.sweep.config import Config
 from parbench.sweep.planning import BACKENDS
-from parbench.workloads import Workload
 
 __all__ = ["command_collectives", "message_sizes", "parse_size"]
 

@@ -6,7 +6,7 @@ import argparse
 
 import strategies
 from parbench.commands.arguments import default_devices, device_set
-from parbench.environment import collect_environment, format_environment
+from parbench.machine.environment import collect_environment, format_environment
 from parbench.sweep import suite
 
 __all__ = ["command_env", "command_strategies"]

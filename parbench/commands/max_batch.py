@@ -21,11 +21,11 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.environment import collect_environment
-from parbench.max_batch import MaxBatchError, find_max_batch, first_batch
-from parbench.record import Record
+from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.machine.environment import collect_environment
+from parbench.results.record import Record
 from parbench.sweep.config import Config, options_for
-from parbench.workloads import MODELS, PRECISIONS, Workload
+from parbench.sweep.max_batch import MaxBatchError, find_max_batch, first_batch
 
 __all__ = ["command_max_batch"]
 

@@ -12,7 +12,8 @@ import pandas as pd
 import torch
 
 from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
-from parbench.devices import format_bytes, host_memory_bytes
+from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plots import write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, links_help, named_link
 from parbench.predict.published import (
@@ -35,9 +36,8 @@ from parbench.predict.summary import (
 )
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
 from parbench.predict.version import PREDICTOR_VERSION
-from parbench.results import ResultsError, RunFolder, atomic_write_text
+from parbench.results.folder import ResultsError, RunFolder, atomic_write_text
 from parbench.sweep.experiments import held_out_version
-from parbench.workloads import MODELS, PRECISIONS, Workload
 from strategies.stages import resolve_split
 
 __all__ = ["command_predict"]

@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from parbench.record import Record
+from parbench.results.record import Record
 from parbench.sweep import trials
 from parbench.sweep.config import Config
 

@@ -16,7 +16,7 @@ from parbench.plots import write_projection_figure
 from parbench.predict.links import LINKS, Link, links_help, named_link
 from parbench.predict.projection import measured_busbw_gbps, project
 from parbench.predict.record_profiles import profiles_for
-from parbench.results import atomic_write_text
+from parbench.results.folder import atomic_write_text
 
 __all__ = ["command_project"]
 

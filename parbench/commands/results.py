@@ -18,7 +18,7 @@ from parbench.predict.published import (
     stored_prediction,
 )
 from parbench.reporting.report import write_index, write_run_report
-from parbench.results import ResultsError, RunFolder, read_results
+from parbench.results.folder import ResultsError, RunFolder, read_results
 
 __all__ = ["command_plot", "command_report"]
 

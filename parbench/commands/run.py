@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from parbench import launch, runner
+from parbench import launch
 from parbench.commands.arguments import UsageError, new_run_folder, open_run_folder, positive
 from parbench.commands.progress import progress_bar
 from parbench.commands.run_arguments import add_run_arguments
@@ -17,11 +17,11 @@ from parbench.commands.run_spec import (
     refuse_a_changed_sweep,
     spec_of,
 )
-from parbench.devices import DeviceSet, cpu_cores
-from parbench.environment import collect_environment
+from parbench.machine.devices import DeviceSet, cpu_cores
+from parbench.machine.environment import collect_environment
 from parbench.reporting.answers import results_table
-from parbench.results import ResultsError, RunFolder, load_records
-from parbench.sweep import Sweep, SweepSpec, experiments
+from parbench.results.folder import ResultsError, RunFolder, load_records
+from parbench.sweep import Sweep, SweepSpec, experiments, runner
 from parbench.sweep.planning import ConfigError
 
 __all__ = ["add_parsers", "build_sweep", "command_run"]

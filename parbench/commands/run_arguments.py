@@ -6,10 +6,10 @@ import argparse
 
 import strategies
 from parbench.commands.arguments import add_common_arguments, add_strategy_options
+from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.sweep import experiments, suite
 from parbench.sweep.config import SCALINGS
 from parbench.sweep.planning import BACKENDS
-from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["QUICK_RUN", "add_run_arguments"]
 

@@ -22,10 +22,10 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.devices import DeviceSet
-from parbench.results import ResultsError, RunFolder
+from parbench.families.workloads import MODELS, PRECISIONS
+from parbench.machine.devices import DeviceSet
+from parbench.results.folder import ResultsError, RunFolder
 from parbench.sweep import SpecError, SweepSpec, suite
-from parbench.workloads import MODELS, PRECISIONS
 
 __all__ = ["job_device_sets", "read_spec", "refuse_a_changed_sweep", "spec_of"]
 

@@ -21,9 +21,9 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
+from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.sweep.config import Config, options_for
-from parbench.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
-from parbench.workloads import MODELS, PRECISIONS, Workload
+from parbench.sweep.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
 
 __all__ = ["command_verify"]
 

@@ -1,4 +1,5 @@
-"""The model families parbench trains, one module each; adding one is its module and a line."""
+"""What is trained: the model families (one module each; adding one is its module and a line),
+the workload built on one, and the batches each process trains on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One rank of a job torchrun or srun started (parbench.cluster says which): join the job,
+"""One rank of a job torchrun or srun started (parbench.machine.cluster says which): join the job,
 learn every rank's device, and measure each configuration on every rank in a process of its
 own, the ranks agreeing on its outcome so that a failed one is recorded and the sweep goes on
 (one-process strategies run on rank 0 alone)."""
@@ -16,13 +16,13 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from parbench.cluster import Job, job
-from parbench.devices import DeviceSet
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
+from parbench.launch.worker import Measurement
+from parbench.machine.cluster import Job, job
+from parbench.machine.devices import DeviceSet
 from parbench.sweep.config import Config
-from parbench.worker import Measurement
 
 __all__ = ["from_rank_zero", "join_job", "leave_job", "measure_on_every_rank",
            "measure_in_job", "same_on_every_rank", "job_devices", "job_group"]

@@ -11,9 +11,9 @@ from parbench.launch.failures import LaunchError
 from parbench.launch.job import measure_in_job
 from parbench.launch.ranks import Task, in_process_threads, measure_here
 from parbench.launch.spawn import spawn
+from parbench.launch.worker import Measurement, Trained, combine_trained, train_steps
 from parbench.measure import Pace
 from parbench.sweep.config import Config
-from parbench.worker import Measurement, Trained, combine_trained, train_steps
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]
 
@@ -25,7 +25,7 @@ class Launcher(ABC):
     def measure(self, config: Config, pace: Pace | None = None) -> Measurement | None:
         """The configuration's measurement (None on a job's rank other than 0). With
         `pace`, an external timer drives every step of this process, which then plays rank 0
-        itself (see `parbench.paced`)."""
+        itself (see `parbench.launch.paced`)."""
 
     def verify_training(self, config: Config, batches: list[tuple[torch.Tensor, torch.Tensor]],
                         nudge_seed: int | None = None) -> Trained:

@@ -11,11 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parbench.devices import DeviceSet
-from parbench.measure import Pace
-from parbench.measure.collectives import time_collectives
-from parbench.sweep.config import Config
-from parbench.worker import (
+from parbench.launch.worker import (
     Measurement,
     WorkerMeasurement,
     combine_trained,
@@ -23,6 +19,10 @@ from parbench.worker import (
     merge,
     train_steps,
 )
+from parbench.machine.devices import DeviceSet
+from parbench.measure import Pace
+from parbench.measure.collectives import time_collectives
+from parbench.sweep.config import Config
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from parbench.devices import DeviceSet
+from parbench.machine.devices import DeviceSet
 from parbench.measure.allocator import unpad_heap
 
 __all__ = ["MEMORY_KINDS", "MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from parbench.devices import DeviceSet
+from parbench.machine.devices import DeviceSet
 from parbench.measure.memory import PeakMemory, allocated_mib
 from parbench.measure.sampling import GpuSampler
 from parbench.measure.tensors import SOURCE as TENSORS_SOURCE

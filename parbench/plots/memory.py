@@ -18,7 +18,7 @@ from parbench.plots.common import (
     strategy_marker,
     title,
 )
-from parbench.record import axis_label
+from parbench.results.record import axis_label
 
 __all__ = ["plot_memory", "plot_pipeline_memory"]
 

@@ -24,7 +24,7 @@ from parbench.plots.common import (
     title,
     with_interval,
 )
-from parbench.record import axis_label
+from parbench.results.record import axis_label
 from strategies.stages import bubble_fraction
 
 __all__ = ["plot_scaling", "plot_split_sizes", "plot_strategies"]

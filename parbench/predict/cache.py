@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from parbench.results import atomic_write_text
+from parbench.results.folder import atomic_write_text
 
 __all__ = ["cached", "settings_key"]
 

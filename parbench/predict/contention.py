@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
+from parbench.families.workloads import Workload
 from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
-from parbench.workloads import Workload
 
 __all__ = ["CONTENTION_VERSION", "load_or_measure_slowdown", "measure_slowdown",
            "slowdown_path"]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from parbench.families.workloads import Workload
 from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 from parbench.predict.schedule_replay import StageTimes
-from parbench.workloads import Workload
 from strategies.clock import StepClock
 from strategies.partition import Partition
 

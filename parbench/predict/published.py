@@ -22,7 +22,7 @@ from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
 from parbench.predict.summary import PREDICTIONS_FILE, with_reader_columns
 from parbench.predict.version import PREDICTOR_VERSION, fingerprint
-from parbench.results import RunFolder, atomic_write_text
+from parbench.results.folder import RunFolder, atomic_write_text
 
 __all__ = ["PREDICTION_FILE", "PROFILES_FOLDER", "Published", "kept_files", "predict_into",
            "run_link", "run_records", "stale_models", "stored_prediction"]

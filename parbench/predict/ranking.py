@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from parbench import stats
-from parbench.comparisons import comparison_key, per_round
-from parbench.record import Record
+from parbench.results import stats
+from parbench.results.comparisons import comparison_key, per_round
+from parbench.results.record import Record
 
 __all__ = ["Ranking", "group_key", "ranking"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
+from parbench.families.workloads import Workload
 from parbench.predict.contention import load_or_measure_slowdown
 from parbench.predict.profile import Profile, load_or_profile
-from parbench.workloads import Workload
 
 __all__ = ["DEFAULT_CACHE", "profiles_for"]
 

@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from parbench.comparisons import comparison_key, is_baseline
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
 from parbench.predict.trace_check import replayed_trace
-from parbench.record import Record
+from parbench.results.comparisons import comparison_key, is_baseline
+from parbench.results.record import Record
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 

@@ -10,7 +10,7 @@ import pandas as pd
 from parbench.plots.common import interval_of, options_text
 from parbench.predict.ranking import ranking
 from parbench.reporting.markdown import cell, markdown_table
-from parbench.results import load_records
+from parbench.results.folder import load_records
 
 __all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "naive_summary",
            "prediction_section", "ranking_summary", "speedup_summary", "trace_summary",

@@ -15,7 +15,10 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint"]
 # blocks a model family declares (parbench.families) instead of a ResNet's, so a ViT is
 # profiled and predicted too; on ResNets every prediction is version 2's (the seed-1
 # held-out run predicted again gives the same predictions.csv but for the version column).
-PREDICTOR_VERSION = 3
+# 4: parbench's modules grouped into packages (the model's sources import them by their new
+# names) and a record's model chosen by its strategy's declared layout, not by its name; every
+# prediction is version 3's (the published held-out runs predicted again: docs/prediction.md).
+PREDICTOR_VERSION = 4
 # The sources whose every byte is the model (from the project's root): the profile and
 # contention measurements and where they are kept, the links and the collectives'
 # interpolation, the timing models, the schedules and cuts they replay, and which model and
@@ -27,7 +30,7 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "e120e686d424cfc57e597f3a8bbe94531095c8b508b23d1bf126f337c6079af3"
+FINGERPRINT = "dc4ef04cfa3d3bd32b14001d2814b1e1fb4094d03ec31e5b0e6bcd9bc387d8fc"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

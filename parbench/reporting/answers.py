@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 import strategies
-from parbench import stats
 from parbench.measure.memory import memory_kind
 from parbench.plots import options_text
 from parbench.plots.common import interval_of
-from parbench.record import heading
+from parbench.results import stats
+from parbench.results.record import heading
 
 __all__ = ["answers", "noise_floor", "results_table"]
 

@@ -10,10 +10,10 @@ import pandas as pd
 
 from parbench.plots import config_label
 from parbench.predict.summary import prediction_section
-from parbench.record import heading
 from parbench.reporting.answers import answers, noise_floor
 from parbench.reporting.markdown import cell, markdown_table
-from parbench.results import atomic_write_text, load_records
+from parbench.results.folder import atomic_write_text, load_records
+from parbench.results.record import heading
 
 __all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "write_index", "write_run_report"]
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 
 import strategies
-from parbench.data import DataError, open_image_folder
-from parbench.devices import DeviceError, DeviceSet, parse_devices
+from parbench.families.data import DataError, open_image_folder
+from parbench.machine.devices import DeviceError, DeviceSet, parse_devices
 from parbench.sweep import experiments, held_out, trials
 from parbench.sweep.config import Config, expand_sweep, weakly_scaled
 from parbench.sweep.planning import ConfigError, PlanRefused

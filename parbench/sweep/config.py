@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import strategies
-from parbench.devices import DeviceSet
-from parbench.workloads import Workload
+from parbench.families.workloads import Workload
+from parbench.machine.devices import DeviceSet
 
 if TYPE_CHECKING:
     from parbench.sweep.planning import RunPlan

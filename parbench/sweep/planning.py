@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 
 import strategies
-from parbench.cluster import job
-from parbench.devices import DeviceSet, format_bytes, host_memory_bytes
+from parbench.machine.cluster import job
+from parbench.machine.devices import DeviceSet, format_bytes, host_memory_bytes
 
 if TYPE_CHECKING:
     from parbench.sweep.config import Config

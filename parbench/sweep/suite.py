@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import strategies
-from parbench.devices import DeviceSet, parse_devices
+from parbench.families.workloads import Workload
+from parbench.machine.devices import DeviceSet, parse_devices
 from parbench.sweep import SweepSpec
 from parbench.sweep.config import Config
-from parbench.workloads import Workload
 
 __all__ = ["GLOBAL_BATCH", "IMAGE_SIZE", "MODELS", "REPEATS", "STEPS", "WARMUP", "cannot_run",
            "config", "runnable", "scaled_strategies", "scaling_spec", "spec", "workload",

@@ -10,8 +10,8 @@ import statistics
 from dataclasses import dataclass, field
 
 import strategies
-from parbench import stats
-from parbench.record import Record
+from parbench.results import stats
+from parbench.results.record import Record
 from parbench.sweep.config import Config
 
 __all__ = ["Slot", "Trial", "has_twin", "schedule", "trial_of", "with_trial"]

@@ -20,14 +20,14 @@ import torch
 from torch.nn.parallel import parallel_apply
 
 from parbench import cli
-from parbench.devices import DeviceSet, parse_devices, synchronize
+from parbench.families.workloads import Workload
+from parbench.machine.devices import DeviceSet, parse_devices, synchronize
 from parbench.measure import peak_tflops, probes, time_steps
 from parbench.measure.sampling import GpuSampler
 from parbench.predict.profile import profile_blocks
-from parbench.record import Record
-from parbench.runner import run_config
+from parbench.results.record import Record
 from parbench.sweep.config import Config
-from parbench.workloads import Workload
+from parbench.sweep.runner import run_config
 from strategies.data_parallel import AutocastForward
 from strategies.partition import plan_cut
 

@@ -7,10 +7,10 @@ import torch
 
 import strategies
 from parbench.cli import main
-from parbench.devices import parse_devices
-from parbench.results import load_records
+from parbench.families.workloads import Workload
+from parbench.machine.devices import parse_devices
+from parbench.results.folder import load_records
 from parbench.sweep.config import Config
-from parbench.workloads import Workload
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "2",
         "--warmup", "1"]
@@ -123,7 +123,7 @@ def test_verify_passes_for_the_in_process_strategies(capsys):
 
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     import parbench.commands.verify
-    from parbench.verify import Verdict
+    from parbench.sweep.verify import Verdict
 
     differs = Verdict("pipeline", {"split_size": 2}, max_abs_difference=3e-3,
                       baseline_update=1e-2, tolerance=1e-5)
@@ -352,7 +352,8 @@ def _sweep(args):
 
 
 def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
-    from parbench import cli, runner
+    from parbench import cli
+    from parbench.sweep import runner
 
     args = cli.parser().parse_args(
         ["run", "--strategy", "pipeline-dualpipev", "--devices", "cpu,cpu", "--batch-size", "8",

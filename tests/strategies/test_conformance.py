@@ -12,12 +12,12 @@ import pytest
 
 import strategies
 from parbench.cli import main
-from parbench.devices import parse_devices
-from parbench.record import FIELDS
-from parbench.runner import run_config
+from parbench.machine.devices import parse_devices
+from parbench.results.record import FIELDS
 from parbench.sweep import suite
 from parbench.sweep.config import Config, options_for
-from parbench.verify import verify
+from parbench.sweep.runner import run_config
+from parbench.sweep.verify import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU2 = parse_devices("cpu,cpu")

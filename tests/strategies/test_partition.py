@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import strategies
-from parbench.devices import parse_devices
-from parbench.workloads import Workload
+from parbench.families.workloads import Workload
+from parbench.machine.devices import parse_devices
 from strategies.base import StrategyError
 from strategies.clock import StepClock
 from strategies.partition import _balanced_bounds, cut_model, plan_cut

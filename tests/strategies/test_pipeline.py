@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import strategies
-from parbench.devices import parse_devices
+from parbench.machine.devices import parse_devices
 from parbench.measure.tensors import TensorMemory
 from parbench.sweep.config import Config
-from parbench.verify import verify
+from parbench.sweep.verify import verify
 from strategies.errors import StrategyError
 from strategies.stages import micro_batch_sizes
 

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.devices import parse_devices
-from parbench.runner import run_config
+from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
-from parbench.verify import verify
+from parbench.sweep.runner import run_config
+from parbench.sweep.verify import verify
 
 CPU2 = parse_devices("cpu,cpu")
 

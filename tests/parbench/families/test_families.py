@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import strategies
-from parbench.devices import parse_devices
 from parbench.families import FAMILIES, MODELS, family_of
-from parbench.verify import verify
-from parbench.workloads import Workload
+from parbench.families.workloads import Workload
+from parbench.machine.devices import parse_devices
+from parbench.sweep.verify import verify
 from strategies.partition import plan_cut
 
 # The smallest member of each family, at a small size it trains on.

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from parbench.devices import parse_devices
 from parbench.launch import LaunchError
 from parbench.launch.failures import root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn_rank
-from parbench.results import load_records
+from parbench.machine.devices import parse_devices
+from parbench.results.folder import load_records
 from parbench.sweep.config import Config
 
 TINY = ["--devices", "cpu", "--model", "resnet18", "--image-size", "32", "--num-classes", "10",

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from parbench.environment import collect_environment
+from parbench.machine.environment import collect_environment
 from parbench.measure.allocator import SETTINGS, allocator_description, pin_cpu_allocator
 
 pytestmark = pytest.mark.skipif(not allocator_description().startswith("glibc"),

@@ -77,7 +77,7 @@ def test_the_communication_figure_draws_the_ideal_ddp_step_from_measured_bandwid
     import pandas as pd
 
     from parbench import plots
-    from parbench.record import Record
+    from parbench.results.record import Record
 
     record = Record(status="ok", strategy="ddp", strategy_options={"world_size": 2},
                     model="resnet18", image_size=32, global_batch=8, precision="fp32",

@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 
+from parbench.launch.worker import merge
 from parbench.measure.sampling import MIN_UTILISATION_SAMPLES, GpuSampler
-from parbench.worker import merge
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))
 

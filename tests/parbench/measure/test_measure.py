@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from parbench.families.workloads import Workload
 from parbench.measure import (
     StepTiming,
     imbalance,
@@ -13,7 +14,6 @@ from parbench.measure import (
     time_steps,
     training_flops_per_image,
 )
-from parbench.workloads import Workload
 
 
 def test_percentiles_and_throughput_arithmetic():
@@ -50,7 +50,7 @@ def test_cpu_peak_memory_sees_an_allocation_made_after_reset():
     # the resident set growing.
     script = """
 import torch
-from parbench.devices import parse_devices
+from parbench.machine.devices import parse_devices
 from parbench.measure import PeakMemory
 memory = PeakMemory(parse_devices("cpu"))
 big = torch.ones(256 * 2**20 // 4); del big  # a high-water mark before the window

@@ -8,9 +8,9 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from parbench import plots
-from parbench.record import Record
-from parbench.results import read_results
-from parbench.runner import add_comparisons
+from parbench.results.folder import read_results
+from parbench.results.record import Record
+from parbench.sweep.runner import add_comparisons
 
 
 def _record(strategy, devices, throughput, split=None, stages=None, peaks=None, **options):

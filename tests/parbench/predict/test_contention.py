@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from parbench.devices import cpu_cores
+from parbench.families.workloads import Workload
+from parbench.machine.devices import cpu_cores
 from parbench.predict import contention
-from parbench.workloads import Workload
 
 TINY = Workload(model="resnet18", image_size=32, num_classes=10)
 

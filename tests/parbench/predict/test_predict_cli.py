@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parbench.cli import main
-from parbench.comparisons import add_comparisons
+from parbench.families.workloads import Workload
 from parbench.predict import models, record_profiles
 from parbench.predict.contention import CONTENTION_VERSION, slowdown_path
 from parbench.predict.links import Link
@@ -22,9 +22,9 @@ from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.summary import prediction_section
 from parbench.predict.sweep import above_ideal_notes
 from parbench.predict.version import PREDICTOR_VERSION
-from parbench.record import Record
-from parbench.results import RunFolder
-from parbench.workloads import Workload
+from parbench.results.comparisons import add_comparisons
+from parbench.results.folder import RunFolder
+from parbench.results.record import Record
 from strategies.partition import Partition
 
 RESULTS_DOC = Path(__file__).resolve().parents[3] / "docs" / "results.md"

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from parbench.families.workloads import Workload
 from parbench.predict import data_parallel, models, version
 from parbench.predict.links import Link
 from parbench.predict.profile import (
@@ -20,7 +21,6 @@ from parbench.predict.profile import (
     profile_blocks,
 )
 from parbench.predict.records import partition_of, predicted_beside_measured
-from parbench.workloads import Workload
 from strategies.partition import Partition
 from strategies.stages import bubble_fraction
 

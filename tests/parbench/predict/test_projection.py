@@ -9,8 +9,8 @@ from parbench.cli import main
 from parbench.predict.links import Link, ring_allreduce_s
 from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.projection import measured_busbw_gbps, project
-from parbench.record import Record
-from parbench.results import RunFolder
+from parbench.results.folder import RunFolder
+from parbench.results.record import Record
 
 # Two blocks whose backward takes 1 s each; 10^9 gradient bytes, half in each block.
 SHAPE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 8, 1, tuple(

@@ -101,7 +101,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
     from dataclasses import replace
 
     from parbench.reporting.answers import results_table
-    from parbench.results import RunFolder, load_records
+    from parbench.results.folder import RunFolder, load_records
 
     folder = RunFolder.open(run_folder)
     records = [replace(r, peak_tflops=989.0, mfu=0.123) if r.ok else r
@@ -118,7 +118,7 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
 def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
     """A published run with every schedule, 3 trials (intervals) and long options."""
     from parbench.reporting.answers import results_table
-    from parbench.results import load_records
+    from parbench.results.folder import load_records
 
     frame = load_records(Path(__file__).parents[3] / "results"
                          / "20261125T081039Z-tutorial-pinned-splits-5-20")

@@ -7,7 +7,7 @@ import pytest
 
 from parbench.cli import main, parser
 from parbench.commands.run import build_sweep, spec_of
-from parbench.devices import parse_devices
+from parbench.machine.devices import parse_devices
 from parbench.sweep import SPEC_VERSION, experiments, suite
 from parbench.sweep.planning import ConfigError
 

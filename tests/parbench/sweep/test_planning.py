@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from parbench import launch
-from parbench.devices import DeviceSet
+from parbench.machine.devices import DeviceSet
 from parbench.sweep import planning
 from parbench.sweep.config import Config
 from parbench.sweep.planning import ConfigError, PlanRefused

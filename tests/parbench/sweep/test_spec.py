@@ -9,7 +9,7 @@ import pytest
 from parbench.cli import parser
 from parbench.commands.arguments import UsageError
 from parbench.commands.run_spec import read_spec, spec_of
-from parbench.results import RunFolder
+from parbench.results.folder import RunFolder
 from parbench.sweep import SPEC_VERSION, SpecError, Sweep, SweepSpec
 
 ROOT = Path(__file__).resolve().parents[3]

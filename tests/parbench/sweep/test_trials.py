@@ -6,16 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parbench import stats
 from parbench.cli import main
-from parbench.comparisons import add_comparisons
-from parbench.devices import parse_devices
-from parbench.record import Record
+from parbench.machine.devices import parse_devices
 from parbench.reporting.answers import answers
-from parbench.results import RunFolder, load_records
-from parbench.runner import run_sweep
+from parbench.results import stats
+from parbench.results.comparisons import add_comparisons
+from parbench.results.folder import RunFolder, load_records
+from parbench.results.record import Record
 from parbench.sweep import Sweep
 from parbench.sweep.config import Config
+from parbench.sweep.runner import run_sweep
 from parbench.sweep.trials import Trial, schedule, trial_of, with_trial
 
 CPU2 = parse_devices("cpu,cpu")

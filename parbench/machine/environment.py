@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torchvision
 
-from parbench.devices import cpu_cores
+from parbench.machine.devices import cpu_cores
 from parbench.measure.allocator import allocator_description
 from parbench.predict.version import PREDICTOR_VERSION
 

@@ -8,8 +8,8 @@ import pytest
 
 import strategies
 from parbench.cli import main
-from parbench.devices import parse_devices
-from parbench.verify import verify
+from parbench.machine.devices import parse_devices
+from parbench.sweep.verify import verify
 from strategies.model_parallel import ModelParallel
 
 CPU2 = parse_devices("cpu,cpu")

@@ -7,8 +7,8 @@ import contextlib
 import threading
 
 from parbench import launch
+from parbench.launch.worker import Measurement
 from parbench.sweep.config import Config
-from parbench.worker import Measurement
 
 __all__ = ["PacedRun"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from parbench.measure.timeline import chrome_trace
-from parbench.record import FIELDS, LIST_FIELDS, Record
+from parbench.results.record import FIELDS, LIST_FIELDS, Record
 
 __all__ = ["ResultsError", "RunFolder", "atomic_write_text", "load_records", "read_results"]
 

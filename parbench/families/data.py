@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets, transforms
 
-from parbench.workloads import Workload
+from parbench.families.workloads import Workload
 
 __all__ = ["BatchSource", "DataError", "open_image_folder", "shard"]
 

@@ -9,7 +9,7 @@ from parbench.cli import parser
 
 __all__ = ["REGENERATE", "markdown"]
 
-REGENERATE = "python -m parbench.option_reference > docs/options.md"
+REGENERATE = "python -m parbench.commands.option_reference > docs/options.md"
 SWEEPS = " (comma list sweeps)"
 
 

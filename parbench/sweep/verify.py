@@ -10,10 +10,10 @@ import torch
 
 import strategies
 from parbench import launch
-from parbench.devices import DeviceSet
+from parbench.families.workloads import Workload
+from parbench.launch.worker import Trained
+from parbench.machine.devices import DeviceSet
 from parbench.sweep.config import Config, options_for
-from parbench.worker import Trained
-from parbench.workloads import Workload
 from strategies.single import accumulating
 
 __all__ = ["DRIFT_ALLOWANCE", "MULTI_STEP_PRECISION", "TWINS", "Verdict", "verify"]

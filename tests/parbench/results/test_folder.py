@@ -4,8 +4,8 @@ import os
 import pandas as pd
 import pytest
 
-from parbench.record import FIELDS, Record
-from parbench.results import RunFolder, load_records
+from parbench.results.folder import RunFolder, load_records
+from parbench.results.record import FIELDS, Record
 
 
 def _records():
@@ -62,7 +62,7 @@ def test_unwritable_results_dir_raises_before_anything_runs(tmp_path):
 
 def test_without_git_the_commit_is_the_one_the_copier_names(monkeypatch):
     """A copy without .git (a GPU host's) carries the commit in $PARBENCH_COMMIT."""
-    from parbench import environment
+    from parbench.machine import environment
 
     monkeypatch.setattr(environment, "_run", lambda command, cwd=None: None)  # no git
     monkeypatch.delenv("PARBENCH_COMMIT", raising=False)

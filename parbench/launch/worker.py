@@ -11,8 +11,8 @@ from typing import NamedTuple
 import torch
 
 import strategies
-from parbench.data import BatchSource, shard
-from parbench.devices import DeviceSet, synchronize
+from parbench.families.data import BatchSource, shard
+from parbench.machine.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from parbench.devices import parse_devices
-from parbench.paced import PacedRun
+from parbench.launch.paced import PacedRun
+from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from parbench.devices import DeviceError, parse_devices
+from parbench.machine.devices import DeviceError, parse_devices
 
 
 def test_one_cpu_is_real():

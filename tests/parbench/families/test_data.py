@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from parbench.data import BatchSource, DataError, open_image_folder, shard
+from parbench.families.data import BatchSource, DataError, open_image_folder, shard
 
 
 def _image_ids(images: torch.Tensor) -> set[int]:

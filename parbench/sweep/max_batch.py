@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from parbench.record import Record
-from parbench.runner import run_config
+from parbench.results.record import Record
 from parbench.sweep.config import Config
+from parbench.sweep.runner import run_config
 
 __all__ = ["MaxBatchError", "batch_unit", "find_max_batch"]
 

@@ -23,7 +23,7 @@ def shown(label: str, unit: str = "", heading: str | None = None, default=None):
 @dataclass
 class Record:
     """One configuration's outcome. Every field is written for every record (None where it
-    does not apply); `environment` (parbench.environment) is written after them, flat."""
+    does not apply); `environment` (parbench.machine.environment) is written after them, flat."""
 
     # Which run and configuration; what came of it.
     run_id: str | None = None
@@ -100,8 +100,8 @@ class Record:
     # verdict; the run's noise floor.
     aa_ratio: float | None = None
     aa_verdict: str | None = None
-    # Against other records of the same run (parbench.comparisons), geometric means of ratios paired
-    # by round.
+    # Against other records of the same run (parbench.results.comparisons), geometric means of
+    # ratios paired by round.
     speedup_vs_baseline: float | None = shown("speedup over single", "", "speedup")
     device_efficiency: float | None = shown("efficiency: speedup / devices", "", "efficiency")
     # T(N) / (N x T(1)), the same strategy on one device (under weak scaling, at the same

@@ -13,15 +13,15 @@ import numpy as np
 import torch
 
 from parbench import launch
-from parbench.comparisons import add_comparisons
+from parbench.families.workloads import Workload
+from parbench.launch.worker import Measurement
 from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
 from parbench.measure.timeline import bubble_fractions, in_flight
-from parbench.record import Record
-from parbench.results import RunFolder
+from parbench.results.comparisons import add_comparisons
+from parbench.results.folder import RunFolder
+from parbench.results.record import Record
 from parbench.sweep import Sweep, trials
 from parbench.sweep.config import Config
-from parbench.worker import Measurement
-from parbench.workloads import Workload
 
 __all__ = ["FINAL_STATUSES", "add_comparisons", "done_trials", "run_config", "run_sweep"]
 
@@ -129,7 +129,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
     """Measure one configuration and return its record; failures become a record, not a raise.
 
     `measure` returns the configuration's measurement (another driver, such as
-    pytest-benchmark, passes its own, see `parbench.paced`)."""
+    pytest-benchmark, passes its own, see `parbench.launch.paced`)."""
     workload = config.workload
     used = config.used_devices
     base: dict[str, Any] = dict(

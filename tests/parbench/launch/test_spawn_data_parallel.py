@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from parbench.devices import parse_devices
-from parbench.runner import run_config
+from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
-from parbench.verify import verify
+from parbench.sweep.runner import run_config
+from parbench.sweep.verify import verify
 
 CPU3 = parse_devices("cpu,cpu,cpu")
 

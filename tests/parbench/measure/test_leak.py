@@ -4,11 +4,11 @@ not."""
 import pytest
 
 from parbench.cli import main
-from parbench.devices import parse_devices
+from parbench.launch.worker import WorkerMeasurement, merge
+from parbench.machine.devices import parse_devices
 from parbench.measure import memory_growth
-from parbench.runner import run_config
 from parbench.sweep.config import Config
-from parbench.worker import WorkerMeasurement, merge
+from parbench.sweep.runner import run_config
 from strategies.single import SingleDevice
 
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from parbench.cluster import Job, first_host, job
-from parbench.results import load_records
+from parbench.machine.cluster import Job, first_host, job
+from parbench.results.folder import load_records
 
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
             "GROUP_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500",

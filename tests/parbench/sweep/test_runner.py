@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.devices import parse_devices
-from parbench.record import Record
-from parbench.results import RunFolder, load_records
-from parbench.runner import add_comparisons, run_config, run_sweep
+from parbench.machine.devices import parse_devices
+from parbench.results.folder import RunFolder, load_records
+from parbench.results.record import Record
 from parbench.sweep import Sweep
 from parbench.sweep.config import Config, expand_sweep
+from parbench.sweep.runner import add_comparisons, run_config, run_sweep
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput
 
 
 def test_a_data_parallel_step_splits_into_compute_and_exposed_communication():
-    from parbench.runner import _communication_split
+    from parbench.sweep.runner import _communication_split
 
     measured = types.SimpleNamespace(compute_step_times_s=[0.3, 0.2, 0.4],
                                      communication={"allreduce_bytes": 8})
@@ -160,7 +160,7 @@ class _Held:
 def test_a_failed_configuration_is_freed_before_the_gpu_cache_is_emptied(config, monkeypatch):
     """The failed strategy's frames live in the exception's traceback: emptying CUDA's cache
     inside the except block released none of its memory."""
-    from parbench import runner
+    from parbench.sweep import runner
 
     made, emptied = [], []
 
@@ -177,7 +177,7 @@ def test_a_failed_configuration_is_freed_before_the_gpu_cache_is_emptied(config,
 
 
 def test_every_configuration_on_a_gpu_in_this_process_empties_its_cache(config, monkeypatch):
-    from parbench import runner
+    from parbench.sweep import runner
 
     emptied = []
     monkeypatch.setattr(runner.torch.cuda, "empty_cache", lambda: emptied.append(True))

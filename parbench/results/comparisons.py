@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import strategies
-from parbench import stats
-from parbench.record import Record
+from parbench.results import stats
+from parbench.results.record import Record
 
 __all__ = ["add_comparisons", "is_baseline", "comparison_key", "per_round"]
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from parbench.workloads import MODELS, Workload
+from parbench.families.workloads import MODELS, Workload
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from parbench.cli import main
-from parbench.devices import parse_devices
-from parbench.max_batch import find_max_batch, first_batch
-from parbench.runner import run_config
+from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
+from parbench.sweep.max_batch import find_max_batch, first_batch
+from parbench.sweep.runner import run_config
 
 TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "1",
         "--warmup", "1", "--progress", "off"]
