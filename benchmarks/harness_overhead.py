@@ -17,8 +17,8 @@ import torch
 
 from parbench.families.workloads import Workload
 from parbench.launch import measure
-from parbench.launch.worker import Measurement
 from parbench.machine.devices import parse_devices
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from parbench.launch.paced import PacedRun
-from parbench.launch.worker import Measurement
+from parbench.measure.measurement import Measurement
 from parbench.sweep import Sweep, suite, trials
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config

@@ -29,9 +29,10 @@ from parbench.launch.job import (
 from parbench.launch.launchers import LAUNCHERS, Launcher, launcher_for
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import spawn
-from parbench.launch.worker import Measurement, Trained
+from parbench.launch.worker import Trained
 from parbench.measure import Pace
 from parbench.measure.allocator import pin_cpu_allocator
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 from parbench.sweep.planning import job_rank
 

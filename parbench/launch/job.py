@@ -19,9 +19,9 @@ import torch.distributed as dist
 from parbench.launch.failures import LaunchError, failure_reason, root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
-from parbench.launch.worker import Measurement
 from parbench.machine.cluster import Job, job
 from parbench.machine.devices import DeviceSet
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
 __all__ = ["from_rank_zero", "join_job", "leave_job", "measure_on_every_rank",

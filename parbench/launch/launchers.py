@@ -11,8 +11,9 @@ from parbench.launch.failures import LaunchError
 from parbench.launch.job import measure_in_job
 from parbench.launch.ranks import Task, in_process_threads, measure_here
 from parbench.launch.spawn import spawn
-from parbench.launch.worker import Measurement, Trained, combine_trained, train_steps
+from parbench.launch.worker import Trained, combine_trained, train_steps
 from parbench.measure import Pace
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]

@@ -7,7 +7,7 @@ import contextlib
 import threading
 
 from parbench import launch
-from parbench.launch.worker import Measurement
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
 __all__ = ["PacedRun"]

@@ -11,17 +11,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parbench.launch.worker import (
-    Measurement,
-    WorkerMeasurement,
-    combine_trained,
-    measure_worker,
-    merge,
-    train_steps,
-)
+from parbench.launch.worker import combine_trained, measure_worker, train_steps
 from parbench.machine.devices import DeviceSet
 from parbench.measure import Pace
 from parbench.measure.collectives import time_collectives
+from parbench.measure.measurement import Measurement, merge
 from parbench.sweep.config import Config
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
@@ -83,7 +77,7 @@ def run_rank(config: Config, task: Task, device: torch.device, batch=None, pace=
         return None
     assert gathered is not None
     if task is Task.MEASURE:
-        return merge([WorkerMeasurement(**m) for m in gathered])
+        return merge([Measurement(**m) for m in gathered])
     if task is Task.COLLECTIVES:
         return [{**row, "time_s": max(rows[i]["time_s"] for rows in gathered)}
                 for i, row in enumerate(gathered[0])]

@@ -28,7 +28,8 @@ import torch.multiprocessing as mp
 
 from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
-from parbench.launch.worker import Measurement, Trained
+from parbench.launch.worker import Trained
+from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
 __all__ = ["Rendezvous", "spawn", "spawn_rank"]

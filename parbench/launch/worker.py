@@ -1,8 +1,8 @@
-"""What each process does for one configuration: build the strategy, train, measure, merge."""
+"""What each process does for one configuration: build the strategy, train and measure it, or
+train it for `parbench verify`."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,73 +14,12 @@ import strategies
 from parbench.families.data import BatchSource, shard
 from parbench.machine.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps
+from parbench.measure.measurement import Measurement
 from parbench.measure.probes import Probes
 from parbench.measure.timeline import Timeline
 from parbench.sweep.config import Config
 
-__all__ = ["Measurement", "RankTrained", "Trained", "WorkerMeasurement", "combine_trained",
-           "measure_worker", "merge", "train_steps"]
-
-
-@dataclass
-class WorkerMeasurement:
-    """What one process measured (one per rank in multi-process strategies)."""
-
-    step_times_s: list[float]
-    total_s: float
-    warmup_step_times_s: list[float]
-    losses: list[float]  # per measured step; nan where this worker computes no loss
-    memory_mib: list[float]  # per logical device this worker drives
-    memory_source: str
-    physical_memory_mib: list[float]  # per physical device this worker sees
-    memory_after_step_mib: list[float | None]  # held after each measured step (allocated_mib)
-    torch_threads: int
-    partition: str | None  # where the strategy cut the model, if it did
-    timeline: list[list]  # the last measured step's spans (Timeline.spans); [] if not a pipeline
-    bubble_fraction: float | None  # the schedule's theoretical idle share
-    micro_batches: int
-    pipeline_stages: int
-    gpu_sampling: str
-    gpus: dict[str, dict]  # GPU uuid -> what was sampled on it (GpuSampler.per_gpu)
-    # The same steps again without communication (Strategy.without_communication), timed
-    # after the measured ones; [] where the strategy has no such mode.
-    compute_step_times_s: list[float]
-    communication: dict  # Strategy.communication(): bytes per step, the library's timings
-
-
-@dataclass
-class Measurement:
-    """One configuration's measurement, merged over its workers (`merge`): what the runner
-    derives its record from. A worker process hands it over as JSON (`to_json`)."""
-
-    step_times_s: list[float]  # per measured step, the slowest worker's
-    rank_step_times_s: list[list[float]] | None  # per worker, per step, where several
-    total_s: float  # wall time of the measured steps, the slowest worker's
-    warmup_step_times_s: list[float]
-    losses: list[float]  # per measured step, the mean over the workers that compute one
-    peak_memory_mib: list[float]  # per logical device
-    physical_peak_memory_mib: list[float]
-    memory_after_step_mib: list[float | None]  # the fullest worker's, after each measured step
-    memory_source: str
-    torch_threads: int
-    partition: str | None
-    timeline: list[list]  # every worker's spans of the last measured step
-    bubble_fraction: float | None
-    micro_batches: int
-    pipeline_stages: int
-    gpu_sampling: str
-    compute_step_times_s: list[float]  # [] where the strategy has no compute-only mode
-    communication: dict  # Strategy.communication(): record fields about communication
-    gpu_utilisation_pct: list[float]
-    gpu_memory_used_mib: list[float]
-    gpu_energy_j: float | None
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, values: dict) -> Measurement:
-        return cls(**values)
+__all__ = ["RankTrained", "Trained", "combine_trained", "measure_worker", "train_steps"]
 
 
 def _build(config: Config) -> strategies.Strategy:
@@ -97,7 +36,7 @@ def _loss_value(loss: torch.Tensor) -> float:
 
 def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy], DeviceSet],
                    barrier: Callable[[], object] = lambda: None,
-                   pace: Pace | None = None) -> WorkerMeasurement:
+                   pace: Pace | None = None) -> Measurement:
     """Train `config` for its warm-up and measured steps in this process and measure it.
 
     `local_devices(strategy)` names the devices this process drives; `barrier` joins the
@@ -117,7 +56,7 @@ def _capped_devices(config: Config) -> DeviceSet:
     return used
 
 
-def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
+def _measure(config: Config, local_devices, barrier, pace) -> Measurement:
     strategy = _build(config)
     batches = probes = None
     try:
@@ -155,11 +94,11 @@ def _measure(config: Config, local_devices, barrier, pace) -> WorkerMeasurement:
 
         # Last: memory has been read, and the model may diverge across ranks from here.
         compute = _time_without_communication(strategy, compute_step, sync, config.steps)
-        return WorkerMeasurement(
+        return Measurement(
             step_times_s=list(timing.step_times_s), total_s=timing.total_s,
             warmup_step_times_s=list(timing.warmup_step_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
-            memory_mib=memory_mib, memory_source=source, physical_memory_mib=physical,
+            peak_memory_mib=memory_mib, memory_source=source, physical_peak_memory_mib=physical,
             memory_after_step_mib=probes.after_step_mib, torch_threads=torch.get_num_threads(),
             partition=strategy.partition,
             timeline=timeline.spans() if timeline is not None else [],
@@ -184,64 +123,6 @@ def _time_without_communication(strategy: strategies.Strategy, step, sync,
     with context:
         timing = time_steps(step, sync, warmup=1, steps=steps)
     return list(timing.step_times_s)
-
-
-def merge(measurements: list[WorkerMeasurement]) -> Measurement:
-    """One configuration's measurement from every worker's (in rank order).
-
-    A step lasts as long as its slowest worker; memory is listed per logical device; the loss
-    is the mean over the workers that compute one (data-parallel ranks' equal shards, or a
-    pipeline's last stage).
-    """
-    first = measurements[0]
-    steps = len(first.step_times_s)
-    step_times = [max(m.step_times_s[i] for m in measurements) for i in range(steps)]
-    losses = []
-    for i in range(steps):
-        values = [m.losses[i] for m in measurements if not math.isnan(m.losses[i])]
-        losses.append(sum(values) / len(values) if values else float("nan"))
-    return Measurement(
-        step_times_s=step_times,
-        rank_step_times_s=([m.step_times_s for m in measurements]
-                           if len(measurements) > 1 else None),
-        total_s=max(m.total_s for m in measurements),
-        warmup_step_times_s=[max(values) for values in zip(
-            *(m.warmup_step_times_s for m in measurements), strict=True)],
-        losses=losses,
-        peak_memory_mib=[v for m in measurements for v in m.memory_mib],
-        physical_peak_memory_mib=[v for m in measurements for v in m.physical_memory_mib],
-        # The fullest rank's after every step: one rank leaking is a leak.
-        memory_after_step_mib=[max((v for v in values if v is not None), default=None)
-                               for values in zip(*(m.memory_after_step_mib
-                                                   for m in measurements), strict=True)],
-        memory_source=first.memory_source + (
-            f" (one process per device, {len(measurements)} processes)"
-            if len(measurements) > 1 else ""),
-        torch_threads=first.torch_threads,
-        partition=first.partition,
-        timeline=sorted(span for m in measurements for span in m.timeline),
-        bubble_fraction=first.bubble_fraction,
-        micro_batches=first.micro_batches,
-        pipeline_stages=first.pipeline_stages,
-        gpu_sampling=first.gpu_sampling,
-        compute_step_times_s=[max(values) for values in zip(
-            *(m.compute_step_times_s for m in measurements), strict=True)],
-        communication=first.communication,
-        **_merge_gpus(measurements),
-    )
-
-
-def _merge_gpus(measurements: list[WorkerMeasurement]) -> dict:
-    """Every GPU the workers sampled, once each (ranks sharing a GPU read the same counters),
-    in rank order: mean utilisation %, max used MiB, and the joules of them all where every
-    GPU reports energy."""
-    gpus = {uuid: sampled for m in measurements for uuid, sampled in m.gpus.items()}
-    energy = [g["energy_j"] for g in gpus.values()]
-    return dict(gpu_utilisation_pct=[g["utilisation_pct"] for g in gpus.values()
-                                     if g["utilisation_pct"] is not None],
-                gpu_memory_used_mib=[g["memory_used_mib"] for g in gpus.values()
-                                     if g["memory_used_mib"] is not None],
-                gpu_energy_j=sum(energy) if energy and None not in energy else None)
 
 
 @dataclass

@@ -14,8 +14,8 @@ import torch
 
 from parbench import launch
 from parbench.families.workloads import Workload
-from parbench.launch.worker import Measurement
 from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
+from parbench.measure.measurement import Measurement
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.results.comparisons import add_comparisons
 from parbench.results.folder import RunFolder
@@ -67,6 +67,18 @@ def _communication_split(measured: Measurement, step_s: float) -> dict:
     return {**split, **measured.communication}
 
 
+def _gpu_fields(gpus: dict[str, dict], images: int) -> dict:
+    """What was sampled on every GPU used, in rank order: mean utilisation %, max used MiB,
+    the joules of them all (where every GPU reports energy) and the images per joule."""
+    energy = [gpu["energy_j"] for gpu in gpus.values()]
+    joules = sum(energy) if energy and None not in energy else None
+    return dict(gpu_utilisation_pct=[gpu["utilisation_pct"] for gpu in gpus.values()
+                                     if gpu["utilisation_pct"] is not None],
+                gpu_memory_used_mib=[gpu["memory_used_mib"] for gpu in gpus.values()
+                                     if gpu["memory_used_mib"] is not None],
+                gpu_energy_j=joules, images_per_joule=images / joules if joules else None)
+
+
 def _measured_fields(config: Config, measured: Measurement) -> dict:
     """Record fields from the configuration's measurement: the derived statistics are
     computed here, once."""
@@ -111,12 +123,8 @@ def _measured_fields(config: Config, measured: Measurement) -> dict:
         achieved_tflops=flops * throughput / 1e12,
         peak_tflops=peak_flops,
         mfu=flops * throughput / 1e12 / peak_flops if peak_flops else None,
-        gpu_utilisation_pct=measured.gpu_utilisation_pct,
-        gpu_memory_used_mib=measured.gpu_memory_used_mib,
         gpu_sampling=measured.gpu_sampling,
-        gpu_energy_j=measured.gpu_energy_j,
-        images_per_joule=(config.global_batch * len(times) / measured.gpu_energy_j
-                          if measured.gpu_energy_j else None),
+        **_gpu_fields(measured.gpus, config.global_batch * len(times)),
         loss_first=losses[0],
         loss_last=losses[-1],
         **_communication_split(measured, median),

@@ -8,8 +8,9 @@ import types
 import pytest
 import torch
 
-from parbench.launch.worker import merge
+from parbench.measure.measurement import Measurement, merge
 from parbench.measure.sampling import MIN_UTILISATION_SAMPLES, GpuSampler
+from parbench.sweep.runner import _gpu_fields
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))
 
@@ -85,24 +86,28 @@ def test_nvml_is_preferred_and_gives_utilisation_memory_and_energy(monkeypatch):
 
 def test_ranks_sharing_a_gpu_count_it_once():
     def rank(gpus):
-        return types.SimpleNamespace(
+        return Measurement(
             step_times_s=[1.0], total_s=1.0, warmup_step_times_s=[], losses=[0.5],
-            memory_mib=[1.0], physical_memory_mib=[1.0], memory_after_step_mib=[1.0],
+            peak_memory_mib=[1.0], physical_peak_memory_mib=[1.0], memory_after_step_mib=[1.0],
             memory_source="x", torch_threads=1, partition=None, timeline=[], bubble_fraction=0.0,
-            micro_batches=1,
-            pipeline_stages=1, gpu_sampling="nvml", gpus=gpus, compute_step_times_s=[],
-            communication={})
+            micro_batches=1, pipeline_stages=1, gpu_sampling="nvml", gpus=gpus,
+            compute_step_times_s=[], communication={})
+
+    def recorded(*ranks):  # what the record gets from the ranks' merged measurement
+        return types.SimpleNamespace(**_gpu_fields(merge(list(ranks)).gpus, images=300))
 
     gpu = lambda pct, joules: dict(utilisation_pct=pct, memory_used_mib=10.0 * pct,  # noqa: E731
                                    energy_j=joules)
-    shared = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-0": gpu(80.0, 100.0)})])
+    shared = recorded(rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-0": gpu(80.0, 100.0)}))
     assert shared.gpu_utilisation_pct == [80.0] and shared.gpu_energy_j == 100.0
-    apart = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, 50.0)})])
+    assert shared.images_per_joule == 3.0
+    apart = recorded(rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, 50.0)}))
     assert apart.gpu_utilisation_pct == [80.0, 60.0]
     assert apart.gpu_memory_used_mib == [800.0, 600.0]
     assert apart.gpu_energy_j == 150.0
-    unreported = merge([rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, None)})])
+    unreported = recorded(rank({"GPU-0": gpu(80.0, 100.0)}), rank({"GPU-1": gpu(60.0, None)}))
     assert unreported.gpu_energy_j is None  # a total of some GPUs would mislead
+    assert unreported.images_per_joule is None
 
 
 def test_a_gpu_nvml_cannot_read_falls_back_to_gputil(monkeypatch):

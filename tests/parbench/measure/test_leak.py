@@ -4,9 +4,9 @@ not."""
 import pytest
 
 from parbench.cli import main
-from parbench.launch.worker import WorkerMeasurement, merge
 from parbench.machine.devices import parse_devices
 from parbench.measure import memory_growth
+from parbench.measure.measurement import Measurement, merge
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
 from strategies.single import SingleDevice
@@ -27,9 +27,9 @@ def test_a_steady_rise_is_what_counts_as_a_leak(values, leaking):
 
 def test_ranks_memory_after_each_step_is_the_fullest_one_read():
     def rank(after_step_mib):
-        return WorkerMeasurement(
+        return Measurement(
             step_times_s=[1.0] * 3, total_s=3.0, warmup_step_times_s=[], losses=[0.5] * 3,
-            memory_mib=[1.0], memory_source="x", physical_memory_mib=[1.0],
+            peak_memory_mib=[1.0], memory_source="x", physical_peak_memory_mib=[1.0],
             memory_after_step_mib=after_step_mib, torch_threads=1, partition=None,
             timeline=[], bubble_fraction=None, micro_batches=1, pipeline_stages=1,
             gpu_sampling="x", gpus={}, compute_step_times_s=[], communication={})
