@@ -9,7 +9,8 @@ import pytest
 
 from parbench.commands import option_reference
 from parbench.machine.environment import collect_environment
-from parbench.results.record import FIELDS
+from parbench.results.record import FIELDS, PER_TRIAL
+from parbench.sweep.trials import Trial
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -101,6 +102,15 @@ def test_every_record_field_is_documented():
     documented = table_names(DOCS / "results.md", "Record fields")
     missing = [name for name in (*FIELDS, *collect_environment()) if name not in documented]
     assert not missing, f"docs/results.md's record-fields table lacks {missing}"
+
+
+def test_the_trials_row_names_what_each_trial_keeps():
+    """A trial keeps the figures the Record declares per trial; the docs name each."""
+    row = next(line for line in (DOCS / "results.md").read_text().splitlines()
+               if line.startswith("| `trials`"))
+    kept = Trial(0, "ok", measured={name: None for name in PER_TRIAL}).to_dict()
+    missing = [name for name in kept if f"`{name}`" not in row]
+    assert not missing, f"docs/results.md's trials row lacks {missing}"
 
 
 def broken_links(page: Path) -> list[str]:

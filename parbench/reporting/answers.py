@@ -12,7 +12,7 @@ from parbench.measure.memory import memory_kind
 from parbench.plots import options_text
 from parbench.plots.common import interval_of
 from parbench.results import stats
-from parbench.results.record import heading
+from parbench.results.record import columns, has_interval, heading, is_number, optional
 
 __all__ = ["answers", "noise_floor", "results_table"]
 
@@ -198,21 +198,20 @@ def _communication_lines(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
-# The table printed after a run: these record fields, headed as the record declares them.
-_TABLE = {"strategy": "strategy", "options": "options", "model": "model",
-          "global_batch": "batch", "image_size": "px", **{name: heading(name) for name in (
-              "devices", "status", "throughput_ips", "speedup_vs_baseline",
-              "micro_batch_effect", "parallel_effect", "device_efficiency",
-              "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance")}}
-# Cells shown with their interval, where the run has several trials.
-_WITH_INTERVAL = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect",
-                  "parallel_effect", "device_efficiency", "scaling_efficiency")
-# The columns printed by default: what fits a 120-character terminal.
-_NARROW = ("strategy", "options", "devices", "throughput_ips", "speedup_vs_baseline",
-           "peak_memory_max_mib")
-_NUMERIC = ("throughput_ips", "speedup_vs_baseline", "micro_batch_effect", "parallel_effect",
-            "device_efficiency", "scaling_efficiency",
-            "peak_memory_max_mib", "memory_imbalance")
+# The table printed after a run: what the configuration is, then the fields the record
+# declares for the view ("narrow" by default, "table" with --wide-table), as it heads them.
+_CONFIGURATION = {"strategy": "strategy", "options": "options", "model": "model",
+                  "global_batch": "batch", "image_size": "px"}
+_NARROW_CONFIGURATION = ("strategy", "options")
+
+
+def _columns(frame: pd.DataFrame, wide: bool) -> dict[str, str]:
+    """Field -> heading of the table's columns (an optional one where some record has it)."""
+    configuration = (_CONFIGURATION if wide else
+                     {k: v for k, v in _CONFIGURATION.items() if k in _NARROW_CONFIGURATION})
+    shown = [name for name in columns("table" if wide else "narrow")
+             if not optional(name) or frame[name].notna().any()]
+    return {**configuration, **{name: heading(name) for name in shown}}
 
 
 def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = False) -> str:
@@ -220,16 +219,14 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
     characters, every one with `wide`), why each configuration that is not ok is not, every
     steady memory rise, the answers, and where the rest is."""
     table = frame.assign(options=frame["strategy_options"].map(options_text))
-    columns = dict(_TABLE) if wide else {k: v for k, v in _TABLE.items() if k in _NARROW}
-    if wide and frame["mfu"].notna().any():  # GPU records of a device measure.flops knows
-        items, at = list(_TABLE.items()), list(_TABLE).index("throughput_ips") + 1
-        columns = dict(items[:at] + [("mfu", heading("mfu"))] + items[at:])
+    shown = _columns(frame, wide)
     if not wide:  # a count: a list of GPUs would not fit
         table["devices"] = frame["devices"].astype(str).str.count(",") + 1
-        columns["devices"] = "dev"
-    table = table[list(columns)].rename(columns=columns)
-    for field in (f for f in (*_NUMERIC, "mfu") if f in columns):  # None -> NaN -> "-"
-        table[columns[field]] = pd.to_numeric(table[columns[field]], errors="coerce")
+        shown["devices"] = "dev"
+    table = table[list(shown)].rename(columns=shown)
+    numeric = [name for name in shown if is_number(name)]
+    for field in numeric:  # None -> NaN -> "-"
+        table[shown[field]] = pd.to_numeric(table[shown[field]], errors="coerce")
     if wide or (frame["memory_leak_suspected"] == True).any():  # noqa: E712
         table["memory trend"] = frame["memory_leak_suspected"].map(
             lambda leak: "RISING" if leak is True else "-")
@@ -239,8 +236,8 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
         text = table[column].astype(str)
         table[column] = text.str.ljust(max(text.str.len().max(), len(column)))
     if "intervals" in frame and frame["intervals"].map(bool).any():
-        for field in (f for f in _NUMERIC if f in columns and f in _WITH_INTERVAL):
-            table[columns[field]] = [_with_interval(row, field) for _, row in frame.iterrows()]
+        for field in (f for f in numeric if has_interval(f)):
+            table[shown[field]] = [_with_interval(row, field) for _, row in frame.iterrows()]
         table[heading("verdict")] = frame["verdict"].map(
             lambda v: v if isinstance(v, str) else "-")
     lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]

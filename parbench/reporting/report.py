@@ -13,7 +13,7 @@ from parbench.predict.summary import prediction_section
 from parbench.reporting.answers import answers, noise_floor
 from parbench.reporting.markdown import cell, markdown_table
 from parbench.results.folder import atomic_write_text, load_records
-from parbench.results.record import heading
+from parbench.results.record import columns, heading
 
 __all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "write_index", "write_run_report"]
 
@@ -27,14 +27,6 @@ ENVIRONMENT = (("host", "host"), ("timestamp_utc", "measured (UTC)"),
                ("gpu_driver", "GPU driver"), ("cpu_model", "CPU"),
                ("cpu_cores_available", "CPU cores available"), ("python_version", "Python"),
                ("platform", "platform"))
-
-# The run README's record table: these fields, headed as the record declares them.
-COLUMNS = ("status", "devices", "precision", "channels_last", "compile", "micro_batches",
-           "throughput_ips", "mfu", "step_time_median_s", "step_time_p90_s",
-           "speedup_vs_baseline", "micro_batch_effect", "parallel_effect", "device_efficiency",
-           "scaling_efficiency", "peak_memory_max_mib", "memory_imbalance",
-           "gpu_utilisation_pct", "images_per_joule")
-
 
 def _environment(frame: pd.DataFrame, folder: Path) -> dict:
     env_file = folder / "env.json"
@@ -77,9 +69,10 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
               _provenance(folder, _environment(frame, folder)), "", "## Figures", ""]
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
-             *[r.get(column) for column in COLUMNS]] for _, r in frame.iterrows()]
+             *[r.get(column) for column in columns("readme")]] for _, r in frame.iterrows()]
     lines += ["", *prediction_section(folder), "## Records", "",
-              markdown_table(rows, ["strategy", "model", "batch", *map(heading, COLUMNS)]),
+              markdown_table(rows, ["strategy", "model", "batch",
+                                    *map(heading, columns("readme"))]),
               ""]
     failed = frame[frame["status"] != "ok"]
     if len(failed):

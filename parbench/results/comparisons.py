@@ -7,13 +7,10 @@ import math
 
 import strategies
 from parbench.results import stats
-from parbench.results.record import Record
+from parbench.results.record import COMPARED, Record
 
 __all__ = ["add_comparisons", "is_baseline", "comparison_key", "per_round"]
 
-# The fields add_comparisons sets (and their intervals): recomputed from scratch every time.
-_COMPARED = ("speedup_vs_baseline", "device_efficiency", "scaling_efficiency",
-             "micro_batch_effect", "parallel_effect", "parallel_efficiency")
 
 
 def per_round(record: Record, twin: bool = False) -> dict[int, float]:
@@ -88,7 +85,7 @@ def add_comparisons(records: list[Record]) -> None:
     # corrected together (stats.verdicts).
     families: dict[tuple, dict[int, list[float]]] = {}
     for index, record in enumerate(records):
-        for name in _COMPARED:
+        for name in COMPARED:  # recomputed from scratch every time
             setattr(record, name, None)
             (record.intervals or {}).pop(name, None)
         record.verdict = record.aa_ratio = record.aa_verdict = None

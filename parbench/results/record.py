@@ -8,16 +8,35 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FIELDS", "LIST_FIELDS", "STATUSES", "Record", "axis_label", "heading", "shown"]
+__all__ = ["COMPARED", "FIELDS", "LIST_FIELDS", "PER_TRIAL", "STATUSES", "Record", "axis_label",
+           "columns", "declared", "has_interval", "heading",
+           "is_number", "optional"]
 
 STATUSES = ("ok", "oom", "error", "skipped")
 
 
-def shown(label: str, unit: str = "", heading: str | None = None, default=None):
-    """A field that tables and figures show, with its label, unit and column heading declared
-    here once (read back with `axis_label` and `heading`)."""
-    return field(default=default, metadata={"label": label, "unit": unit,
-                                            "heading": heading or label})
+VIEWS = ("readme", "table", "narrow")
+PER_TRIAL_KINDS = ("log", "linear", "kept")
+
+
+def declared(label: str | None = None, unit: str = "", heading: str | None = None, *,
+             shown_in: tuple[str, ...] = (), per_trial: str | None = None,
+             compared: bool = False, optional: bool = False, default=None):
+    """A field declared here once, with what every reader of it derives from that: its label,
+    unit and column heading (`axis_label`, `heading`); the views that show it, in field order
+    (`columns`: "readme", the run README's record table; "table", the table printed after a
+    run with --wide-table; "narrow", that table by default); `per_trial`, where each trial
+    measures it ("log" or "linear": the record gives its geometric or arithmetic mean over
+    the ok trials and its interval; "kept": each trial keeps it as measured); and `compared`,
+    where it is a ratio paired by round against another record (parbench.results.comparisons),
+    with its interval. An `optional` column is printed only where some record has a value
+    (MFU: on GPUs measure.flops knows)."""
+    assert set(shown_in) <= set(VIEWS) and per_trial in (None, *PER_TRIAL_KINDS)
+    assert label or not shown_in, "a shown field needs a label"
+    views = set(shown_in) | ({"table"} if "narrow" in shown_in else set())
+    return field(default=default, metadata={
+        "label": label, "unit": unit, "heading": heading or label, "views": views,
+        "per_trial": per_trial, "compared": compared, "optional": optional})
 
 
 @dataclass
@@ -29,7 +48,7 @@ class Record:
     run_id: str | None = None
     config_index: int | None = None
     config_key: str | None = None  # what --resume finds the configuration by
-    status: str | None = shown("status")  # one of STATUSES
+    status: str | None = declared("status", shown_in=("readme", "table"))  # one of STATUSES
     reason: str | None = None  # why it is not ok
     # What was trained, and how.
     strategy: str | None = None  # a registered name
@@ -38,9 +57,9 @@ class Record:
     model: str | None = None
     image_size: int | None = None
     num_classes: int | None = None
-    precision: str | None = shown("precision")
-    channels_last: bool | None = shown("channels last")
-    compile: bool | None = shown("compiled")
+    precision: str | None = declared("precision", shown_in=("readme",))
+    channels_last: bool | None = declared("channels last", shown_in=("readme",))
+    compile: bool | None = declared("compiled", shown_in=("readme",))
     cudnn_benchmark: bool | None = None  # torch.backends.cudnn.benchmark in every process
     global_batch: int | None = None
     # strong: the global batch was given; weak: the batch per device was (global = it x devices)
@@ -48,10 +67,10 @@ class Record:
     stages: int | None = None
     partition: str | None = None  # where the model was cut
     split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
-    micro_batches: int | None = shown("micro-batches per step", "", "M")
+    micro_batches: int | None = declared("micro-batches per step", "", "M", shown_in=("readme",))
     bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
     # The last measured step's idle share per stage (timeline): the mean and the worst stage.
-    measured_bubble_fraction: float | None = None
+    measured_bubble_fraction: float | None = declared(per_trial="linear")
     measured_bubble_fraction_worst: float | None = None
     # Per stage (rank), the most micro-batches whose activations were held at once.
     in_flight_micro_batches: list | None = None
@@ -60,7 +79,8 @@ class Record:
     timeline: list | None = None
     data: str | None = None  # "synthetic" or the image folder
     # Where it ran.
-    devices: str | None = shown("devices")  # the logical devices used, comma separated
+    # the logical devices used, comma separated
+    devices: str | None = declared("devices", shown_in=("readme", "narrow"))
     physical_devices: str | None = None
     nodes: int | None = None
     device_kind: str | None = None
@@ -74,12 +94,17 @@ class Record:
     measured_steps: int | None = None
     # Time.
     # images per second over the measured steps
-    throughput_ips: float | None = shown("throughput", "images/s", "img/s")
-    step_time_median_s: float | None = shown("median step", "s", "median step s")
-    step_time_p90_s: float | None = shown("p90 step", "s", "p90 step s")
+    throughput_ips: float | None = declared("throughput", "images/s", "img/s",
+                                            shown_in=("readme", "narrow"), per_trial="log")
+    # achieved_tflops / peak_tflops (below): the throughput as a share of the devices' peak
+    mfu: float | None = declared("model FLOP utilisation", "", "MFU", shown_in=("readme", "table"),
+                                 optional=True)
+    step_time_median_s: float | None = declared("median step", "s", "median step s",
+                                                shown_in=("readme",), per_trial="log")
+    step_time_p90_s: float | None = declared("p90 step", "s", "p90 step s", shown_in=("readme",))
     step_time_min_s: float | None = None
     step_time_max_s: float | None = None
-    step_times_s: list | None = None  # per measured step, the slowest rank's
+    step_times_s: list | None = declared(per_trial="kept")  # per measured step, the slowest rank's
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one
@@ -95,24 +120,30 @@ class Record:
     intervals: dict | None = None
     interval_method: str | None = None
     # Against the baseline, from the speedup's interval: faster, slower or within noise.
-    verdict: str | None = shown("against the baseline", "", "verdict")
+    verdict: str | None = declared("against the baseline", "", "verdict")
     # The baseline against itself (its A/A twin, the same round): the mean ratio and its
     # verdict; the run's noise floor.
     aa_ratio: float | None = None
     aa_verdict: str | None = None
     # Against other records of the same run (parbench.results.comparisons), geometric means of
     # ratios paired by round.
-    speedup_vs_baseline: float | None = shown("speedup over single", "", "speedup")
-    device_efficiency: float | None = shown("efficiency: speedup / devices", "", "efficiency")
-    # T(N) / (N x T(1)), the same strategy on one device (under weak scaling, at the same
-    # batch per device: t_step(1) / t_step(N))
-    scaling_efficiency: float | None = shown("scaling efficiency T(N) / (N x T(1))", "",
-                                             "scaling")
+    speedup_vs_baseline: float | None = declared("speedup over single", "", "speedup",
+                                                 shown_in=("readme", "narrow"), compared=True)
     # A cut model's speedup = micro_batch_effect x parallel_effect: single accumulating the same
     # micro-batches over single with the whole batch, then this record over that.
-    micro_batch_effect: float | None = shown("micro-batch effect", "", "= micro-batch")
-    parallel_effect: float | None = shown("parallel effect", "", "x parallel")
-    parallel_efficiency: float | None = None  # parallel_effect / devices used (at most 1)
+    micro_batch_effect: float | None = declared("micro-batch effect", "", "= micro-batch",
+                                                shown_in=("readme", "table"), compared=True)
+    parallel_effect: float | None = declared("parallel effect", "", "x parallel",
+                                             shown_in=("readme", "table"), compared=True)
+    # parallel_effect / devices used (at most 1)
+    parallel_efficiency: float | None = declared(compared=True)
+    device_efficiency: float | None = declared("efficiency: speedup / devices", "", "efficiency",
+                                               shown_in=("readme", "table"), compared=True)
+    # T(N) / (N x T(1)), the same strategy on one device (under weak scaling, at the same
+    # batch per device: t_step(1) / t_step(N))
+    scaling_efficiency: float | None = declared("scaling efficiency T(N) / (N x T(1))", "",
+                                                "scaling", shown_in=("readme", "table"),
+                                                compared=True)
     # Data parallel: the step split into compute and exposed communication. Compute: the
     # median of the same steps with communication off (Strategy.without_communication: DDP's
     # no_sync; FSDP without reduce-scatter and, gathered once, without all-gathers), timed
@@ -121,7 +152,7 @@ class Record:
     compute_step_times_s: list | None = None
     compute_time_s: float | None = None
     exposed_comm_time_s: float | None = None
-    exposed_comm_fraction: float | None = None  # of the measured median step
+    exposed_comm_fraction: float | None = declared(per_trial="linear")  # of the median step
     # Bytes per step per rank: the gradient reduced (DDP: from its logging data; FSDP: counted
     # from its units), and the parameters all-gathered (FSDP).
     allreduce_bytes: int | None = None
@@ -133,11 +164,12 @@ class Record:
     ddp_backward_comm_time_s: float | None = None
     ddp_overlap_time_s: float | None = None
     # Memory.
-    peak_memory_mib: list | None = shown("peak memory per device", "MiB")  # per logical device
-    peak_memory_max_mib: float | None = shown("peak memory on the fullest device", "MiB",
-                                              "peak MiB")
+    peak_memory_mib: list | None = declared("peak memory per device", "MiB")  # per logical device
+    peak_memory_max_mib: float | None = declared("peak memory on the fullest device", "MiB",
+                                                 "peak MiB", shown_in=("readme", "narrow"))
     # max / mean over the devices
-    memory_imbalance: float | None = shown("memory max / mean over devices", "", "mem max/mean")
+    memory_imbalance: float | None = declared("memory max / mean over devices", "", "mem max/mean",
+                                              shown_in=("readme", "table"))
     memory_source: str | None = None  # how the peaks were obtained
     physical_peak_memory_mib: list | None = None
     memory_after_step_mib: list | None = None
@@ -150,14 +182,15 @@ class Record:
     achieved_tflops: float | None = None  # flops_per_image x throughput
     # The dense peak of the physical devices used, together, at this precision (a table of
     # GPU names, measure.flops.PEAK_TFLOPS; None on CPU or an unknown GPU), and
-    # MFU = achieved_tflops / peak_tflops.
+    # MFU (above) = achieved_tflops / peak_tflops.
     peak_tflops: float | None = None
-    mfu: float | None = shown("model FLOP utilisation", "", "MFU")
-    gpu_utilisation_pct: list | None = shown("GPU utilisation", "%", "GPU util %")
+    gpu_utilisation_pct: list | None = declared("GPU utilisation", "%", "GPU util %",
+                                                shown_in=("readme",))
     gpu_memory_used_mib: list | None = None
     gpu_sampling: str | None = None
     gpu_energy_j: float | None = None
-    images_per_joule: float | None = shown("images per joule", "img/J", "img/J")
+    images_per_joule: float | None = declared("images per joule", "img/J", "img/J",
+                                             shown_in=("readme",))
     loss_first: float | None = None
     loss_last: float | None = None
     environment: dict = field(default_factory=dict)
@@ -192,7 +225,33 @@ LIST_FIELDS = tuple(name for name in FIELDS
                     & {list, dict})
 
 
-_METADATA = {f.name: f.metadata for f in dataclasses.fields(Record) if "label" in f.metadata}
+_METADATA = {f.name: f.metadata for f in dataclasses.fields(Record) if f.metadata}
+# Each trial's own figures (parbench.sweep.trials.Trial): name -> "log", "linear" or "kept".
+PER_TRIAL = {name: m["per_trial"] for name, m in _METADATA.items() if m["per_trial"]}
+# The figures parbench.results.comparisons sets, against other records of the run.
+COMPARED = tuple(name for name, m in _METADATA.items() if m["compared"])
+
+
+def columns(view: str) -> tuple[str, ...]:
+    """The fields `view` shows ("readme", "table" or "narrow"), in field order."""
+    assert view in VIEWS, view
+    return tuple(name for name, m in _METADATA.items() if view in m["views"])
+
+
+def has_interval(name: str) -> bool:
+    """Whether a record gives field `name`'s interval over trials (in `intervals`)."""
+    meta = _METADATA.get(name)
+    return meta is not None and (meta["per_trial"] in ("log", "linear") or meta["compared"])
+
+
+def is_number(name: str) -> bool:
+    """Whether field `name` holds a number (an int or a float; a bool is not one)."""
+    return name in _HINTS and bool({int, float} & set(typing.get_args(_HINTS[name])))
+
+
+def optional(name: str) -> bool:
+    """Whether column `name` is printed only where some record has a value."""
+    return bool(_METADATA[name]["optional"])
 
 
 def heading(name: str) -> str:

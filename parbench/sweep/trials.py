@@ -8,10 +8,11 @@ import dataclasses
 import random
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 import strategies
 from parbench.results import stats
-from parbench.results.record import Record
+from parbench.results.record import PER_TRIAL, Record
 from parbench.sweep.config import Config
 
 __all__ = ["Slot", "Trial", "has_twin", "schedule", "trial_of", "with_trial"]
@@ -19,16 +20,13 @@ __all__ = ["Slot", "Trial", "has_twin", "schedule", "trial_of", "with_trial"]
 
 @dataclass
 class Trial:
-    """One measurement of a configuration: what a record keeps of each of its trials."""
+    """One measurement of a configuration: what a record keeps of each of its trials (the
+    figures the Record declares `per_trial`, as this trial measured them)."""
 
     round: int
     status: str  # as a record's (ok, oom, error)
     reason: str | None = None
-    throughput_ips: float | None = None
-    step_time_median_s: float | None = None
-    step_times_s: list[float] = field(default_factory=list)
-    exposed_comm_fraction: float | None = None
-    measured_bubble_fraction: float | None = None
+    measured: dict[str, Any] = field(default_factory=dict)  # field name -> value (PER_TRIAL)
     # The baseline measured a second time in the same round (the A/A pair's other half).
     twin: bool = False
     # What the whole trial took: starting its processes, building the model, warm-up and
@@ -36,11 +34,15 @@ class Trial:
     wall_time_s: float | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The flat form a record's `trials` keeps."""
+        return {"round": self.round, "status": self.status, "reason": self.reason,
+                **self.measured, "twin": self.twin, "wall_time_s": self.wall_time_s}
 
     @classmethod
     def from_dict(cls, values: dict) -> Trial:
-        return cls(**values)
+        return cls(values["round"], values["status"], values.get("reason"),
+                   {name: values.get(name) for name in PER_TRIAL}, values.get("twin", False),
+                   values.get("wall_time_s"))
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,8 @@ def trial_of(record: Record, round_: int, twin: bool = False,
              wall_time_s: float | None = None) -> Trial:
     """What a record of one measurement keeps as one trial."""
     assert record.status is not None
-    return Trial(round_, record.status, record.reason, record.throughput_ips,
-                 record.step_time_median_s, list(record.step_times_s or []),
-                 record.exposed_comm_fraction, record.measured_bubble_fraction, twin,
-                 wall_time_s)
-
-
-# Figures measured in each trial whose interval a record gives (log: ratios of throughputs).
-_PER_TRIAL = {"throughput_ips": True, "step_time_median_s": True,
-              "exposed_comm_fraction": False, "measured_bubble_fraction": False}
+    measured = {name: getattr(record, name) for name in PER_TRIAL}
+    return Trial(round_, record.status, record.reason, measured, twin, wall_time_s)
 
 
 def with_trial(previous: Record | None, measured: Record, trial: Trial, repeats: int,
@@ -136,10 +131,12 @@ def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     them: throughput-based rates rescaled, step-time spread over every trial's steps, and the
     step split into compute and exposed communication at the mean share."""
     assert record.intervals is not None  # set by with_trial
-    for name, log in _PER_TRIAL.items():
-        values = [getattr(t, name) for t in ok if getattr(t, name) is not None]
-        setattr(record, name, stats.centre(values, log=log))
-        bounds = stats.interval(values, log=log)
+    for name, kind in PER_TRIAL.items():
+        if kind == "kept":
+            continue
+        values = [t.measured[name] for t in ok if t.measured.get(name) is not None]
+        setattr(record, name, stats.centre(values, log=kind == "log"))
+        bounds = stats.interval(values, log=kind == "log")
         if bounds:
             record.intervals[name] = list(bounds)
     scale = (record.throughput_ips / base.throughput_ips
@@ -147,7 +144,7 @@ def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     for name in ("achieved_tflops", "mfu", "images_per_joule"):
         if getattr(base, name) is not None:
             setattr(record, name, getattr(base, name) * scale)
-    steps = [step for t in ok for step in t.step_times_s]
+    steps = [step for t in ok for step in t.measured.get("step_times_s") or []]
     if steps:
         record.step_times_s = steps
         record.step_time_min_s, record.step_time_max_s = min(steps), max(steps)

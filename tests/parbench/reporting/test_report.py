@@ -49,7 +49,13 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     readme = (run_folder / "README.md").read_text()
     assert "**Emulated devices**" in readme
     assert "![strategies](strategies.png)" in readme
-    assert "| pipeline (K=2, cut=tutorial, split=2) | resnet18 | 8 | ok | cpu,cpu |" in readme
+    # The columns the record declares for the README, headed and ordered as it declares them.
+    assert ("| strategy | model | batch | status | precision | channels last | compiled | M | "
+            "devices | img/s | MFU | median step s | p90 step s | speedup | = micro-batch | "
+            "x parallel | efficiency | scaling | peak MiB | mem max/mean | GPU util % | "
+            "img/J |") in readme
+    assert "| pipeline (K=2, cut=tutorial, split=2) | resnet18 | 8 | ok | fp32 | no | no | 4 | " \
+           "cpu,cpu |" in readme
     assert "| torch |" in readme
     text = index.read_text()
     assert text.startswith("# results\n\nnotes above") and text.endswith("below\n")

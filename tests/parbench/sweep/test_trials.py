@@ -50,9 +50,12 @@ def test_rounds_measure_each_configuration_once_in_a_seeded_shuffled_order(tiny_
 
 def _record(strategy, throughputs, devices="cpu", twins=(), **fields):
     """An ok record with one ok trial per round at these throughputs (None: a failed one)."""
-    trials = [Trial(r, "ok" if t else "error", None if t else "boom", t, 8 / t if t else None)
+    def measured(t):
+        return {"throughput_ips": t, "step_time_median_s": 8 / t if t else None}
+
+    trials = [Trial(r, "ok" if t else "error", None if t else "boom", measured(t))
               for r, t in enumerate(throughputs)]
-    trials += [Trial(r, "ok", None, t, 8 / t, twin=True) for r, t in enumerate(twins)]
+    trials += [Trial(r, "ok", None, measured(t), twin=True) for r, t in enumerate(twins)]
     ok = [t for t in throughputs if t]
     return Record(status="ok", strategy=strategy, devices=devices,
                   throughput_ips=sorted(ok)[len(ok) // 2], model="resnet18", image_size=32,
