@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.base import Plan, Strategy, default_backend
+from strategies.base import Layout, Plan, Strategy, default_backend
 from strategies.data_parallel import DataParallel
 from strategies.ddp import DDP
 from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
@@ -20,10 +20,10 @@ from strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
 from strategies.single import SingleDevice
 
 __all__ = [
-    "BASELINE", "REGISTRY", "BatchTooSmall", "OptionSpec", "Options", "Plan", "Strategy",
+    "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Plan", "Strategy",
     "StrategyError", "Unavailable", "WorkloadRefused", "allreduces_gradients", "create",
     "default_backend",
-    "lookup", "names", "option_specs", "options_of", "plan", "plan_on", "takers",
+    "layout_of", "lookup", "names", "option_specs", "options_of", "plan", "plan_on", "takers",
 ]
 
 
@@ -107,6 +107,13 @@ def allreduces_gradients(name: str) -> bool:
     longer registered, as in older records)."""
     entry = REGISTRY.get(name)
     return bool(entry and entry.cls.allreduces_gradients)
+
+
+def layout_of(name: str) -> Layout | None:
+    """How registered strategy `name` lays a step out over its devices (None for a name no
+    longer registered, as in older records)."""
+    entry = REGISTRY.get(name)
+    return entry.cls.layout if entry else None
 
 
 def create(plan: Plan) -> Strategy:

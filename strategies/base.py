@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,29 @@ if TYPE_CHECKING:
 
 __all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
            "WorkloadRefused", "default_backend"]
+
+
+class Layout(enum.Enum):
+    """How a strategy lays one step out over its devices: what parbench's timing models tell
+    apart (each strategy declares its own, so that no caller picks a strategy by its name)."""
+
+    ONE_DEVICE = "the whole model on one device, micro-batches accumulated"
+    REPLICAS_IN_ONE_PROCESS = "one process scattering the batch over replicas"
+    REPLICAS = "a replica per rank, gradients all-reduced"
+    SHARDED_REPLICAS = "a rank per device, parameters sharded and gathered block by block"
+    STAGES_IN_TURN = "stages on devices, the whole batch through each in turn"
+    TICK_PIPELINE = "micro-batches through stages in one process, clock tick by tick"
+    SCHEDULED_PIPELINE = "a rank per stage, micro-batches ordered by a pipelining schedule"
+
+    @property
+    def data_parallel(self) -> bool:
+        """A rank per device, each on its shard of the batch."""
+        return self in (Layout.REPLICAS, Layout.SHARDED_REPLICAS)
+
+    @property
+    def pipelined(self) -> bool:
+        """Micro-batches in flight on several stages at once."""
+        return self in (Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE)
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,8 @@ class Strategy(ABC):
     # all-reduces its gradients every step (`allreduce_bytes` of them), as `parbench project`
     # and the communication figure's ideal step model.
     allreduces_gradients: ClassVar[bool] = False
+    # How a step is laid out over the devices (the timing model parbench.predict gives it).
+    layout: ClassVar[Layout]
 
     # Set by the harness for a step it times action by action (parbench.measure.timeline).
     timeline: Timeline | None = None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from strategies.base import Layout
 from strategies.rank_parallel import SplitBatch
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class DataParallel(SplitBatch):
     outputs and computes the loss, so device 0 holds more memory than the others."""
 
     summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
+    layout = Layout.REPLICAS_IN_ONE_PROCESS
     compile_refusal = ("torch.compile does not support nn.DataParallel (it replicates the "
                        "module every step); drop --compile, or use ddp, which compiles")
 

@@ -10,6 +10,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
+from strategies.base import Layout
 from strategies.errors import StrategyError
 from strategies.options import option
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
@@ -65,6 +66,7 @@ class DDP(RankDataParallel):
     options: DDPOptions
     _wrapped: DistributedDataParallel
     allreduces_gradients = True
+    layout = Layout.REPLICAS
 
     @classmethod
     def check_backend(cls, backend, devices, options) -> None:

@@ -15,6 +15,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 
+from strategies.base import Layout
 from strategies.errors import StrategyError
 from strategies.options import option
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
@@ -46,7 +47,8 @@ class FSDP(RankDataParallel):
     (stem and head), so at most one block's parameters are gathered at a time (unless
     `reshard_after_forward` is "no")."""
 
-    summary = "one process per device, fully_shard (FSDP2) per residual block"
+    summary = "one process per device, fully_shard (FSDP2) per block of the model family"
+    layout = Layout.SHARDED_REPLICAS
     Options = FSDPOptions
     options: FSDPOptions
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Strategy
+from strategies.base import Layout, Strategy
 from strategies.errors import StrategyError, Unavailable
 from strategies.options import Options, option
 from strategies.partition import BALANCES, default_balance, plan_cut
@@ -64,6 +64,7 @@ class ModelParallel(Strategy):
     """The tutorial's naive model parallelism: only one device works at any time."""
 
     summary = "stage k on device k, whole batch through each stage in turn (one process)"
+    layout = Layout.STAGES_IN_TURN
     min_devices = 2
     Options = StageOptions
     options: StageOptions

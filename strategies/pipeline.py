@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from typing_extensions import Self  # typing's from Python 3.11
 
+from strategies.base import Layout
 from strategies.errors import StrategyError
 from strategies.model_parallel import ModelParallel, StageOptions
 from strategies.options import option
@@ -53,6 +54,7 @@ class Pipeline(ModelParallel):
     """
 
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
+    layout = Layout.TICK_PIPELINE
     Options = PipelineOptions
     options: PipelineOptions
 

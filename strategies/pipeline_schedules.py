@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import ProcessPerDevice
+from strategies.base import Layout, ProcessPerDevice
 from strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from strategies.options import option
 from strategies.partition import Partition, plan_cut, split_model
@@ -142,6 +142,7 @@ class ScheduledPipeline(ProcessPerDevice):
     """
 
     summary = "one process per stage, torch.distributed.pipelining schedule"
+    layout = Layout.SCHEDULED_PIPELINE
     min_devices = 2
     Options = ScheduleOptions
     options: ScheduleOptions

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from strategies.base import Strategy
+from strategies.base import Layout, Strategy
 from strategies.errors import StrategyError
 from strategies.options import Options, option
 from strategies.stages import micro_batch_sizes
@@ -48,6 +48,7 @@ class SingleDevice(Strategy):
     """
 
     summary = "whole model on one device (the first one given)"
+    layout = Layout.ONE_DEVICE
     max_devices = 1
     Options = SingleOptions
     options: SingleOptions

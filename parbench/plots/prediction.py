@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FormatStrFormatter
 
+import strategies
 from parbench.plots.common import (
     config_label,
     interval_errors,
@@ -157,22 +158,23 @@ def write_predicted_timelines(table: pd.DataFrame, out_dir: str | Path) -> list[
 def plot_sweep(table: pd.DataFrame, setting: str):
     """`parbench predict --devices`'s rows: per device count, each strategy's PREDICTED
     throughput against its split size (a line), or at the whole batch (a dotted level)."""
-    counts = sorted(table.loc[table["strategy"] != "single", "devices"].unique())
+    counts = sorted(table.loc[table["strategy"] != strategies.BASELINE, "devices"].unique())
     fig, axes = plt.subplots(1, len(counts), squeeze=False, sharey=True,
                              figsize=(5.5 * len(counts), 6))
     for ax, count in zip(axes[0], counts, strict=True):
         # single runs on one device: drawn in every panel as the reference.
-        rows = table[(table["devices"] == count) | (table["strategy"] == "single")]
+        rows = table[(table["devices"] == count) | (table["strategy"] == strategies.BASELINE)]
         rows = rows.drop_duplicates(["strategy", "split_size"])
         for strategy, group in rows.groupby("strategy", sort=False):
             colour = strategy_colour(strategy)
             split = group[group["split_size"].notna()].sort_values("split_size")
             if len(split):
                 ax.plot(split["split_size"], split["throughput_ips"], marker="o", ms=3,
-                        color=colour, label=strategy + (" accumulating" if strategy == "single"
-                                                        else ""))
-            whole = "whole batch" if strategy in ("single", "model-parallel") else \
-                "its share of the batch on each device"
+                        color=colour, label=strategy + (
+                            " accumulating" if strategy == strategies.BASELINE else ""))
+            layout = strategies.layout_of(strategy)
+            whole = ("its share of the batch on each device"
+                     if layout is not None and layout.data_parallel else "whole batch")
             for level in group[group["split_size"].isna()]["throughput_ips"]:
                 ax.axhline(level, color=colour, ls=":", label=f"{strategy} ({whole})")
         ax.set(xscale="log", xlabel="split size (images per micro-batch, log scale)",

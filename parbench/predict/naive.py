@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from parbench.predict.profile import Profile
+from strategies import BASELINE, layout_of
 
 __all__ = ["naive_step_s", "with_naive"]
 
@@ -22,11 +23,11 @@ def naive_step_s(record: dict, profile_at: ProfileAt) -> float:
     micro-batches (GPipe's bubble); T / N for ddp and fsdp on N ranks."""
     whole = profile_at(int(record["global_batch"]))
     step = whole.step_compute_s + whole.optimizer_s
-    strategy = record["strategy"]
+    layout = layout_of(record["strategy"])
     devices = len(str(record.get("devices") or "cpu").split(","))
-    if strategy in ("ddp", "fsdp"):
+    if layout is not None and layout.data_parallel:
         return step / int(record.get("world_size") or devices)
-    if strategy.startswith("pipeline"):
+    if layout is not None and layout.pipelined:
         stages = devices
         micro_batches = int(record.get("micro_batches") or 1)
         return step * (1 + (stages - 1) / micro_batches) / stages
@@ -39,7 +40,7 @@ def with_naive(table: pd.DataFrame, profiler: Callable[[dict], ProfileAt]) -> pd
     its record's workload (`profiler` of the record as a single: no contention)."""
     if table.empty:
         return table
-    naive = [naive_step_s(row, profiler({**row, "strategy": "single"}))
+    naive = [naive_step_s(row, profiler({**row, "strategy": BASELINE}))
              for row in table.to_dict("records")]
     return table.assign(naive_step_time_s=naive,
                         naive_error=[n / m - 1 for n, m in

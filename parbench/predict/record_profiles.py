@@ -14,6 +14,7 @@ import torch
 from parbench.families.workloads import Workload
 from parbench.predict.contention import load_or_measure_slowdown
 from parbench.predict.profile import Profile, load_or_profile
+from strategies import Layout, layout_of
 
 __all__ = ["DEFAULT_CACHE", "profiles_for"]
 
@@ -42,7 +43,8 @@ def profiles_for(record_like: dict, cache: Path | None = None,
 def _devices_computing_at_once(record: dict) -> int:
     """How many of the record's logical devices compute at the same time on its one CPU: all
     of them, but for single and model-parallel (one stage after the other)."""
-    if not record.get("emulated") or record.get("strategy") in ("single", "model-parallel"):
+    if not record.get("emulated") or layout_of(str(record.get("strategy"))) in (
+            Layout.ONE_DEVICE, Layout.STAGES_IN_TURN):
         return 1
     return len(str(record.get("devices") or "cpu").split(","))
 

@@ -14,8 +14,9 @@ from parbench.predict.profile import Profile
 from parbench.predict.trace_check import replayed_trace
 from parbench.results.comparisons import comparison_key, is_baseline
 from parbench.results.record import Record
+from strategies import Layout, layout_of, options_of
 from strategies.partition import Partition
-from strategies.pipeline_schedules import SCHEDULES
+from strategies.pipeline_schedules import ScheduleOptions
 
 __all__ = ["partition_of", "predict_record", "predicted_beside_measured", "profiled_size"]
 
@@ -43,51 +44,51 @@ def _modelled(record: dict) -> bool:
     split = _number(record.get("split_size"))
     if record.get("compile") or (split and record["global_batch"] % split):
         return False  # compiled kernels are not profiled; unequal micro-batches not modelled
-    if record["strategy"] == "ddp":
+    layout = layout_of(record["strategy"])
+    if layout is Layout.REPLICAS:
         return all(options.get(k, default) == default
                    for k, default in _DDP_MODELLED_DEFAULTS.items())
-    if record["strategy"] == "fsdp":
+    if layout is Layout.SHARDED_REPLICAS:
         return not options.get("mixed_precision")  # the policy's casts are not modelled
-    return True
+    return layout is not None and layout is not Layout.REPLICAS_IN_ONE_PROCESS
 
 
 def predict_record(record: dict, profile_at: ProfileAt,
                    link: AnyLink) -> models.Prediction | None:
     """The prediction for a measured record's configuration; None where the models do not
-    cover it (nn.DataParallel, ddp's hooks and ZeRO, fsdp's mixed precision, --compile)."""
-    strategy = record["strategy"]
+    cover it (nn.DataParallel, ddp's hooks and ZeRO, fsdp's mixed precision, --compile).
+    Its model is the one for the layout its strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
+    layout = layout_of(record["strategy"])
+    options = record.get("strategy_options") or {}
     micro_batches = int(_number(record.get("micro_batches")) or 1)
     ranks = int(_number(record.get("world_size")) or 1)
-    if strategy == "single":
-        return models.single(profile_at(profiled_size(record)), micro_batches)
-    if strategy in ("ddp", "fsdp"):
-        per_rank = profile_at(profiled_size(record))
-        shared = _cores_shared(record)
-        if strategy == "ddp":
-            return data_parallel.ddp(per_rank, ranks, link, shared_cores=shared)
-        options = record.get("strategy_options") or {}
-        return data_parallel.fsdp(per_rank, ranks, link, shared_cores=shared,
-                                  reshard=options.get("reshard_after_forward") != "no")
-    schedule = strategy.removeprefix("pipeline-")
-    if strategy not in ("model-parallel", "pipeline") and schedule not in SCHEDULES:
-        return None
     profile = profile_at(profiled_size(record))
+    if layout is Layout.ONE_DEVICE:
+        return models.single(profile, micro_batches)
+    if layout is Layout.REPLICAS:
+        return data_parallel.ddp(profile, ranks, link, shared_cores=_cores_shared(record))
+    if layout is Layout.SHARDED_REPLICAS:
+        return data_parallel.fsdp(profile, ranks, link, shared_cores=_cores_shared(record),
+                                  reshard=options.get("reshard_after_forward") != "no")
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
     in_process = NO_LINK if record.get("device_kind") == "cpu" else link
-    if strategy == "model-parallel":
+    if layout is Layout.STAGES_IN_TURN:
         return models.model_parallel(profile, partition, in_process)
-    if strategy == "pipeline":
+    if layout is Layout.TICK_PIPELINE:
         return models.tick_pipeline(profile, partition, micro_batches)
-    return models.pipeline(schedule, profile, partition, ranks, micro_batches, link)
+    scheduled = options_of(record["strategy"], options)  # its schedule: a preset option
+    assert isinstance(scheduled, ScheduleOptions), layout
+    return models.pipeline(scheduled.schedule, profile, partition, ranks, micro_batches, link)
 
 
 def profiled_size(record: dict) -> int:
     """The micro-batch size a record's prediction is made from: a data-parallel rank's share
     of the batch, else the record's micro-batch (the whole batch where it has none)."""
-    if record["strategy"] in ("ddp", "fsdp"):
+    layout = layout_of(record["strategy"])
+    if layout is not None and layout.data_parallel:
         return int(record["global_batch"]) // int(_number(record.get("world_size")) or 1)
     return int(_number(record.get("split_size")) or record["global_batch"])
 
@@ -165,7 +166,8 @@ def _with_speedups(table: pd.DataFrame) -> pd.DataFrame:
 def _trace_check(record: dict, profile_at: ProfileAt, link: AnyLink) -> dict:
     """For a pipeline record with a measured timeline: the schedule model replayed with the
     timeline's own compute times, against the traced step (the profile left out)."""
-    if not str(record["strategy"]).startswith("pipeline"):
+    layout = layout_of(str(record["strategy"]))
+    if layout is None or not layout.pipelined:
         return {}
     profile = profile_at(profiled_size(record))
     partition = partition_of(record, tuple(block.name for block in profile.blocks))

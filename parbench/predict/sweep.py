@@ -10,6 +10,7 @@ import pandas as pd
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
+from strategies import layout_of
 from strategies.partition import Partition, partition_by_cost
 from strategies.pipeline_schedules import SCHEDULES
 from strategies.stages import resolve_split
@@ -92,13 +93,18 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
     return table
 
 
+def _data_parallel(strategy: str) -> bool:
+    layout = layout_of(strategy)
+    return layout is not None and layout.data_parallel
+
+
 def _with_causes(table: pd.DataFrame, global_batch: int, devices: int,
                  profile_at: Callable[[int], Profile]) -> pd.DataFrame:
     """The speedup over single split into its causes, as parbench run splits a measured one:
     the micro-batch effect (single accumulating the images a device works on at once, against
     the whole batch) x the parallel effect (the rest)."""
     per_device = [int(split) if pd.notna(split) else
-                  global_batch // devices if strategy in ("ddp", "fsdp") else global_batch
+                  global_batch // devices if _data_parallel(strategy) else global_batch
                   for strategy, split in zip(table["strategy"], table["split_size"], strict=True)]
     single = table.iloc[0]["throughput_ips"]
     rate = {size: models.single(profile_at(size), global_batch // size).throughput_ips

@@ -11,7 +11,8 @@ from collections import defaultdict
 from parbench.predict.links import AnyLink
 from parbench.predict.models import tick_step_s
 from parbench.predict.schedule_replay import StageTimes, replay, schedule_actions
-from strategies.pipeline_schedules import SCHEDULES
+from strategies import Layout, layout_of, options_of
+from strategies.pipeline_schedules import SCHEDULES, ScheduleOptions
 
 __all__ = ["replayed_trace", "trace_stage_times"]
 
@@ -45,15 +46,17 @@ def replayed_trace(record: dict, cut_bytes: list[int], link: AnyLink) -> tuple[f
     """(the step the schedule model gives with the record's own traced compute times, that
     traced step's length) for a pipeline record with a timeline; None for any other."""
     spans = record.get("timeline")
-    strategy = record["strategy"]
-    if not isinstance(spans, list) or not spans or not strategy.startswith("pipeline"):
+    layout = layout_of(record["strategy"])
+    if not isinstance(spans, list) or not spans or layout is None or not layout.pipelined:
         return None
     times = trace_stage_times(spans)
     traced = max(span[4] for span in spans) - min(span[3] for span in spans)
     micro_batches = int(record["micro_batches"])
-    if strategy == "pipeline":  # one process, stages handing tensors over in memory
+    if layout is Layout.TICK_PIPELINE:  # one process, stages handing tensors over in memory
         return tick_step_s(times, micro_batches), traced
-    schedule = SCHEDULES[strategy.removeprefix("pipeline-")]
+    options = options_of(record["strategy"], record.get("strategy_options"))
+    assert isinstance(options, ScheduleOptions), layout
+    schedule = SCHEDULES[options.schedule]
     ranks = int(record["world_size"])
     actions = schedule_actions(schedule.torch_class, ranks, micro_batches, len(times) // ranks)
     replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]))

@@ -30,7 +30,7 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "dc4ef04cfa3d3bd32b14001d2814b1e1fb4094d03ec31e5b0e6bcd9bc387d8fc"
+FINGERPRINT = "2b243b7ac3d90753d60aba0d380ce4bf2606d46a933346f823694d4acdb44f1f"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

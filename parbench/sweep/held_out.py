@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import strategies
+
 __all__ = ["MICRO_BATCH", "draw"]
 
 MICRO_BATCH = "micro-batch"  # an option drawn as a divisor of the batch, 2 to half of it
@@ -42,7 +44,7 @@ def draw(space: dict, seed: int, accept: Callable[[Point], bool]) -> list[Point]
             continue
         workloads.append(workload)
         batch = int(workload["batch_size"])
-        drawn = [{**workload, "strategy": "single"}]
+        drawn = [{**workload, "strategy": strategies.BASELINE}]
         for _ in range(100 * space["per_workload"]):  # refusals are few: a bound, not a loop
             if len(drawn) == space["per_workload"]:
                 break

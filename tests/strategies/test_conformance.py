@@ -1,7 +1,7 @@
 """What every registered strategy must do, whatever it is: one step equals the baseline's, its
 options refuse bad values with one line (cases made from its Options fields), its record has
-the schema, and every harness lists it. Runs over the registry, so a new strategy or option is
-checked without a new test."""
+the schema, it declares its layout, and every harness lists it. Runs over the registry, so a
+new strategy or option is checked without a new test."""
 
 import subprocess
 import sys
@@ -101,6 +101,12 @@ def test_its_record_has_the_schema(name, tiny_workload):
     assert record.micro_batches >= 1 and record.stages >= 1
     # The options as planned (defaults resolved), never a value the strategy does not take.
     assert record.strategy_options == config.plan.strategy_plan.options.given()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_it_declares_how_it_lays_a_step_out(name):
+    """What parbench.predict picks a timing model by (never the strategy's name)."""
+    assert isinstance(strategies.layout_of(name), strategies.Layout)
 
 
 def test_importing_the_asv_suite_does_not_import_torch():
