@@ -2,7 +2,6 @@
 process's children (to check none is left behind), and a small image folder."""
 
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import torch
 from PIL import Image
 
 from parbench.families.workloads import Workload
+from tests import support
 
 
 @pytest.fixture
@@ -25,36 +25,9 @@ def _restore_torch_threads():
     torch.set_num_threads(threads)
 
 
-def _children(parent: int) -> list[tuple[int, bytes]]:
-    """(pid, command line) of each child of `parent`."""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            command = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            children.append((int(stat.parent.name), command))
-    return children
-
-
-def _child_pids() -> list[int]:
-    """The processes this one started, less multiprocessing's resource tracker and fork server
-    (each started with the first worker, they live exactly as long as this process), but with
-    the fork server's children: the workers it forked for this process."""
-    pids = []
-    for pid, command in _children(os.getpid()):
-        if b"forkserver" in command:
-            pids += [child for child, _ in _children(pid)]
-        elif b"resource_tracker" not in command:
-            pids.append(pid)
-    return pids
-
-
 @pytest.fixture
 def child_pids():
-    return _child_pids
+    return support.child_pids
 
 
 def _make_image_folder(root: Path, classes: int = 2, per_class: int = 6,
