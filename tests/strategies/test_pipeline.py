@@ -12,8 +12,7 @@ from parbench.sweep.config import Config
 from parbench.sweep.verify import verify
 from strategies.errors import StrategyError
 from strategies.stages import micro_batch_sizes
-
-CPU2 = parse_devices("cpu,cpu")
+from tests.support import CPU2
 
 
 def _pipeline(workload, split_size):

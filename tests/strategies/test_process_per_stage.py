@@ -4,13 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
 from parbench.sweep.verify import verify
-
-CPU2 = parse_devices("cpu,cpu")
-
+from tests.support import CPU2
 
 # One step of each equals the single-device step: tests/strategies/test_conformance.py.
 

@@ -9,6 +9,7 @@ from parbench.cli import main
 from parbench.commands.arguments import UsageError
 from parbench.commands.collectives import message_sizes, parse_size
 from parbench.measure.collectives import bus_bandwidth, interpolated_time_s
+from tests.support import ok_record
 
 
 def test_bus_bandwidth_follows_nccl_tests():
@@ -77,14 +78,11 @@ def test_the_communication_figure_draws_the_ideal_ddp_step_from_measured_bandwid
     import pandas as pd
 
     from parbench import plots
-    from parbench.results.record import Record
 
-    record = Record(status="ok", strategy="ddp", strategy_options={"world_size": 2},
-                    model="resnet18", image_size=32, global_batch=8, precision="fp32",
-                    devices="cpu,cpu", physical_devices="cpu", device_kind="cpu",
-                    emulated=True, world_size=2, backend="gloo", step_time_median_s=1.0,
-                    compute_time_s=0.6, exposed_comm_time_s=0.4, exposed_comm_fraction=0.4,
-                    allreduce_bytes=10**6)
+    record = ok_record("ddp", strategy_options={"world_size": 2}, devices="cpu,cpu",
+                       physical_devices="cpu", emulated=True, world_size=2, backend="gloo",
+                       step_time_median_s=1.0, compute_time_s=0.6, exposed_comm_time_s=0.4,
+                       exposed_comm_fraction=0.4, allreduce_bytes=10**6)
     rows = [dict(collective="all_reduce", size_bytes=10**6, time_s=0.5, world_size=2,
                  backend="gloo", devices="cpu,cpu")]
     fig = plots.plot_communication(pd.DataFrame([dataclasses.asdict(record)]), rows)

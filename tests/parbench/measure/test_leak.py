@@ -10,6 +10,7 @@ from parbench.measure.measurement import Measurement, merge
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
 from strategies.single import SingleDevice
+from tests.support import TINY_FLAGS
 
 
 @pytest.mark.parametrize("values, leaking", [
@@ -62,9 +63,8 @@ def test_a_loss_kept_as_a_tensor_is_flagged_in_the_record_and_the_table(
     assert leaking.memory_leak_suspected is True, leaking.memory_after_step_mib
     assert leaking.memory_growth_mib_per_step > 1
     assert len(leaking.memory_after_step_mib) == 8
-    assert main(["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
-                 "--image-size", "32", "--num-classes", "10", "--batch-size", "16", "--steps",
-                 "8", "--warmup", "2", "--progress", "off", "--results-dir",
+    assert main(["run", "--strategy", "single", "--devices", "cpu", *TINY_FLAGS, "--batch-size",
+                 "16", "--steps", "8", "--warmup", "2", "--progress", "off", "--results-dir",
                  str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "RISING" in out and "a leak?" in out

@@ -11,16 +11,16 @@ from parbench import plots
 from parbench.results.folder import read_results
 from parbench.results.record import Record
 from parbench.sweep.runner import add_comparisons
+from tests.support import ok_record
 
 
 def _record(strategy, devices, throughput, split=None, stages=None, peaks=None, **options):
     count = devices.count(",") + 1
     step = 8 / throughput
-    return Record(
-        status="ok", strategy=strategy, strategy_options=options, model="resnet18",
-        image_size=32, num_classes=10, precision="fp32", channels_last=False, global_batch=8,
-        devices=devices, physical_devices="cpu", device_kind="cpu", emulated=count > 1,
-        split_size=split, stages=stages, micro_batches=-(-8 // split) if split else 1,
+    return ok_record(
+        strategy, strategy_options=options, devices=devices, physical_devices="cpu",
+        emulated=count > 1, split_size=split, stages=stages,
+        micro_batches=-(-8 // split) if split else 1,
         throughput_ips=throughput, step_time_median_s=step, step_time_p90_s=step * 1.1,
         step_time_min_s=step * 0.9, peak_memory_mib=peaks or [100.0] * count,
         memory_imbalance=max(peaks or [1]) / (sum(peaks or [1]) / len(peaks or [1])),

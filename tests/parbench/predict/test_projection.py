@@ -11,6 +11,7 @@ from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.projection import measured_busbw_gbps, project
 from parbench.results.folder import RunFolder
 from parbench.results.record import Record
+from tests.support import ok_record
 
 # Two blocks whose backward takes 1 s each; 10^9 gradient bytes, half in each block.
 SHAPE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 8, 1, tuple(
@@ -18,12 +19,11 @@ SHAPE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 8, 1, tuple(
 
 
 def _ddp(strategy: str = "ddp", **fields) -> Record:
-    return Record(status="ok", strategy=strategy, strategy_options={"world_size": 2},
-                  model="resnet18", image_size=32, global_batch=16, precision="fp32",
-                  devices="cpu,cpu", physical_devices="cpu", device_kind="cpu", emulated=True,
-                  world_size=2, backend="gloo", throughput_ips=16.0, step_time_median_s=1.0,
-                  compute_time_s=0.6, exposed_comm_time_s=0.4, exposed_comm_fraction=0.4,
-                  allreduce_bytes=10**9, **fields)
+    return ok_record(strategy, strategy_options={"world_size": 2}, global_batch=16,
+                     devices="cpu,cpu", physical_devices="cpu", emulated=True, world_size=2,
+                     backend="gloo", throughput_ips=16.0, step_time_median_s=1.0,
+                     compute_time_s=0.6, exposed_comm_time_s=0.4, exposed_comm_fraction=0.4,
+                     allreduce_bytes=10**9, **fields)
 
 
 def test_a_ring_all_reduce_carries_2_n_minus_1_over_n_of_the_bytes_per_link():

@@ -6,13 +6,13 @@ import pytest
 
 from parbench.results.folder import RunFolder, load_records
 from parbench.results.record import FIELDS, Record
+from tests.support import ok_record
 
 
 def _records():
-    ok = Record(run_id="r", config_index=0, status="ok", strategy="single",
-                strategy_options={}, throughput_ips=123.5, step_times_s=[0.1, 0.2],
-                peak_memory_mib=[900.0, 300.0], emulated=True,
-                environment={"torch_version": "x"})
+    ok = ok_record(run_id="r", config_index=0, throughput_ips=123.5, step_times_s=[0.1, 0.2],
+                   peak_memory_mib=[900.0, 300.0], emulated=True,
+                   environment={"torch_version": "x"})
     failed = Record(run_id="r", config_index=1, status="error", strategy="single",
                     reason="RuntimeError: boom", environment={"torch_version": "x"})
     return [ok, failed]

@@ -7,9 +7,9 @@ import pytest
 
 from parbench.cli import main, parser
 from parbench.commands.run import build_sweep, spec_of
-from parbench.machine.devices import parse_devices
 from parbench.sweep import SPEC_VERSION, experiments, suite
 from parbench.sweep.planning import ConfigError
+from tests.support import CPU2
 
 
 @pytest.mark.parametrize("name", experiments.names())
@@ -18,7 +18,7 @@ def test_every_experiment_is_a_valid_run_with_intervals(name):
     assert experiment.description and experiment.source
     args = parser().parse_args(["run", *experiment.arguments])
     assert args.repeats is not None and args.repeats >= suite.REPEATS  # published: intervals
-    sweep = build_sweep(spec_of(args), [parse_devices("cpu,cpu")])  # refused or planned
+    sweep = build_sweep(spec_of(args), [CPU2])  # refused or planned
     assert any(config.plan.runs for config in sweep.configs)
 
 

@@ -10,10 +10,10 @@ from parbench.machine.devices import DeviceSet
 from parbench.sweep import planning
 from parbench.sweep.config import Config
 from parbench.sweep.planning import ConfigError, PlanRefused
+from tests.support import CPU2
 
 CPU = torch.device("cpu")
 GPU0, GPU1 = torch.device("cuda:0"), torch.device("cuda:1")
-CPU2 = DeviceSet((CPU, CPU))
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ import pytest
 
 from parbench.machine.devices import parse_devices
 from parbench.results.folder import RunFolder, load_records
-from parbench.results.record import Record
 from parbench.sweep import Sweep
 from parbench.sweep.config import Config, expand_sweep
 from parbench.sweep.runner import add_comparisons, run_config, run_sweep
+from tests.support import CPU2, ok_record
 
 
 @pytest.fixture
 def config(tiny_workload):
     return Config(strategy="single", workload=tiny_workload, global_batch=4,
-                  devices=parse_devices("cpu,cpu"), warmup=1, steps=2)
+                  devices=CPU2, warmup=1, steps=2)
 
 
 def test_a_measured_record_is_complete_and_consistent(config):
@@ -86,9 +86,7 @@ def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_p
 
 
 def _ok(strategy, devices, throughput, **options):
-    return Record(status="ok", strategy=strategy, devices=devices, throughput_ips=throughput,
-                      strategy_options=options, model="resnet18", image_size=32, num_classes=10,
-                      precision="fp32", channels_last=False, global_batch=8, device_kind="cpu")
+    return ok_record(strategy, devices=devices, throughput_ips=throughput, strategy_options=options)
 
 
 def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput():

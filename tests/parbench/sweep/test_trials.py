@@ -17,8 +17,7 @@ from parbench.sweep import Sweep
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_sweep
 from parbench.sweep.trials import Trial, schedule, trial_of, with_trial
-
-CPU2 = parse_devices("cpu,cpu")
+from tests.support import CPU2, TINY_FLAGS, ok_record
 
 
 def _configs(workload):
@@ -57,13 +56,10 @@ def _record(strategy, throughputs, devices="cpu", twins=(), **fields):
               for r, t in enumerate(throughputs)]
     trials += [Trial(r, "ok", None, measured(t), twin=True) for r, t in enumerate(twins)]
     ok = [t for t in throughputs if t]
-    return Record(status="ok", strategy=strategy, devices=devices,
-                  throughput_ips=sorted(ok)[len(ok) // 2], model="resnet18", image_size=32,
-                  num_classes=10, precision="fp32", channels_last=False, global_batch=8,
-                  device_kind="cpu", strategy_options=fields.pop("options", {}),
-                  peak_memory_max_mib=100.0, memory_imbalance=1.0, emulated=True,
-                  trials=[t.to_dict() for t in trials],
-                  intervals={"throughput_ips": list(stats.interval(ok))}, **fields)
+    return ok_record(strategy, devices=devices, throughput_ips=sorted(ok)[len(ok) // 2],
+                     strategy_options=fields.pop("options", {}), peak_memory_max_mib=100.0,
+                     memory_imbalance=1.0, emulated=True, trials=[t.to_dict() for t in trials],
+                     intervals={"throughput_ips": list(stats.interval(ok))}, **fields)
 
 
 def test_speedups_are_paired_by_round_so_drift_between_rounds_cancels():
@@ -204,10 +200,9 @@ def test_a_sweep_with_repeats_keeps_every_trial_and_resumes_mid_round(tiny_workl
 def test_the_baseline_against_itself_has_its_noise_floor_in_every_run(capsys, tmp_path):
     """A measured run: the baseline twice in each of 3 rounds, its A/A ratio and a verdict on
     it (which one is chance: the synthetic tests below check the verdicts themselves)."""
-    status = main(["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
-                   "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--steps",
-                   "5", "--warmup", "1", "--repeats", "3", "--progress", "off",
-                   "--results-dir", str(tmp_path)])
+    status = main(["run", "--strategy", "single", "--devices", "cpu", *TINY_FLAGS,
+                   "--batch-size", "8", "--steps", "5", "--warmup", "1", "--repeats", "3",
+                   "--progress", "off", "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 0
     [record] = load_records(next(tmp_path.iterdir())).to_dict("records")
@@ -293,9 +288,8 @@ def test_the_adjustment_is_benjamini_hochberg():
 
 def test_a_run_stopped_before_its_first_record_resumes(tiny_workload, tmp_path, capsys):
     folder = RunFolder.create(tmp_path)
-    args = ["run", "--strategy", "single", "--devices", "cpu", "--model", "resnet18",
-            "--image-size", "32", "--num-classes", "10", "--batch-size", "4", "--steps", "1",
-            "--warmup", "0", "--progress", "off"]
+    args = ["run", "--strategy", "single", "--devices", "cpu", *TINY_FLAGS, "--batch-size", "4",
+            "--steps", "1", "--warmup", "0", "--progress", "off"]
     from parbench.cli import parser
     from parbench.commands.run import spec_of
     folder.write_command(spec_of(parser().parse_args(args)).to_json())
