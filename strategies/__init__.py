@@ -13,6 +13,7 @@ from strategies.data_parallel import DataParallel
 from strategies.ddp import DDP
 from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from strategies.fsdp import FSDP
+from strategies.hsdp import HSDP
 from strategies.model_parallel import ModelParallel
 from strategies.options import Options, OptionSpec
 from strategies.pipeline import Pipeline
@@ -56,6 +57,7 @@ REGISTRY: dict[str, Entry] = {
     "data-parallel": Entry(DataParallel, "#ff7f0e", "h"),
     "ddp": Entry(DDP, "#d62728", "*"),
     "fsdp": Entry(FSDP, "#e377c2", "p"),
+    "hsdp": Entry(HSDP, "#8c564b", "H"),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"

@@ -33,6 +33,7 @@ class Layout(enum.Enum):
     REPLICAS_IN_ONE_PROCESS = "one process scattering the batch over replicas"
     REPLICAS = "a replica per rank, gradients all-reduced"
     SHARDED_REPLICAS = "a rank per device, parameters sharded and gathered block by block"
+    HYBRID_SHARDED = "parameters sharded within groups of ranks, the groups replicas"
     STAGES_IN_TURN = "stages on devices, the whole batch through each in turn"
     TICK_PIPELINE = "micro-batches through stages in one process, clock tick by tick"
     SCHEDULED_PIPELINE = "a rank per stage, micro-batches ordered by a pipelining schedule"
@@ -40,7 +41,7 @@ class Layout(enum.Enum):
     @property
     def data_parallel(self) -> bool:
         """A rank per device, each on its shard of the batch."""
-        return self in (Layout.REPLICAS, Layout.SHARDED_REPLICAS)
+        return self in (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
 
     @property
     def pipelined(self) -> bool:
@@ -144,9 +145,10 @@ class Strategy(ABC):
 
     @staticmethod
     def check_slice(workload: Workload, images: int) -> None:
-        """Refuse a forward pass on fewer images than the model family can train on (a ResNet
-        at 32 px or less ends on one value per channel, which BatchNorm cannot normalise):
-        refused here in one line, not an error inside every process."""
+        """Refuse a forward pass on fewer images than the model family can train on (its
+        `smallest_batch`: BatchNorm cannot normalise one value per channel, which a
+        convolutional family computes from one small image): refused here in one line, not an
+        error inside every process."""
         fewest = workload.family.smallest_batch(workload.image_size)
         if images < fewest:
             raise BatchTooSmall(

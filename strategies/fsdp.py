@@ -59,13 +59,7 @@ class FSDP(RankDataParallel):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         reshard = self.options.reshard_after_forward != "no"
-        # On the devices asked for: without a mesh fully_shard builds one on the default
-        # accelerator, so `--devices cpu,cpu` on a GPU host would have trained on CUDA. Over
-        # the process group the ranks already have (init_device_mesh may start another, on
-        # NCCL for CUDA tensors, which refuses two ranks on one GPU).
-        ranks = dist.group.WORLD
-        assert ranks is not None  # the launcher initialised it
-        self._mesh = DeviceMesh.from_group(ranks, self.input_device.type)
+        self._mesh = self.device_mesh()
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
         self._float32_units: list[FSDPModule] = []
@@ -89,6 +83,20 @@ class FSDP(RankDataParallel):
         # fully_shard's result is its module, of a class deriving from FSDPModule and the
         # module's own; typed as FSDPModule alone.
         return units[-1]  # type: ignore[return-value]
+
+    def device_mesh(self) -> DeviceMesh:
+        """Every rank shards the model (HSDP lays them out in two dimensions). On the devices
+        asked for: without a mesh fully_shard builds one on the default accelerator, so
+        `--devices cpu,cpu` on a GPU host would have trained on CUDA. Over the process group
+        the ranks already have (init_device_mesh may start another, on NCCL for CUDA tensors,
+        which refuses two ranks on one GPU)."""
+        ranks = dist.group.WORLD
+        assert ranks is not None  # the launcher initialised it
+        return DeviceMesh.from_group(ranks, self.input_device.type)
+
+    def gathered_shards(self) -> int:
+        """The ranks whose shards (in rank order) make up one whole copy of the parameters."""
+        return dist.get_world_size()
 
     def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[FSDPModule]:
         """Under the mixed-precision policy, each BatchNorm a unit of its own in fp32, its
@@ -160,21 +168,24 @@ class FSDP(RankDataParallel):
         # Each parameter is a DTensor, sharded over the ranks; full_tensor() is a collective.
         parameters = [cast(DTensor, parameter) for parameter in self.model.parameters()]
         if dist.get_backend() == "gloo" and self.input_device.type == "cuda":
-            return gathered_through_cpu(parameters, self.rank)
+            return gathered_through_cpu(parameters, self.rank, self.gathered_shards())
         full = [parameter.full_tensor() for parameter in parameters]
         return full if self.rank == 0 else []
 
 
-def gathered_through_cpu(parameters: list[DTensor], rank: int) -> list[torch.Tensor]:
+def gathered_through_cpu(parameters: list[DTensor], rank: int,
+                         group_size: int | None = None) -> list[torch.Tensor]:
     """The full parameters on rank 0 (none elsewhere), each rank's shards sent as CPU tensors:
     full_tensor()'s all-gather of CUDA tensors over gloo (ranks sharing a GPU) killed rank 0
     with SIGSEGV on torch 2.11 + H200. FSDP2 shards dim 0 in rank order (Shard(0), torch.chunk's
-    sizes), so the rank-ordered shards concatenate to the parameter."""
+    sizes), so the shards of the first `group_size` ranks (one sharding group; default: every
+    rank) concatenate to the parameter."""
     shards = [parameter.to_local().detach().cpu() for parameter in parameters]
     everyone: list[list[torch.Tensor] | None] | None = (
         [None] * dist.get_world_size() if rank == 0 else None)
     dist.gather_object(shards, everyone, dst=0)  # to rank 0 alone, which compares them
     if everyone is None:
         return []
-    return [torch.cat([cast(list, ranks)[i] for ranks in everyone])
+    group = everyone[:group_size] if group_size else everyone
+    return [torch.cat([cast(list, ranks)[i] for ranks in group])
             for i in range(len(parameters))]

@@ -26,6 +26,11 @@ _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
                               sync_batchnorm=False)
 
 
+# The layouts a timing model covers (not nn.DataParallel's, nor HSDP's two dimensions yet).
+_MODELLED = (Layout.ONE_DEVICE, Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.STAGES_IN_TURN,
+             Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE)
+
+
 def partition_of(record: dict, block_names: tuple[str, ...]) -> Partition:
     """The cut a record names ("stem..layer2.3 | layer3.0..head") as a Partition."""
     firsts = [part.strip().split("..")[0] for part in record["partition"].split("|")]
@@ -50,13 +55,14 @@ def _modelled(record: dict) -> bool:
                    for k, default in _DDP_MODELLED_DEFAULTS.items())
     if layout is Layout.SHARDED_REPLICAS:
         return not options.get("mixed_precision")  # the policy's casts are not modelled
-    return layout is not None and layout is not Layout.REPLICAS_IN_ONE_PROCESS
+    return layout in _MODELLED
 
 
 def predict_record(record: dict, profile_at: ProfileAt,
                    link: AnyLink) -> models.Prediction | None:
     """The prediction for a measured record's configuration; None where the models do not
-    cover it (nn.DataParallel, ddp's hooks and ZeRO, fsdp's mixed precision, --compile).
+    cover it (nn.DataParallel, HSDP, ddp's hooks and ZeRO, fsdp's mixed precision,
+    --compile).
     Its model is the one for the layout its strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None

@@ -12,15 +12,15 @@ import pytest
 
 import strategies
 from parbench.cli import main
-from parbench.machine.devices import parse_devices
+from parbench.machine.devices import DeviceSet, parse_devices
 from parbench.results.record import FIELDS
 from parbench.sweep import suite
 from parbench.sweep.config import Config, options_for
 from parbench.sweep.runner import run_config
 from parbench.sweep.verify import verify
+from tests.support import CPU2
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU2 = parse_devices("cpu,cpu")
 NAMES = strategies.names()
 # Micro-batches of 2 for the strategies that take a split (the verifier's baseline accumulates
 # over the same ones); every other option at its default.
@@ -46,15 +46,21 @@ REFUSED_HERE = {"sync_batchnorm": (["--sync-batchnorm"], "SyncBatchNorm runs on 
                                                          "only")}
 
 
+def _devices(name: str) -> DeviceSet:
+    """Two CPU devices, or as many as the strategy needs at the least (hsdp: 4)."""
+    needed = strategies.lookup(name).cls.min_devices
+    return CPU2 if needed <= 2 else parse_devices(",".join(["cpu"] * needed))
+
+
 def _plan(name: str, workload, **options):
-    return strategies.plan(name, workload, 8, CPU2.logical, options)
+    return strategies.plan(name, workload, 8, _devices(name).logical, options)
 
 
 def _skip_where_it_cannot_run(name: str, workload) -> None:
     try:
         _plan(name, workload)
     except strategies.Unavailable as error:
-        pytest.skip(f"{name} cannot run on cpu,cpu here: {error}")
+        pytest.skip(f"{name} cannot run on {_devices(name)} here: {error}")
 
 
 @pytest.mark.timeout(240)
@@ -62,7 +68,7 @@ def _skip_where_it_cannot_run(name: str, workload) -> None:
 def test_one_step_equals_the_baseline(name, tiny_workload, child_pids):
     workload = replace(tiny_workload, image_size=64)  # BatchNorm well conditioned at layer4
     _skip_where_it_cannot_run(name, workload)
-    [verdict] = verify(workload, CPU2, [name], 8, OPTIONS, tolerance=1e-5)
+    [verdict] = verify(workload, _devices(name), [name], 8, OPTIONS, tolerance=1e-5)
     assert verdict.error is None, verdict.error
     assert verdict.baseline_update > 1e-4  # the step really moved the parameters
     assert verdict.max_abs_difference <= 1e-5, verdict
@@ -87,7 +93,7 @@ def test_bad_option_values_are_refused_with_one_line(name, capsys):
 @pytest.mark.parametrize("name", NAMES)
 def test_its_record_has_the_schema(name, tiny_workload):
     workload = replace(tiny_workload, image_size=64)
-    config = Config(name, workload, 8, CPU2, warmup=0, steps=1,
+    config = Config(name, workload, 8, _devices(name), warmup=0, steps=1,
                     options=options_for(name, OPTIONS))
     record = run_config(config)
     assert list(record.to_dict())[:len(FIELDS)] == list(FIELDS)

@@ -1,0 +1,76 @@
+"""Hybrid sharded data parallel (HSDP, FSDP2 on a 2-D DeviceMesh): parameters sharded within
+each group of ranks, the groups replicas of each other, gradients reduce-scattered within a
+group and all-reduced across the groups."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from strategies.base import Layout
+from strategies.errors import StrategyError
+from strategies.fsdp import FSDP, FSDPOptions
+from strategies.options import option
+
+__all__ = ["HSDP", "HSDPOptions"]
+
+
+@dataclass(frozen=True)
+class HSDPOptions(FSDPOptions):
+    """The mesh's shape: how many ranks shard each copy of the model."""
+
+    shard_size: int | None = option(minimum=1, label="shard", help=(
+        "HSDP: ranks in each sharding group (the mesh is N/shard replicas x shard); it must "
+        "divide the ranks; default: half of them (two replicas)"))
+
+    def check(self, workload, global_batch, devices) -> None:
+        super().check(workload, global_batch, devices)
+        ranks = len(devices)
+        replicas, shard = self.mesh_shape(ranks)
+        if replicas * shard == ranks and replicas >= 2 and shard >= 2:
+            return
+        # Else one of the mesh's dimensions has one rank: that is ddp's layout or fsdp's.
+        shapes = [f"--shard-size {d}" for d in range(2, ranks // 2 + 1) if ranks % d == 0]
+        why = (f"--shard-size {shard} does not divide {ranks} ranks" if replicas * shard != ranks
+               else f"{ranks} ranks as {replicas} replica(s) of {shard} shard(s): HSDP needs at "
+               "least 2 of each")
+        raise StrategyError(f"{why}; "
+                            + (f"give {' or '.join(shapes)}" if shapes else
+                               "give at least 4 ranks"))
+
+    def resolved(self, global_batch: int, devices: tuple[torch.device, ...]) -> HSDPOptions:
+        if self.shard_size is not None:
+            return self
+        return dataclasses.replace(self, shard_size=max(len(devices) // 2, 1))
+
+    def mesh_shape(self, ranks: int) -> tuple[int, int]:
+        """(replicas, ranks per sharding group)."""
+        shard = self.shard_size or max(ranks // 2, 1)
+        return ranks // shard, shard
+
+
+class HSDP(FSDP):
+    """FSDP2's units and options over a (replicate, shard) mesh of the ranks in rank order:
+    ranks 0..S-1 shard the first replica, S..2S-1 the second, and so on."""
+
+    summary = ("one process per device, fully_shard over a (replicate x shard) mesh: sharded "
+               "within a group, replicated across groups (HSDP)")
+    layout = Layout.HYBRID_SHARDED
+    Options = HSDPOptions
+    options: HSDPOptions
+    min_devices = 4  # two replicas of two shards
+
+    def device_mesh(self) -> DeviceMesh:
+        ranks = dist.get_world_size()
+        replicas, shard = self.options.mesh_shape(ranks)
+        # Its sub-groups on the backend of the ranks' own group (gloo where ranks share a GPU).
+        return DeviceMesh(self.input_device.type, torch.arange(ranks).view(replicas, shard),
+                          mesh_dim_names=("replicate", "shard"))
+
+    def gathered_shards(self) -> int:
+        """The ranks whose shards make up one whole copy: the first sharding group."""
+        return self.options.mesh_shape(dist.get_world_size())[1]
