@@ -17,6 +17,7 @@ from strategies.hsdp import HSDP
 from strategies.model_parallel import ModelParallel
 from strategies.options import Options, OptionSpec
 from strategies.pipeline import Pipeline
+from strategies.pipeline_fsdp import PipelineFSDP
 from strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
 from strategies.single import SingleDevice
 
@@ -54,6 +55,7 @@ REGISTRY: dict[str, Entry] = {
                                   {"schedule": "zero-bubble"}),
     "pipeline-zbv": Entry(InterleavedPipeline, "#9467bd", "P", {"schedule": "zbv"}),
     "pipeline-dualpipev": Entry(InterleavedPipeline, "#c5b0d5", "X", {"schedule": "dualpipev"}),
+    "pipeline-fsdp": Entry(PipelineFSDP, "#bcbd22", "8", {"schedule": "1f1b"}),
     "data-parallel": Entry(DataParallel, "#ff7f0e", "h"),
     "ddp": Entry(DDP, "#d62728", "*"),
     "fsdp": Entry(FSDP, "#e377c2", "p"),

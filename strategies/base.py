@@ -37,6 +37,7 @@ class Layout(enum.Enum):
     STAGES_IN_TURN = "stages on devices, the whole batch through each in turn"
     TICK_PIPELINE = "micro-batches through stages in one process, clock tick by tick"
     SCHEDULED_PIPELINE = "a rank per stage, micro-batches ordered by a pipelining schedule"
+    SHARDED_PIPELINES = "pipelines side by side, each stage sharded over its copies"
 
     @property
     def data_parallel(self) -> bool:
@@ -46,7 +47,8 @@ class Layout(enum.Enum):
     @property
     def pipelined(self) -> bool:
         """Micro-batches in flight on several stages at once."""
-        return self in (Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE)
+        return self in (Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE,
+                        Layout.SHARDED_PIPELINES)
 
 
 @dataclass(frozen=True)

@@ -163,22 +163,29 @@ class ScheduledPipeline(ProcessPerDevice):
             raise WorkloadRefused(f"{schedule.torch_name} splits backward into input and weight "
                                   "gradients, which torch.compile does not support; drop "
                                   "--compile")
-        ranks = len(devices)
-        if global_batch < ranks:
-            raise StrategyError(f"a batch of {global_batch} cannot fill {ranks} "
+        batch, ranks = cls.one_pipeline(global_batch, devices, options)
+        if batch < ranks:
+            raise StrategyError(f"a batch of {batch} cannot fill {ranks} "
                                 f"stages (the schedules need at least one micro-batch per "
                                 f"stage); use --batch-size {ranks} or more")
         resolved = options.resolved(global_batch, devices)
         split = resolved.split_size
-        sizes = micro_batch_sizes(global_batch, split)
+        sizes = micro_batch_sizes(batch, split)
         if len(set(sizes)) > 1:
-            lower = global_batch - global_batch % split
+            lower = batch - batch % split
             raise StrategyError(
-                f"batch {global_batch} in micro-batches of {split} gives unequal "
+                f"batch {batch} in micro-batches of {split} gives unequal "
                 f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
                 f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
-                f"--split-size that divides {global_batch}")
+                f"--split-size that divides {batch}")
         cls._check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes))
+
+    @classmethod
+    def one_pipeline(cls, global_batch: int, devices, options) -> tuple[int, int]:
+        """(the images one pipeline trains on per step, the ranks it spans): the whole batch
+        over every device here; a replica's share over its stages where pipelines are
+        replicated."""
+        return global_batch, len(devices)
 
     @staticmethod
     def _check_schedule(schedule: Schedule, ranks: int, per_rank: int,
@@ -218,10 +225,20 @@ class ScheduledPipeline(ProcessPerDevice):
 
     @property
     def pipeline_stages(self) -> int:
+        return self.stage_ranks
+
+    @property
+    def stage_ranks(self) -> int:
+        """The ranks one pipeline spans (K): every rank, unless pipelines are replicated."""
         return len(self.devices)
 
+    @property
+    def stage_rank(self) -> int:
+        """This rank's place in its pipeline (0 .. K-1)."""
+        return self.rank
+
     def bubble_fraction(self) -> float | None:
-        ranks = len(self.devices)
+        ranks = self.stage_ranks
         return self.schedule.bubble(ranks, self.micro_batches, self._pieces // ranks)
 
     @property
@@ -233,7 +250,7 @@ class ScheduledPipeline(ProcessPerDevice):
 
     def _stage_indices(self) -> list[int]:
         """The stages this rank holds: r, r+K, r+2K, ... or, in a V, r and 2K-1-r."""
-        ranks, rank = len(self.devices), self.rank
+        ranks, rank = self.stage_ranks, self.stage_rank
         if self.schedule.v_shape:
             return [rank, 2 * ranks - 1 - rank]
         return list(range(rank, self._pieces, ranks))
@@ -262,12 +279,13 @@ class ScheduledPipeline(ProcessPerDevice):
         assert cut[0] is not None  # rank 0 planned it
         self._partition = cut[0]
         modules = split_model(self.workload, model, self._partition)
+        self._stage_sizes = [sum(p.numel() for p in module.parameters()) for module in modules]
         self._indices = self._stage_indices()
         self._local = [self.workload.prepare_model(modules[i].to(device)).train()
                        for i in self._indices]
         self._forwards = [self.workload.compiled(module) for module in self._local]
-        self._stages = [_Stage(_AutocastStage(forward, device, self.workload), index,
-                                      self._pieces, device)
+        self._stages = [_Stage(self.replicated(_AutocastStage(forward, device, self.workload)),
+                               index, self._pieces, device, group=self.pipeline_group())
                         for forward, index in zip(self._forwards, self._indices, strict=True)]
         self.optimizer = self.workload.make_optimizer(
             [p for module in self._local for p in module.parameters()])
@@ -278,14 +296,28 @@ class ScheduledPipeline(ProcessPerDevice):
     def trained_parameters(self) -> list[torch.Tensor]:
         """Every stage's parameters in model order, gathered to rank 0 (a rank's stages are
         not contiguous in the model when it holds several)."""
-        local = {index: [p.detach().cpu() for p in module.parameters()]
+        local = {index: self.whole_parameters(module)
                  for index, module in zip(self._indices, self._local, strict=True)}
         gathered: list[Any] = [None] * dist.get_world_size()  # each rank's `local`
         dist.all_gather_object(gathered, local)
         if self.rank != 0:
             return []
-        stages = {index: params for part in gathered for index, params in part.items()}
+        # The first pipeline's (ranks 0 .. K-1; a replicated pipeline's copies equal it).
+        stages = {index: params for part in gathered[:self.stage_ranks]
+                  for index, params in part.items()}
         return [p for index in sorted(stages) for p in stages[index]]
+
+    def whole_parameters(self, module: nn.Module) -> list[torch.Tensor]:
+        """A stage's parameters, whole, on the CPU."""
+        return [p.detach().cpu() for p in module.parameters()]
+
+    def pipeline_group(self) -> dist.ProcessGroup | None:
+        """The ranks that exchange this rank's activations and gradients (None: all)."""
+        return None
+
+    def replicated(self, stage: nn.Module) -> nn.Module:
+        """The stage module as the schedule runs it (replicated pipelines wrap it in DDP)."""
+        return stage
 
     def _mark_actions(self, stage: PipelineStage) -> None:
         """Each micro-batch's forward and backward that the schedule runs on this stage goes
@@ -295,15 +327,16 @@ class ScheduledPipeline(ProcessPerDevice):
         model_stage = stage.stage_index if self.schedule.multi_stage else None
 
         def forward_one_chunk(chunk: int, *args, **kwargs):
-            with self.action(self.rank, chunk, "F", model_stage):
+            with self.action(self.stage_rank, chunk, "F", model_stage):
                 return forward(chunk, *args, **kwargs)
 
         def backward_one_chunk(chunk: int, *args, full_backward: bool = True, **kwargs):
-            with self.action(self.rank, chunk, "B" if full_backward else "I", model_stage):
+            with self.action(self.stage_rank, chunk, "B" if full_backward else "I",
+                             model_stage):
                 return backward(chunk, *args, **{**kwargs, "full_backward": full_backward})
 
         def weight_one_chunk(chunk: int, *args, **kwargs):
-            with self.action(self.rank, chunk, "W", model_stage):
+            with self.action(self.stage_rank, chunk, "W", model_stage):
                 return weight(chunk, *args, **kwargs)
 
         # This stage's own methods, wrapped: the schedule calls them on the instance.

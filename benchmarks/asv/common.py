@@ -17,7 +17,8 @@ DEVICES = os.environ.get("PARBENCH_ASV_DEVICES", "cpu,cpu")
 # imports torch); tests/strategies/test_conformance.py checks that they agree.
 STRATEGIES = ["single", "model-parallel", "pipeline", "pipeline-gpipe", "pipeline-1f1b",
               "pipeline-interleaved-1f1b", "pipeline-looped-bfs", "pipeline-zero-bubble",
-              "pipeline-zbv", "pipeline-dualpipev", "data-parallel", "ddp", "fsdp", "hsdp"]
+              "pipeline-zbv", "pipeline-dualpipev", "pipeline-fsdp", "data-parallel", "ddp", "fsdp",
+              "hsdp"]
 DATA_PARALLEL = ["data-parallel", "ddp", "fsdp", "hsdp"]
 MODELS = ["resnet18"]
 # The figures the benchmarks track, kept from each record.

@@ -16,8 +16,9 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint"]
 # profiled and predicted too; on ResNets every prediction is version 2's (the seed-1
 # held-out run predicted again gives the same predictions.csv but for the version column).
 # 4: parbench's modules grouped into packages (the model's sources import them by their new
-# names) and a record's model chosen by its strategy's declared layout, not by its name (HSDP's
-# two dimensions left out); every prediction is version 3's (the published held-out runs
+# names) and a record's model chosen by its strategy's declared layout, not by its name (hsdp's
+# and pipeline-fsdp's two dimensions left out; the ranks of one pipeline a hook of the
+# scheduled pipelines); every prediction is version 3's (the published held-out runs
 # predicted again: docs/prediction.md).
 PREDICTOR_VERSION = 4
 # The sources whose every byte is the model (from the project's root): the profile and
@@ -31,7 +32,7 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "f93c2790db8d08e2a9c67f27fd76662bca5fd53db9c3a28e54e19baff7efb4fb"
+FINGERPRINT = "4c6cd720c7642fdd79c4f2e7cf401a69fb3fefe622934179385b5c0b1cd3b7a7"
 
 _ROOT = Path(__file__).resolve().parents[2]
 
