@@ -155,6 +155,30 @@ def test_verify_on_one_gpu_emulating_two(capsys):
         assert re.search(rf"^{strategy} .* ok$", table, re.MULTILINE), table
 
 
+FOUR_SHARED = ",".join(["cuda:0"] * 4)
+
+
+def test_the_two_dimensional_layouts_on_one_gpu_emulating_four(capsys):
+    """hsdp's ranks share the GPU over gloo (its CPU gather takes one sharding group);
+    pipeline-fsdp's stages cannot send CUDA tensors over gloo, and its record says so."""
+    assert cli.main(["verify", "--strategy", "hsdp", "--devices", FOUR_SHARED]) == 0
+    assert re.search(r"^hsdp .* ok$", capsys.readouterr().out, re.MULTILINE)
+    record = _run("pipeline-fsdp", FOUR_SHARED, batch=16, steps=1, warmup=1)
+    assert record.status == "skipped" and "point to point" in record.reason
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 4, reason="needs 4 GPUs (NCCL, one rank each)")
+def test_the_two_dimensional_layouts_on_four_gpus_over_nccl(capsys):
+    gpus = ",".join(f"cuda:{i}" for i in range(4))
+    assert cli.main(["verify", "--strategy", "hsdp,pipeline-fsdp", "--devices", gpus]) == 0
+    table = capsys.readouterr().out
+    for strategy in ("hsdp", "pipeline-fsdp"):
+        assert re.search(rf"^{strategy} .* ok$", table, re.MULTILINE), table
+    for strategy in ("hsdp", "pipeline-fsdp"):
+        record = _ok(_run(strategy, gpus, batch=32, steps=3, warmup=1))
+        assert record.backend == "nccl" and record.exposed_comm_time_s is not None
+
+
 def test_out_of_memory_is_recorded_on_the_gpu_and_the_next_configuration_runs():
     big = _run("single", batch=512, steps=1, warmup=1, memory_cap_mib=1024,
                workload=replace(WORKLOAD, image_size=224))
