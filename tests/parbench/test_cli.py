@@ -8,12 +8,11 @@ import torch
 import strategies
 from parbench.cli import main
 from parbench.families.workloads import Workload
-from parbench.machine.devices import parse_devices
 from parbench.results.folder import load_records
 from parbench.sweep.config import Config
+from tests.support import CPU2, TINY_FLAGS
 
-TINY = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10", "--steps", "2",
-        "--warmup", "1"]
+TINY = [*TINY_FLAGS, "--steps", "2", "--warmup", "1"]
 
 
 def _run(capsys, *argv):
@@ -51,8 +50,9 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     from parbench.cli import parser
     from parbench.commands.run import spec_of
 
-    # 32: every pipeline's default micro-batch at least 2 images, which resnet18 needs at 32 px
-    argv = ["run", "--batch-size", "32", "--results-dir", str(tmp_path), *TINY, "--steps", "1",
+    # 16: every pipeline's default micro-batch (4 per stage of 2) 2 images, the fewest resnet18
+    # trains on at 32 px
+    argv = ["run", "--batch-size", "16", "--results-dir", str(tmp_path), *TINY, "--steps", "1",
             "--warmup", "0"]
     # The quick comparison's trials, for its intervals: 3 unless --repeats says otherwise
     # (the sweep it asks for; measured here in one trial each, which every record states).
@@ -61,7 +61,7 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     assert status == 0
     workload = Workload(model="resnet18", image_size=32, num_classes=10)
     can_run = [n for n in strategies.names()
-               if Config(n, workload, 32, parse_devices("cpu,cpu")).plan.available]
+               if Config(n, workload, 16, CPU2).plan.available]
     assert "single" in can_run and "ddp" in can_run and "data-parallel" not in can_run
     frame = load_records(_run_folder(out))
     assert list(dict.fromkeys(frame["strategy"])) == can_run
@@ -69,7 +69,7 @@ def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path)
     # Beside single with the whole batch, single accumulating the pipelines' micro-batches.
     single = frame["strategy"] == "single"
     assert (set(frame.loc[single, "split_size"].dropna())
-            == set(frame.loc[~single, "split_size"].dropna()) == {4})  # 4 per stage of 2
+            == set(frame.loc[~single, "split_size"].dropna()) == {2})  # 4 per stage of 2
     assert set(frame["status"]) == {"ok"}
 
 
@@ -112,15 +112,6 @@ def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
     assert traces == ["003-model-parallel.json", "004-pipeline.json", "005-pipeline.json"]
 
 
-def test_verify_passes_for_the_in_process_strategies(capsys):
-    status, out, err = _run(capsys, "verify", "--strategy", "model-parallel,pipeline",
-                            "--devices", "cpu,cpu", "--image-size", "32")
-    assert status == 0, err
-    lines = out.splitlines()
-    assert any(line.startswith("model-parallel") and line.endswith("ok") for line in lines)
-    assert any(line.startswith("pipeline ") and "split_size=2" in line for line in lines)
-
-
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     import parbench.commands.verify
     from parbench.sweep.verify import Verdict
@@ -134,6 +125,10 @@ def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
 
 
 def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys, monkeypatch):
+    """The rest checked for real: the pipeline at verify's default batch (8) in micro-batches of
+    2, its default (4 in all). That a strategy's step equals the baseline's is
+    tests/strategies/test_conformance.py's; that verify exits 0 when every strategy passes,
+    tests/parbench/sweep/test_verify_steps.py's command test."""
     from parbench import launch
 
     real = launch.verify_training
@@ -145,12 +140,11 @@ def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys
 
     monkeypatch.setattr(launch, "verify_training", fails_for_model_parallel)
     status, out, err = _run(capsys, "verify", "--strategy", "model-parallel,pipeline",
-                            "--devices", "cpu,cpu", "--model", "resnet18", "--batch-size", "4",
-                            "--image-size", "64")
+                            "--devices", "cpu,cpu", "--model", "resnet18", "--image-size", "32")
     assert status == 1 and "Traceback" not in err
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert rows["model-parallel"].endswith("FAILED (RuntimeError: stage 1 exploded)")
-    assert rows["pipeline"].endswith("ok")
+    assert rows["pipeline"].endswith("ok") and "split_size=2" in rows["pipeline"]
 
 
 def test_env_prints_what_results_are_stamped_with(capsys):
@@ -275,20 +269,41 @@ def test_unwritable_results_dir_is_refused_before_measuring(capsys, tmp_path):
     assert "[1/" not in err  # nothing was measured
 
 
-@pytest.mark.parametrize("argv", [["run", "--batch-size", "-3"], ["run", "--devices", "cuda:9"]])
-def test_the_installed_command_prints_no_traceback(argv):
-    done = subprocess.run([sys.executable, "-m", "parbench", *argv], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1
+# `python -m parbench` itself, where the command line is what is tested: each a fresh
+# interpreter importing torch (some 5 s of CPU), so the three are started at once, by the first
+# test that asks, and each test reads its own.
+INSTALLED = {
+    "batch": [sys.executable, "-m", "parbench", "run", "--batch-size", "-3"],
+    "device": [sys.executable, "-m", "parbench", "run", "--devices", "cuda:9"],
+    "reader": f"{sys.executable} -m parbench strategies --devices cpu | head -1",
+}
 
 
-def test_a_reader_that_goes_away_gets_no_traceback():
-    done = subprocess.run(f"{sys.executable} -m parbench strategies --devices cpu | head -1",
-                          shell=True, capture_output=True, text=True, timeout=120)
-    assert done.stdout.startswith("single")
-    assert done.stderr == ""
+@pytest.fixture(scope="module")
+def installed():
+    """name -> the running command of INSTALLED; whatever a test leaves running is killed."""
+    running = {name: subprocess.Popen(command, shell=isinstance(command, str),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, command in INSTALLED.items()}
+    yield running
+    for command in running.values():
+        if command.poll() is None:
+            command.kill()
+        command.communicate()
+
+
+@pytest.mark.parametrize("name", ["batch", "device"])
+def test_the_installed_command_prints_no_traceback(installed, name):
+    _, err = installed[name].communicate(timeout=120)
+    assert installed[name].returncode == 2
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(installed):
+    out, err = installed["reader"].communicate(timeout=120)
+    assert out.startswith("single")
+    assert err == ""
 
 
 def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path):

@@ -7,9 +7,9 @@ import torch
 import strategies
 from parbench.families import FAMILIES, MODELS, family_of
 from parbench.families.workloads import Workload
-from parbench.machine.devices import parse_devices
 from parbench.sweep.verify import verify
 from strategies.partition import plan_cut
+from tests.support import CPU2
 
 # The smallest member of each family, at a small size it trains on.
 SMALLEST = [("resnet18", 32), ("vit_b_16", 32)]
@@ -51,8 +51,7 @@ def test_normalisation_decides_the_reference_of_a_split_step(model, reference):
     """BatchNorm normalises per micro-batch: the baseline accumulating over the same 2-image
     micro-batches; LayerNorm per sample: the whole-batch step."""
     workload = Workload(model=model, image_size=32)
-    plan = strategies.plan("pipeline", workload, 4, parse_devices("cpu,cpu").logical,
-                           {"split_size": 2})
+    plan = strategies.plan("pipeline", workload, 4, CPU2.logical, {"split_size": 2})
     assert plan.reference_split == reference
 
 
@@ -78,5 +77,5 @@ def test_a_vit_trains_as_the_baseline_does_where_strategies_use_its_blocks():
     units) make the whole-batch step: LayerNorm needs no accumulating reference."""
     workload = Workload(model="vit_b_16", image_size=32, num_classes=10)
     names = ["pipeline-1f1b", "fsdp"]
-    verdicts = verify(workload, parse_devices("cpu,cpu"), names, 4, {"split_size": 2}, 1e-5)
+    verdicts = verify(workload, CPU2, names, 4, {"split_size": 2}, 1e-5)
     assert [(v.strategy, v.ok) for v in verdicts] == [(name, True) for name in names], verdicts

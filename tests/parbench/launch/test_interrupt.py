@@ -10,45 +10,32 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-# Enough that ddp's ranks (1 + 10 steps, then 1 + 10 without communication: some 2.5 s on 2
-# cores) are still training when the signal comes, 0.5 s after both have started.
-STEPS = 10
-SWEEP = ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", "--model", "resnet18",
-         "--image-size", "32", "--num-classes", "10", "--batch-size", "4,8",
-         "--steps", str(STEPS), "--warmup", "1", "--progress", "off"]
+from parbench.cli import main
+from tests.support import TINY_FLAGS, child_pids, children
 
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid):
-                found.append(int(stat.parent.name))
-        except (OSError, IndexError):
-            continue
-    return found
+# Enough that ddp's ranks (1 + 5 steps, then 1 + 5 without communication: some 1.5 s on 2
+# cores, after their set-up) are still training when the signal comes, 0.5 s after both have
+# started.
+STEPS = 5
+SWEEP = ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", *TINY_FLAGS,
+         "--batch-size", "4,8", "--steps", str(STEPS), "--warmup", "1", "--progress", "off"]
 
 
 def _servers(sweep: int) -> list[int]:
     """The sweep's fork server: a child of the sweep."""
-    servers = []
-    for pid in _children(sweep):
-        try:
-            if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                servers.append(pid)
-        except OSError:
-            continue
-    return servers
+    return [pid for pid, command in children(sweep) if b"forkserver" in command]
 
 
 def _ranks(sweep: int) -> list[int]:
     """The sweep's workers: forked by its fork server."""
-    return [rank for server in _servers(sweep) for rank in _children(server)]
+    return [rank for server in _servers(sweep) for rank, _ in children(server)]
 
 
 def _alive(pid: int) -> bool:
@@ -59,25 +46,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _start(results: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "parbench", *SWEEP, "--results-dir",
-                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def _gone_within(pids: list[int], since: float, seconds: float) -> list[int]:
+    """Those of `pids` still alive `seconds` after `since` (waiting no longer than that)."""
+    while any(_alive(p) for p in pids) and time.monotonic() - since < seconds:
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
 
 
-def _interrupt_during_ddp(sweep: subprocess.Popen, results: Path, signum: int) -> list[int]:
-    """Wait until the first record is on disk and ddp's ranks are running, then signal."""
+def _during_ddp(results: Path, ranks_of: Callable[[], list[int]]) -> list[int] | None:
+    """Wait until the first record is on disk and ddp's two ranks have run for 0.5 s; their
+    pids (None if that never happens)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        folders = list(results.glob("*/records.json"))
-        ranks = _ranks(sweep.pid)
-        if folders and len(ranks) == 2:
+        ranks = ranks_of()
+        if list(results.glob("*/records.json")) and len(ranks) == 2:
             time.sleep(0.5)
-            sweep.send_signal(signum)
             return ranks
         time.sleep(0.05)
-    sweep.kill()
-    pytest.fail("the sweep never reached ddp")
+    return None
 
 
 def _records(results: Path) -> list[dict]:
@@ -88,42 +74,86 @@ def _records(results: Path) -> list[dict]:
 @dataclasses.dataclass(frozen=True)
 class Interrupted:
     """A sweep signalled during ddp, once it has exited: its results folder, the ranks that
-    were running, its exit status and its stderr."""
+    were running (and the fork server that forked them), its exit status, its stderr and when
+    it was signalled."""
 
     results: Path
     ranks: list[int]
     returncode: int
-    err: str
-
-
-def _interrupted(results: Path, signum: int) -> Interrupted:
-    sweep = _start(results)
-    ranks = _interrupt_during_ddp(sweep, results, signum)
-    _, err = sweep.communicate(timeout=60)
-    return Interrupted(results, ranks, sweep.returncode, err)
+    err: str = ""
+    servers: list[int] = dataclasses.field(default_factory=list)
+    signalled_at: float = 0.0
 
 
 @pytest.fixture(scope="module")
-def killed_sweep(tmp_path_factory) -> Interrupted:
-    """A sweep SIGKILLed during ddp, measured once for the module: the SIGKILL case checks it
-    and the resume test resumes a copy of its folder."""
-    return _interrupted(tmp_path_factory.mktemp("killed"), signal.SIGKILL)
+def killed_sweep(tmp_path_factory):
+    """`parbench run` SIGKILLed during ddp, measured once for the module: the SIGKILL case, the
+    fork server's case and the resume test (on a copy of its folder) read it. Its ranks are
+    frozen (SIGSTOP) just before the kill, so that they can never end their steps on their
+    own: one that is gone was killed because its launcher died."""
+    results = tmp_path_factory.mktemp("killed")
+    sweep = subprocess.Popen([sys.executable, "-m", "parbench", *SWEEP, "--results-dir",
+                              str(results)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    ranks: list[int] = []
+    servers: list[int] = []
+    try:
+        ranks = _during_ddp(results, lambda: _ranks(sweep.pid)) or []
+        servers = _servers(sweep.pid)
+        assert len(ranks) == 2 and len(servers) == 1, "the sweep never reached ddp's ranks"
+        for rank in ranks:
+            os.kill(rank, signal.SIGSTOP)
+        sweep.kill()
+        killed_at = time.monotonic()
+        sweep.wait(timeout=30)
+        yield Interrupted(results, ranks, sweep.returncode, servers=servers,
+                          signalled_at=killed_at)
+    finally:  # whatever happened above: nothing it started is left
+        sweep.kill()
+        sweep.wait()
+        for pid in [*servers, *ranks]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _terminated(results: Path, capsys) -> Interrupted:
+    """The sweep run in this process, as `parbench run` runs it (cli.main, which turns SIGTERM
+    into KeyboardInterrupt), sent SIGTERM from a thread once ddp's ranks run."""
+    done, sent = threading.Event(), {}
+
+    def terminate_during_ddp() -> None:
+        ranks = _during_ddp(results, lambda: [] if done.is_set() else child_pids())
+        if ranks and not done.is_set():
+            sent["ranks"] = ranks
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    watcher = threading.Thread(target=terminate_during_ddp, daemon=True)
+    watcher.start()
+    try:
+        status = main([*SWEEP, "--results-dir", str(results)])
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGTERM, handler)
+    assert "ranks" in sent, "the sweep never reached ddp's ranks"
+    return Interrupted(results, sent["ranks"], status, capsys.readouterr().err)
 
 
 # SIGKILL: no handler runs, and the ranks must die with the sweep on their own. SIGTERM:
 # parbench's handler (cli._interrupt) raises KeyboardInterrupt, and from there on the sweep
 # stops exactly as on Ctrl-C (SIGINT, whose KeyboardInterrupt is Python's own): launch.spawn
 # kills the ranks, `parbench run` prints the resume hint and exits 130. A SIGINT case would
-# measure that same path again, so there is none.
+# measure that same path again, so there is none. The SIGTERM case runs the sweep in this
+# process (cli.main, the command's own code: `python -m parbench` adds only sys.exit); a
+# SIGKILL needs a process of its own to kill.
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
-def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tmp_path, signum):
+def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tmp_path, capsys,
+                                                                     signum):
     sweep = (request.getfixturevalue("killed_sweep") if signum == signal.SIGKILL
-             else _interrupted(tmp_path, signum))
-    deadline = time.monotonic() + 10
-    while any(_alive(r) for r in sweep.ranks) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(r) for r in sweep.ranks), "a rank outlived the sweep"
+             else _terminated(tmp_path, capsys))
+    assert not _gone_within(sweep.ranks, time.monotonic(), 10), "a rank outlived the sweep"
     records = _records(sweep.results)
     assert [r["strategy"] for r in records] == ["single"]
     assert records[0]["status"] == "ok" and len(records[0]["step_times_s"]) == STEPS
@@ -133,58 +163,39 @@ def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tm
         assert sweep.returncode == 130
         assert "interrupted; 1 configuration(s) are recorded" in sweep.err
         assert "parbench run --resume" in sweep.err and "Traceback" not in sweep.err
+        assert child_pids() == []
 
 
 @pytest.mark.timeout(120)
-def test_a_killed_sweeps_fork_server_and_ranks_exit_long_before_their_steps_end(tmp_path):
+def test_a_killed_sweeps_fork_server_and_ranks_exit_long_before_their_steps_end(killed_sweep):
     """SIGKILL runs no handler: the fork server must see its launcher gone and exit, and the
-    ranks with it (PR_SET_PDEATHSIG), though their configuration has steps for a minute more.
-    (The case above cannot tell: its ranks' steps end within seconds anyway, and
-    communicate() waits for them.)"""
-    sweep = subprocess.Popen([sys.executable, "-m", "parbench", "run", "--strategy", "ddp",
-                              "--devices", "cpu,cpu", "--model", "resnet18", "--image-size",
-                              "32", "--num-classes", "10", "--batch-size", "4", "--steps",
-                              "1000", "--warmup", "1", "--progress", "off", "--results-dir",
-                              str(tmp_path)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    processes: list[int] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(_ranks(sweep.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        processes = [*_servers(sweep.pid), *_ranks(sweep.pid)]
-        assert len(processes) == 3, "the sweep never started ddp's two ranks"
-        sweep.kill()
-        sweep.wait(timeout=30)
-        killed = time.monotonic()
-        while any(_alive(p) for p in processes) and time.monotonic() - killed < 20:
-            time.sleep(0.1)
-        left = [p for p in processes if _alive(p)]
-        assert not left, f"{left} still running 20 s after the sweep was killed"
-    finally:
-        sweep.kill()
-        for pid in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    ranks with it (PR_SET_PDEATHSIG). The ranks were frozen before the kill, so they could
+    never end their steps: a rank that is gone was killed, not finished. (Running, the case
+    above could not tell: its ranks' steps end within seconds anyway.)"""
+    processes = [*killed_sweep.servers, *killed_sweep.ranks]
+    assert len(processes) == 3
+    left = _gone_within(processes, killed_sweep.signalled_at, 20)
+    assert not left, f"{left} still running 20 s after the sweep was killed"
 
 
 @pytest.mark.timeout(300)
-def test_resume_measures_only_what_is_missing(killed_sweep, tmp_path):
+def test_resume_measures_only_what_is_missing(killed_sweep, tmp_path, capsys):
     [killed] = list(killed_sweep.results.iterdir())
     folder = tmp_path / killed.name  # a copy: the SIGKILL case reads the original
     shutil.copytree(killed, folder)
     first = _records(tmp_path)[0]
-    resumed = subprocess.run([sys.executable, "-m", "parbench", "run", "--resume", str(folder),
-                              "--progress", "off"], capture_output=True, text=True, timeout=240)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "1 of 4 configurations already measured" in resumed.stderr
-    assert "[1/4]" not in resumed.stderr  # the kept one is not measured again
+    status = main(["run", "--resume", str(folder), "--progress", "off"])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "1 of 4 configurations already measured" in err
+    assert "[1/4]" not in err and "[2/4] ddp" in err  # the kept one is not measured again
     records = _records(tmp_path)
     assert [(r["strategy"], r["global_batch"]) for r in records] == [
         ("single", 4), ("ddp", 4), ("single", 8), ("ddp", 8)]
     assert all(r["status"] == "ok" for r in records)
     assert records[0]["step_times_s"] == first["step_times_s"]  # kept, not re-measured
     assert [r["config_index"] for r in records] == [0, 1, 2, 3]
+    assert child_pids() == []
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -193,7 +204,6 @@ def test_resume_measures_only_what_is_missing(killed_sweep, tmp_path):
      "--batch-size 64 differs from the resumed run's 4,8"),
 ])
 def test_resume_refuses_what_it_cannot_resume(tmp_path, capsys, argv, message):
-    from parbench.cli import main
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "records.json").write_text("[]")

@@ -16,6 +16,7 @@ from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
 from parbench.sweep.verify import verify
+from tests.support import CPU2
 
 CPU3 = parse_devices("cpu,cpu,cpu")
 
@@ -50,9 +51,12 @@ def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
     """With its sharded gradient scaler, at the scale verify settles on (one step, not
     skipped). From torch's 2^16 this workload's baseline skips its step at 2^16, 2^15 and 2^14,
     and fsdp's at 2^13 as well: started at 2^14, both of verify's halvings still happen (the
-    reference skipped, then the strategy alone), with two skipped fp16 baseline steps fewer."""
+    reference skipped, then the strategy alone), with two skipped fp16 baseline steps fewer.
+    Two threads per device: fp16 on a CPU is slow, and the baseline's three steps here would
+    leave a core idle."""
     fp16 = replace(tiny_workload, precision="fp16", initial_loss_scale=2.0**14)
-    [verdict] = verify(fp16, CPU3, ["fsdp"], 8, {"world_size": 2}, tolerance=1e-5)
+    [verdict] = verify(fp16, CPU3, ["fsdp"], 8, {"world_size": 2}, tolerance=1e-5,
+                       threads_per_device=2)
     assert verdict.baseline_update > 1e-3
     assert verdict.ok, verdict
     # Halved until neither step was skipped.
@@ -161,7 +165,8 @@ def _listening_addresses(pids: list[int]) -> set[str]:
 @pytest.mark.timeout(180)
 def test_the_default_rendezvous_listens_on_loopback_only(tiny_workload, child_pids):
     """The store and gloo's own sockets: sampled while a real 2-rank job runs."""
-    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=8)
+    # 1 + 3 steps, then 1 + 3 without communication: some 1.5 s of sampling, every 0.05 s.
+    config = Config("ddp", tiny_workload, 8, CPU2, warmup=1, steps=3)
     result = {}
     worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     worker.start()
@@ -176,7 +181,7 @@ def test_the_default_rendezvous_listens_on_loopback_only(tiny_workload, child_pi
 
 @pytest.mark.timeout(180)
 def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload, child_pids):
-    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
+    config = Config("ddp", tiny_workload, 8, CPU2, warmup=1, steps=10_000,
                     timeout_s=150)
     result = {}
     worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
@@ -184,7 +189,7 @@ def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload,
     deadline = time.monotonic() + 90
     while len(child_pids()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(3)  # well into training
+    time.sleep(1.5)  # into training: a rank's set-up takes about half a second
     victim = max(child_pids())  # spawned second: rank 1
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -201,7 +206,7 @@ def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload,
 def test_ddp_trains_on_an_image_folder(tiny_workload, image_folder, child_pids):
     root = image_folder(classes=2, per_class=8)
     config = Config("ddp", replace(tiny_workload, data_dir=str(root)), 4,
-                    parse_devices("cpu,cpu"), warmup=1, steps=3, loader_workers=1)
+                    CPU2, warmup=1, steps=3, loader_workers=1)
     record = run_config(config)
     assert record.status == "ok", record.reason
     assert record.data == str(root)
@@ -212,19 +217,19 @@ def test_ddp_trains_on_an_image_folder(tiny_workload, image_folder, child_pids):
 def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload, child_pids):
     """A rank frozen by SIGSTOP hangs its peer in the all-reduce: the launcher's deadline ends
     both, kills them and records the error."""
-    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=10_000,
-                    timeout_s=6)  # the deadline counts from when both ranks are started
+    config = Config("ddp", tiny_workload, 8, CPU2, warmup=1, steps=10_000,
+                    timeout_s=4)  # the deadline counts from when both ranks are started
     result = {}
     worker = threading.Thread(target=lambda: result.update(record=run_config(config)))
     started = time.monotonic()
     worker.start()
     while len(child_pids()) < 2 and time.monotonic() - started < 20:
         time.sleep(0.1)
-    time.sleep(2)
+    time.sleep(1)  # well before the deadline
     os.kill(max(child_pids()), signal.SIGSTOP)
     worker.join(timeout=60)
     assert not worker.is_alive()
-    assert 6 <= time.monotonic() - started < 26
+    assert 4 <= time.monotonic() - started < 24
     assert result["record"].status == "error"
-    assert "timed out after 6 s; ranks still running: [0, 1]" in result["record"].reason
+    assert "timed out after 4 s; ranks still running: [0, 1]" in result["record"].reason
     assert child_pids() == []

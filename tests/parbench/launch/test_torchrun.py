@@ -1,7 +1,9 @@
-"""parbench under torchrun on CPU (gloo on loopback): a failed configuration (a rank killed, or
-every rank out of memory) is recorded and the sweep goes on, `--resume` works, and one node's
-job or two nodes' write one merged record per configuration; how the ranks agree on a failure."""
+"""parbench in a job on CPU (gloo on loopback): two torchrun nodes sweep, a failed configuration
+(a rank killed, or every rank out of memory) is recorded and the sweep goes on, two srun tasks
+(Slurm's environment set by hand) resume it, and the job writes one merged record per
+configuration; how the ranks agree on a failure."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,20 +20,48 @@ from parbench.launch import LaunchError
 from parbench.launch.failures import root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn_rank
-from parbench.machine.devices import parse_devices
 from parbench.results.folder import load_records
 from parbench.sweep.config import Config
+from tests.support import CPU2, TINY_FLAGS
 
-TINY = ["--devices", "cpu", "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
-        "--warmup", "1", "--progress", "off"]
+# Enough steps that the killed configuration's workers are still training half a second after
+# they start: 1 + 4 steps, then 1 + 4 without communication, some 2 s on 2 cores.
+STEPS = 4
+SWEEP = ["--devices", "cpu", *TINY_FLAGS, "--warmup", "1", "--progress", "off"]
 
 
-def _torchrun(torchrun_args: list[str], parbench_args: list[str]) -> subprocess.Popen:
-    """A torchrun agent in a session of its own (its ranks and their workers with it)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", "parbench",
-         *parbench_args],
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _two_nodes(parbench_args: list[str]) -> list[subprocess.Popen]:
+    """Two torchrun agents meeting on loopback (c10d), one rank each, each agent in a session
+    of its own (its rank and their workers with it)."""
+    port = _free_port()
+    return [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+         f"test-{port}", "-m", "parbench", *parbench_args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for _ in range(2)]
+
+
+def _two_srun_tasks(parbench_args: list[str]) -> list[subprocess.Popen]:
+    """Two tasks of one srun job on loopback, one per node (Slurm's environment set by hand:
+    no srun here), each in a session of its own."""
+    port = _free_port()
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
+    return [subprocess.Popen(
+        [sys.executable, "-m", "parbench", *parbench_args],
+        env={**environment, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank), "SLURM_JOB_ID": "1",
+             "SLURM_JOB_NODELIST": "localhost", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for rank in range(2)]
 
 
 def _finish(agents: list[subprocess.Popen], timeout: float) -> list[str]:
@@ -44,12 +74,6 @@ def _finish(agents: list[subprocess.Popen], timeout: float) -> list[str]:
             if agent.poll() is None:
                 os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _processes() -> dict[int, tuple[int, bytes, bytes]]:
@@ -65,78 +89,114 @@ def _processes() -> dict[int, tuple[int, bytes, bytes]]:
     return found
 
 
-def _worker_of_rank(agent: subprocess.Popen, rank: int) -> int | None:
-    """The process measuring a configuration for torchrun rank `rank` of `agent`'s job."""
+def _worker_of_rank(agents: list[subprocess.Popen], rank: int) -> int | None:
+    """The process measuring a configuration for torchrun rank `rank` of the agents' job."""
     processes = _processes()
     ranks = [pid for pid, (parent, command, environment) in processes.items()
-             if parent == agent.pid and f"\0RANK={rank}\0".encode() in b"\0" + environment]
+             if parent in {agent.pid for agent in agents}
+             and f"\0RANK={rank}\0".encode() in b"\0" + environment]
     servers = [pid for pid, (parent, command, _) in processes.items()
                if parent in ranks and b"forkserver" in command]  # the rank's fork server
     workers = [pid for pid, (parent, _, _) in processes.items() if parent in servers]
     return workers[0] if workers else None
 
 
-@pytest.mark.timeout(300)
-def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(tmp_path):
-    standalone = ["--standalone", "--nproc-per-node", "2"]
-    # Enough steps that the first configuration is still training a second after its worker
-    # starts: at batch 16 a rank's worker lives about 4 s (1 + 8 steps, then 1 + 8 without
-    # communication, at about 0.2 s a step on 2 cores), batch 4's about 2 s.
-    agent = _torchrun(standalone, ["run", *TINY, "--strategy", "ddp", "--batch-size", "16,4",
-                                   "--steps", "8", "--results-dir", str(tmp_path)])
+@dataclasses.dataclass(frozen=True)
+class KilledJob:
+    """A two-node sweep whose first configuration lost a rank, then resumed: the records after
+    each run, how long the first run went on after the kill, and the resumed run's output
+    (both tasks')."""
+
+    folder: Path
+    first: list[dict]
+    after_kill_s: float
+    resumed_output: str
+    second: list[dict]
+
+
+@pytest.fixture(scope="module")
+def killed_job(tmp_path_factory) -> KilledJob:
+    """Two torchrun nodes on loopback (one rank each) sweep ddp and single at batch 4 (rank 1's
+    ddp worker SIGKILLed as it trains), 8, and 4096 (out of memory under the cap); then two
+    srun tasks, one per node, resume the run (the ranks of any job resume it alike: rank 0
+    reads the folder and hands every rank the sweep). Measured once, for the three tests
+    below."""
+    results = tmp_path_factory.mktemp("job")
+    # ddp first: each rank starts its fork server (an import of torch, some 5 s of CPU) for
+    # its first configuration, both at once for ddp; single first would run on rank 0 alone
+    # and leave rank 1's server to start after it.
+    agents = _two_nodes(["run", *SWEEP, "--strategy", "ddp,single", "--batch-size", "4,8,4096",
+                         "--steps", str(STEPS), "--memory-cap-mib", "400",
+                         "--results-dir", str(results)])
     try:
         deadline = time.monotonic() + 120
-        while (victim := _worker_of_rank(agent, 1)) is None and time.monotonic() < deadline:
+        while (victim := _worker_of_rank(agents, 1)) is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert victim, "rank 1 never started its worker"
-        time.sleep(1)
+        time.sleep(0.5)
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-    finally:  # the agent is reaped (and killed with its session) whatever happened above
-        [output] = _finish([agent], timeout=180)
-    assert agent.returncode == 0, output
-    [folder] = list(tmp_path.iterdir())
+    finally:  # the agents are reaped (and killed with their sessions) whatever happened above
+        outputs = _finish(agents, timeout=180)
+    after_kill_s = time.monotonic() - killed_at
+    assert [agent.returncode for agent in agents] == [0, 0], outputs
+    [folder] = list(results.iterdir())  # rank 0 alone writes
     first = json.loads((folder / "records.json").read_text())
-    assert [(r["global_batch"], r["status"]) for r in first] == [(16, "error"), (4, "ok")]
+
+    tasks = _two_srun_tasks(["run", "--resume", str(folder), "--progress", "off"])
+    outputs = _finish(tasks, timeout=180)
+    assert [task.returncode for task in tasks] == [0, 0], outputs
+    second = json.loads((folder / "records.json").read_text())
+    return KilledJob(folder, first, after_kill_s, "\n".join(outputs), second)
+
+
+def _outcomes(records: list[dict]) -> list[tuple[str, int, str]]:
+    return [(r["strategy"], r["global_batch"], r["status"]) for r in records]
+
+
+@pytest.mark.timeout(480)
+def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(killed_job):
+    first = killed_job.first
+    assert _outcomes(first) == [("ddp", 4, "error"), ("single", 4, "ok"), ("ddp", 8, "ok"),
+                                ("single", 8, "ok"), ("ddp", 4096, "oom"),
+                                ("single", 4096, "oom")]
     assert first[0]["reason"].startswith("LaunchError: rank 1 died"), first[0]["reason"]
     assert "SIGKILL" in first[0]["reason"]
-    assert first[1]["world_size"] == 2 and len(first[1]["peak_memory_mib"]) == 2
-    # Both ranks moved on at once: well under the 1800 s timeout a hung peer would wait.
-    assert time.monotonic() - killed_at < 120
-
-    agent = _torchrun(standalone, ["run", "--resume", str(folder)])
-    [output] = _finish([agent], timeout=180)
-    assert agent.returncode == 0, output
-    assert "1 of 2 configurations already measured" in output
-    second = json.loads((folder / "records.json").read_text())
-    assert [(r["global_batch"], r["status"]) for r in second] == [(16, "ok"), (4, "ok")]
-    assert second[1]["step_times_s"] == first[1]["step_times_s"]  # kept, not measured again
+    # Both ranks moved on at once, the rest of the sweep measured: well under the 1800 s
+    # timeout a hung peer would wait.
+    assert killed_job.after_kill_s < 120
+    # Resumed: the failed configuration measured again, every other one kept.
+    assert "5 of 6 configurations already measured" in killed_job.resumed_output
+    second = killed_job.second
+    assert [r["status"] for r in second] == ["ok", "ok", "ok", "ok", "oom", "oom"]
+    for kept in range(1, 4):
+        assert second[kept]["step_times_s"] == first[kept]["step_times_s"]  # not measured again
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory_ones_too(
-        tmp_path):
-    port = _free_port()
-    # ddp first: each rank starts its fork server (an import of torch, some 5 s of CPU) for its
-    # first configuration, both at once for ddp; single first would run on rank 0 alone and
-    # leave rank 1's server to start after it.
-    agents = [_torchrun(["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}"],
-                        ["run", *TINY, "--strategy", "ddp,single", "--batch-size", "8,4096",
-                         "--steps", "2", "--memory-cap-mib", "400",
-                         "--results-dir", str(tmp_path)])
-              for _ in range(2)]
-    outputs = _finish(agents, timeout=240)
-    assert [agent.returncode for agent in agents] == [0, 0], outputs
-    [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
-    frame = load_records(folder)
-    assert list(zip(frame["strategy"], frame["global_batch"], frame["status"], strict=True)) == [
-        ("ddp", 8, "ok"), ("single", 8, "ok"), ("ddp", 4096, "oom"), ("single", 4096, "oom")]
-    assert "can't allocate memory" in frame.iloc[2]["reason"]  # ddp's, agreed by both ranks
-    ddp = frame.iloc[0]
+        killed_job):
+    """What the two torchrun nodes measured (before the resume)."""
+    first = killed_job.first
+    assert _outcomes(first[2:]) == [("ddp", 8, "ok"), ("single", 8, "ok"), ("ddp", 4096, "oom"),
+                                    ("single", 4096, "oom")]
+    assert "can't allocate memory" in first[4]["reason"]  # ddp's, agreed by both ranks
+    ddp = first[2]
     assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
     assert ddp["emulated"]  # both nodes are this host
-    assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2
+    assert len(ddp["step_times_s"]) == STEPS and len(ddp["peak_memory_mib"]) == 2
+
+
+@pytest.mark.timeout(480)
+def test_two_srun_tasks_on_loopback_measure_and_record_as_one_job(killed_job):
+    """The configuration the two srun tasks measured (the one the torchrun nodes failed, resumed),
+    rank 0 alone writing."""
+    assert [folder.name for folder in killed_job.folder.parent.iterdir()] == [
+        killed_job.folder.name]
+    ddp = load_records(killed_job.folder).iloc[0]
+    assert (ddp["strategy"], ddp["status"]) == ("ddp", "ok")
+    assert ddp["world_size"] == 2 and ddp["nodes"] == 2 and ddp["backend"] == "gloo"
+    assert len(ddp["step_times_s"]) == STEPS and len(ddp["peak_memory_mib"]) == 2
 
 
 def test_the_root_cause_is_the_failure_the_others_followed():
@@ -155,17 +215,22 @@ def test_a_worker_waiting_for_a_failed_peer_is_stopped_when_the_store_says_so(
         tiny_workload, child_pids):
     """With gloo a peer that died closes its sockets, but with NCCL, or before the group is
     formed, the others would wait until the timeout: here rank 1's worker waits for a rank 0
-    that never comes, until its launcher reads that rank 0 failed."""
-    config = Config("ddp", tiny_workload, 8, parse_devices("cpu,cpu"), warmup=1, steps=2,
-                    timeout_s=100)
+    that never comes, until its launcher reads that rank 0 failed (a second after the worker
+    started)."""
+    config = Config("ddp", tiny_workload, 8, CPU2, warmup=1, steps=2, timeout_s=100)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     started = time.monotonic()
+    worker_seen: list[float] = []
 
     def peer_failure() -> str | None:
-        return "rank 0 failed: RuntimeError: boom" if time.monotonic() - started > 3 else None
+        if not worker_seen and child_pids():
+            worker_seen.append(time.monotonic())
+        waited = worker_seen and time.monotonic() - worker_seen[0] > 1
+        return "rank 0 failed: RuntimeError: boom" if waited else None
 
     with pytest.raises(LaunchError, match="^rank 1 stopped: rank 0 failed: RuntimeError: boom$"):
         spawn_rank(config, Task.MEASURE, Rendezvous("127.0.0.1", store.port, "test/", 1, 2),
                    peer_failure)
+    assert worker_seen, "the worker never started"
     assert time.monotonic() - started < 20  # not the 100 s timeout
     assert child_pids() == []

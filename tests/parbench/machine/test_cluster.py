@@ -1,17 +1,11 @@
-"""Where a process sits in a job: torchrun's variables and Slurm's read in one place, and two
-srun tasks (Slurm's environment set by hand, on loopback) measuring and recording as
-torchrun's ranks do."""
-
-import os
-import signal
-import socket
-import subprocess
-import sys
+"""Where a process sits in a job: torchrun's variables and Slurm's read in one place. Two srun
+tasks (Slurm's environment set by hand, on loopback) measuring and recording as torchrun's
+ranks do: tests/parbench/launch/test_torchrun.py, where they resume the job two torchrun nodes
+started (test_two_srun_tasks_on_loopback_measure_and_record_as_one_job)."""
 
 import pytest
 
 from parbench.machine.cluster import Job, first_host, job
-from parbench.results.folder import load_records
 
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
             "GROUP_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500",
@@ -40,44 +34,3 @@ def test_srun_s_variables_make_a_job_meeting_at_the_first_node():
                                             ("a[3],b[1-2]", "a3"), ("gpu1,gpu2", "gpu1")])
 def test_the_first_host_of_a_node_list(nodelist, host):
     assert first_host(nodelist) == host
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.mark.timeout(300)
-def test_two_srun_tasks_on_loopback_measure_and_record_as_one_job(tmp_path):
-    port = _free_port()
-    # ddp first: both tasks start their fork servers (an import of torch each) at once, where
-    # single first would run on task 0 alone and leave task 1's to start after it.
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith(("SLURM_", "TORCHELASTIC_", "MASTER_"))}
-    tasks = [subprocess.Popen(
-        [sys.executable, "-m", "parbench", "run", "--devices", "cpu", "--model", "resnet18",
-         "--image-size", "32", "--num-classes", "10", "--warmup", "1", "--steps", "2",
-         "--strategy", "ddp,single", "--batch-size", "8", "--progress", "off",
-         "--results-dir", str(tmp_path)],
-        env={**environment, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-             "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_JOB_ID": "1",
-             "SLURM_JOB_NODELIST": "localhost", "MASTER_ADDR": "127.0.0.1",
-             "MASTER_PORT": str(port)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        for rank in range(2)]
-    try:
-        outputs = [task.communicate(timeout=240)[0] for task in tasks]
-    finally:
-        for task in tasks:
-            if task.poll() is None:
-                os.killpg(task.pid, signal.SIGKILL)
-                task.wait()
-    assert [task.returncode for task in tasks] == [0, 0], outputs
-    [folder] = list(tmp_path.iterdir())  # rank 0 alone writes
-    frame = load_records(folder)
-    assert list(zip(frame["strategy"], frame["status"], strict=True)) == [("ddp", "ok"),
-                                                                         ("single", "ok")]
-    ddp = frame.iloc[0]
-    assert ddp["world_size"] == 2 and ddp["backend"] == "gloo"
-    assert len(ddp["step_times_s"]) == 2 and len(ddp["peak_memory_mib"]) == 2

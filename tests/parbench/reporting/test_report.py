@@ -11,6 +11,7 @@ import pytest
 
 from parbench.cli import main
 from parbench.reporting.report import INDEX_BEGIN, INDEX_END
+from tests.support import TINY_FLAGS
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +21,8 @@ def measured(tmp_path_factory) -> Path:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = main(["run", "--strategy", "single,pipeline", "--devices", "cpu,cpu",
-                       "--model", "resnet18", "--image-size", "32", "--num-classes", "10",
-                       "--batch-size", "8", "--split-size", "2,4", "--steps", "2",
-                       "--warmup", "1", "--results-dir", str(results), "--progress", "off"])
+                       *TINY_FLAGS, "--batch-size", "8", "--split-size", "2,4", "--steps", "1",
+                       "--warmup", "0", "--results-dir", str(results), "--progress", "off"])
     assert status == 0
     [folder] = results.iterdir()
     return folder
