@@ -20,7 +20,7 @@ from strategies.errors import StrategyError
 from strategies.options import option
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
-__all__ = ["FSDP", "FSDPOptions"]
+__all__ = ["FSDP", "FSDPOptions", "gathered_through_cpu", "reduce_by_sum_on_gloo"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,7 @@ class FSDP(RankDataParallel):
                                mp_policy=policy)
                    for block in self.workload.family.sharded_blocks(model)),
                  fully_shard(model, mesh=self._mesh, mp_policy=policy)]
-        if dist.get_backend() == "gloo":
-            # torch 2.8's gloo reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338),
-            # giving N times the gradient: reduce by SUM and let FSDP divide, as gloo's own
-            # AVG does where it works (verify catches the difference).
-            for unit in units:
-                unit.set_force_sum_reduction_for_comms(True)
+        reduce_by_sum_on_gloo(units)
         self._units = units
         # fully_shard's result is its module, of a class deriving from FSDPModule and the
         # module's own; typed as FSDPModule alone.
@@ -171,6 +166,15 @@ class FSDP(RankDataParallel):
             return gathered_through_cpu(parameters, self.rank, self.gathered_shards())
         full = [parameter.full_tensor() for parameter in parameters]
         return full if self.rank == 0 else []
+
+
+def reduce_by_sum_on_gloo(units: list[FSDPModule]) -> None:
+    """Over gloo, each unit reduces its gradients by SUM and FSDP divides: torch 2.8's gloo
+    reduce-scatter silently sums for ReduceOp.AVG (pytorch#162338), giving N times the
+    gradient, as gloo's own AVG does where it works (verify catches the difference)."""
+    if dist.get_backend() == "gloo":
+        for unit in units:
+            unit.set_force_sum_reduction_for_comms(True)
 
 
 def gathered_through_cpu(parameters: list[DTensor], rank: int,

@@ -43,9 +43,7 @@ class HSDPOptions(FSDPOptions):
                                "give at least 4 ranks"))
 
     def resolved(self, global_batch: int, devices: tuple[torch.device, ...]) -> HSDPOptions:
-        if self.shard_size is not None:
-            return self
-        return dataclasses.replace(self, shard_size=max(len(devices) // 2, 1))
+        return dataclasses.replace(self, shard_size=self.mesh_shape(len(devices))[1])
 
     def mesh_shape(self, ranks: int) -> tuple[int, int]:
         """(replicas, ranks per sharding group)."""

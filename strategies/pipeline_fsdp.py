@@ -18,6 +18,7 @@ from typing_extensions import Self  # typing's from Python 3.11
 
 from strategies.base import Layout
 from strategies.errors import StrategyError
+from strategies.fsdp import reduce_by_sum_on_gloo
 from strategies.options import option
 from strategies.partition import default_balance
 from strategies.pipeline_schedules import ScheduledPipeline, ScheduleOptions
@@ -34,17 +35,22 @@ class PipelineFSDPOptions(ScheduleOptions):
         "pipelines side by side (the data-parallel dimension): N devices make P pipelines of "
         "N/P stages, each on 1/P of the batch (default 2)"))
 
+    @property
+    def count(self) -> int:
+        """The pipelines side by side, the default resolved."""
+        return self.pipelines or 2
+
     def pieces(self, devices) -> int:
-        return len(devices) // (self.pipelines or 2)
+        return len(devices) // self.count
 
     def device_count(self) -> int | None:
-        return self.stages * (self.pipelines or 2) if self.stages else None
+        return self.stages * self.count if self.stages else None
 
     def device_count_text(self) -> str:
-        return f"{self.pipelines or 2} pipelines of {self.stages} stages need"
+        return f"{self.count} pipelines of {self.stages} stages need"
 
     def check(self, workload, global_batch, devices) -> None:
-        pipelines = self.pipelines or 2
+        pipelines = self.count
         if len(devices) % pipelines or len(devices) // pipelines < 2:
             raise StrategyError(f"{len(devices)} devices do not make {pipelines} pipelines of 2 "
                                 f"stages or more; give {2 * pipelines} devices or a multiple, "
@@ -57,7 +63,7 @@ class PipelineFSDPOptions(ScheduleOptions):
         super().check(workload, global_batch // pipelines, devices)
 
     def resolved(self, global_batch, devices) -> Self:
-        pipelines = self.pipelines or 2
+        pipelines = self.count
         stages = len(devices) // pipelines
         split, _ = resolve_split(global_batch // pipelines, self.split_size, stages)
         return replace(self, pipelines=pipelines, stages=stages, split_size=split,
@@ -79,19 +85,17 @@ class PipelineFSDP(ScheduledPipeline):
 
     @classmethod
     def one_pipeline(cls, global_batch, devices, options) -> tuple[int, int]:
-        pipelines = options.pipelines or 2
-        return global_batch // pipelines, len(devices) // pipelines
+        return global_batch // options.count, len(devices) // options.count
 
     @classmethod
     def smallest_slice(cls, global_batch, devices, options) -> int:
-        split = options.micro_batch_size()
-        share = global_batch // (options.pipelines or 2)
-        return min(micro_batch_sizes(share, split)) if split else share
+        # A forward pass computes on a micro-batch of one pipeline's share of the batch.
+        share, _ = cls.one_pipeline(global_batch, devices, options)
+        return super().smallest_slice(share, devices, options)
 
     @property
     def pipelines(self) -> int:
-        assert self.options.pipelines is not None  # resolved by the plan
-        return self.options.pipelines
+        return self.options.count
 
     @property
     def stage_ranks(self) -> int:
@@ -124,8 +128,7 @@ class PipelineFSDP(ScheduledPipeline):
 
     def replicated(self, stage: nn.Module) -> nn.Module:
         unit = fully_shard(stage, mesh=self._mesh["dp"])
-        if dist.get_backend() == "gloo":  # as fsdp.py: gloo's reduce-scatter of AVG sums
-            unit.set_force_sum_reduction_for_comms(True)
+        reduce_by_sum_on_gloo([unit])
         return cast(nn.Module, unit)
 
     def whole_parameters(self, module: nn.Module) -> list[torch.Tensor]:
