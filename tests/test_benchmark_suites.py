@@ -20,17 +20,21 @@ def test_asv_check_finds_no_problems():
 
 @pytest.mark.timeout(240)
 def test_plain_pytest_skips_the_benchmarks_and_benchmark_only_selects_them():
-    plain = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=200)
-    assert plain.returncode == 0, plain.stdout
-    assert "run it with pytest --benchmark-only" in plain.stdout
-    assert " passed" not in plain.stdout
-    listed = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--benchmark-only",
-                             "--collect-only", "-q"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=200)
-    assert "test_training_step[single]" in listed.stdout
-    assert "test_training_step[ddp]" in listed.stdout
-    assert "test_training_step[data-parallel]" not in listed.stdout  # needs CUDA
+    # Both at once: each is mostly an interpreter importing torch, one per core.
+    processes = [subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks", *flags],
+                                  cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                 for flags in (["-q", "-rs"], ["--benchmark-only", "--collect-only", "-q"])]
+    try:
+        plain, listed = (process.communicate(timeout=200)[0] for process in processes)
+    finally:
+        for process in processes:
+            process.kill()
+    assert processes[0].returncode == 0, plain
+    assert "run it with pytest --benchmark-only" in plain
+    assert " passed" not in plain
+    assert "test_training_step[single]" in listed
+    assert "test_training_step[ddp]" in listed
+    assert "test_training_step[data-parallel]" not in listed  # needs CUDA
 
 
 def test_asv_and_pytest_benchmark_measure_exactly_the_quick_comparison(load_harness):
