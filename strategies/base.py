@@ -279,6 +279,12 @@ class Strategy(ABC):
         """
         return None
 
+    def buffer_bytes(self) -> list[int] | None:
+        """Per logical device this process drives: bytes the strategy's library holds besides
+        parameters, gradients and optimiser state for the whole step (DDP's gradient
+        buckets), as the library reports them; None where it holds none."""
+        return None
+
     def without_communication(self) -> contextlib.AbstractContextManager | None:
         """A context in which `train_step` does the same computation with no communication
         between ranks (the harness times it to split a step into compute and exposed

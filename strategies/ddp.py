@@ -125,6 +125,16 @@ class DDP(RankDataParallel):
     def without_communication(self):
         return self._wrapped.no_sync()
 
+    def buffer_bytes(self) -> list[int] | None:
+        """The buckets' flat copy of the gradients, as DDP's reducer sized them (rebuilt after
+        the first step in the order gradients arrived); none where the gradients are views
+        into the buckets (counted once, as gradients)."""
+        if self.options.gradient_as_bucket_view:
+            return None
+        data = self._wrapped._get_ddp_logging_data()
+        sizes = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or "")
+        return [sum(int(size) for size in sizes.split(",") if size.strip())]
+
     def communication(self) -> dict[str, float | int | None]:
         """Bytes all-reduced per step (the gradient of every parameter that receives one), and
         DDP's own averages over the iterations it sampled (the first 10, then every 100):

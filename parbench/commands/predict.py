@@ -16,6 +16,7 @@ from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plots import write_sweep_figure
 from parbench.predict.links import LINKS, AnyLink, links_help, named_link
+from parbench.predict.memory_calls import MEMORY_CALLS_FILE, calls_summary
 from parbench.predict.published import (
     PROFILES_FOLDER,
     predict_into,
@@ -188,6 +189,9 @@ def _predict_run(args: argparse.Namespace) -> int:
         print(f"told apart: {traced}")
     if memory:
         print(f"peak memory on the fullest device, predicted against measured: {memory}")
+    calls = calls_summary(published.calls)
+    if calls:
+        print(f"memory calls under the run's limit: {calls} ({folder.path / MEMORY_CALLS_FILE})")
     print(f"predictions: {folder.path / PREDICTIONS_FILE}; figures: "
           + ", ".join(path.name for path in published.figures)
           + f"; parbench report {folder.path} adds them to the run's README")

@@ -74,6 +74,11 @@ def _add_device_arguments(group) -> None:
     group.add_argument("--memory-cap-mib", type=int, help="each process may allocate this "
                        "many MiB beyond what it holds at the start (CPU: a memory limit to run "
                        "out of, as on a GPU; beyond it the configuration is recorded as oom)")
+    group.add_argument("--device-memory-mib", type=int, help="each logical device may hold "
+                       "this many MiB of tensors (parameters, gradients, optimiser state, "
+                       "saved activations, DDP's buckets), as a device of that size: beyond it "
+                       "the configuration is recorded as oom (emulated devices' memory; on "
+                       "GPUs, give --memory-cap-mib)")
     add_common_arguments(group, "--threads-per-device", "--timeout")
 
 

@@ -59,6 +59,8 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
         timeout_s=positive("--timeout", args.timeout), backend=args.backend,
         memory_cap_mib=(at_least("--memory-cap-mib", args.memory_cap_mib, 1)
                         if args.memory_cap_mib is not None else None),
+        device_memory_mib=(at_least("--device-memory-mib", args.device_memory_mib, 1)
+                           if args.device_memory_mib is not None else None),
         experiment=args.experiment,
         experiment_flags=tuple(args.experiment_flags or ()))
 

@@ -16,6 +16,7 @@ from parbench.machine.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.measurement import Measurement
 from parbench.measure.probes import Probes
+from parbench.measure.tensors import DeviceLimit
 from parbench.measure.timeline import Timeline
 from parbench.sweep.config import Config
 
@@ -43,8 +44,8 @@ def measure_worker(config: Config, local_devices: Callable[[strategies.Strategy]
     other processes of the configuration, if any, after every step; `pace` lets an external
     timer drive the steps (see `time_steps`).
     """
-    with memory_cap(config.memory_cap_mib, _capped_devices(config)):
-        return _measure(config, local_devices, barrier, pace)
+    with memory_cap(config.memory_cap_mib, _capped_devices(config)) as uncapped:
+        return _measure(config, local_devices, barrier, pace, uncapped)
 
 
 def _capped_devices(config: Config) -> DeviceSet:
@@ -56,7 +57,7 @@ def _capped_devices(config: Config) -> DeviceSet:
     return used
 
 
-def _measure(config: Config, local_devices, barrier, pace) -> Measurement:
+def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurement:
     strategy = _build(config)
     batches = probes = None
     try:
@@ -64,7 +65,9 @@ def _measure(config: Config, local_devices, barrier, pace) -> Measurement:
         devices = local_devices(strategy)
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
-        probes = Probes.open(devices, strategy.placed_modules())
+        limit = (DeviceLimit(config.device_memory_mib, strategy.optimizer,
+                             strategy.buffer_bytes()) if config.device_memory_mib else None)
+        probes = Probes.open(devices, strategy.placed_modules(), limit)
         losses: list[torch.Tensor] = []
         # The last measured step of a model cut into stages is timed action by action as well.
         timeline = Timeline(devices.logical) if strategy.pipeline_stages > 1 else None
@@ -85,7 +88,8 @@ def _measure(config: Config, local_devices, barrier, pace) -> Measurement:
         with probes.sampling():
             timing = time_steps(step, sync, config.warmup, config.steps, pace,
                                 probes.start_measuring)
-        memory_mib, source, physical = probes.read_memory(strategy.optimizer)
+        memory_mib, source, physical = probes.read_memory(strategy.optimizer,
+                                                             strategy.buffer_bytes())
         communication = strategy.communication()  # before the steps that change it
 
         def compute_step(i: int) -> None:
@@ -93,7 +97,11 @@ def _measure(config: Config, local_devices, barrier, pace) -> Measurement:
             probes.step_done(measured=False)
 
         # Last: memory has been read, and the model may diverge across ranks from here.
-        compute = _time_without_communication(strategy, compute_step, sync, config.steps)
+        # Uncapped: without its communication a strategy may hold more than its training
+        # (fsdp keeps every unit gathered), and a capped run asks whether training fits.
+        probes.drop_limit()
+        with uncapped():
+            compute = _time_without_communication(strategy, compute_step, sync, config.steps)
         return Measurement(
             step_times_s=list(timing.step_times_s), total_s=timing.total_s,
             warmup_step_times_s=list(timing.warmup_step_times_s),

@@ -29,21 +29,34 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
     (`torch.cuda.set_per_process_memory_fraction`: beyond it allocations raise
     torch.OutOfMemoryError), so a card of 80 GB can run out at a size a test chooses; on CPU,
     the process's data segment (Linux RLIMIT_DATA: beyond it allocations fail as out of
-    memory, as on a GPU), the heap no longer padded (`unpad_heap`)."""
+    memory, as on a GPU), the heap no longer padded (`unpad_heap`).
+
+    Yields `lifted`: a context in which the cap is off (what the harness does besides
+    training, such as its compute-only steps, must not run out where training would not)."""
     if mib and devices is not None and devices.kind == "cuda":
-        with _cuda_memory_cap(mib, devices.physical):
-            yield
+        with _cuda_memory_cap(mib, devices.physical) as uncapped:
+            yield uncapped
         return
     if mib:
         unpad_heap()  # before reading what the process holds
     data_kib = _read_status_kib("VmData") if mib else None
     if not mib or data_kib is None:
-        yield
+        yield contextlib.nullcontext
         return
     before = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (data_kib * 1024 + mib * MIB, before[1]))
+    capped = (data_kib * 1024 + mib * MIB, before[1])
+
+    @contextlib.contextmanager
+    def lifted():
+        resource.setrlimit(resource.RLIMIT_DATA, before)
+        try:
+            yield
+        finally:
+            resource.setrlimit(resource.RLIMIT_DATA, capped)
+
+    resource.setrlimit(resource.RLIMIT_DATA, capped)
     try:
-        yield
+        yield lifted
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, before)
 
@@ -51,16 +64,30 @@ def memory_cap(mib: int | None, devices: DeviceSet | None = None):
 @contextlib.contextmanager
 def _cuda_memory_cap(mib: int, gpus: Sequence[torch.device]):
     torch.cuda.empty_cache()  # what the allocator caches unused is not held
+    fractions = {}
     for gpu in gpus:
         total = torch.cuda.get_device_properties(gpu).total_memory
         held = torch.cuda.memory_reserved(gpu)
-        torch.cuda.set_per_process_memory_fraction(min(1.0, (held + mib * MIB) / total), gpu)
+        fractions[gpu] = min(1.0, (held + mib * MIB) / total)
+
+    def set_fractions(capped: bool) -> None:
+        for gpu, fraction in fractions.items():
+            torch.cuda.set_per_process_memory_fraction(fraction if capped else 1.0, gpu)
+
+    @contextlib.contextmanager
+    def lifted():
+        set_fractions(False)
+        try:
+            yield
+        finally:
+            set_fractions(True)
+
+    set_fractions(True)
     try:
-        yield
+        yield lifted
     finally:
         torch.cuda.empty_cache()
-        for gpu in gpus:
-            torch.cuda.set_per_process_memory_fraction(1.0, gpu)
+        set_fractions(False)
 
 
 def imbalance(values: Sequence[float]) -> float:

@@ -10,7 +10,7 @@ from parbench.machine.devices import DeviceSet
 from parbench.measure.memory import PeakMemory, allocated_mib
 from parbench.measure.sampling import GpuSampler
 from parbench.measure.tensors import SOURCE as TENSORS_SOURCE
-from parbench.measure.tensors import TensorMemory
+from parbench.measure.tensors import DeviceLimit, TensorMemory
 
 __all__ = ["Probes"]
 
@@ -26,13 +26,15 @@ class Probes:
     after_step_mib: list[float | None] = field(default_factory=list)  # after each measured step
 
     @classmethod
-    def open(cls, devices: DeviceSet, placed_modules) -> Probes:
+    def open(cls, devices: DeviceSet, placed_modules, limit: DeviceLimit | None = None
+             ) -> Probes:
+        """`limit`: each logical device's memory for its counted tensors (None: no limit)."""
         tensors = None
         if placed_modules is not None and (devices.kind == "cpu" or devices.emulated):
             # A CPU process's resident set includes the interpreter and libraries, and
             # logical devices sharing a physical one cannot be told apart by its counters:
             # count what each logical device holds instead.
-            tensors = TensorMemory(placed_modules)
+            tensors = TensorMemory(placed_modules, limit)
         sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
         return cls(devices, PeakMemory(devices), tensors, sampler)
 
@@ -44,6 +46,11 @@ class Probes:
             self.tensors.reset()
         if self.sampler is not None:
             self.sampler.start_measuring()
+
+    def drop_limit(self) -> None:
+        """The devices' memory limit off: what follows is the harness's, not training's."""
+        if self.tensors is not None:
+            self.tensors.drop_limit()
 
     def step_done(self, measured: bool) -> None:
         if self.tensors is not None:
@@ -62,11 +69,14 @@ class Probes:
             yield
             self.sampler.stop_measuring()
 
-    def read_memory(self, optimizer) -> tuple[list[float], str, list[float]]:
-        """(peak MiB per logical device, how it was obtained, peak MiB per physical device)."""
+    def read_memory(self, optimizer, buffer_bytes: list[int] | None = None
+                    ) -> tuple[list[float], str, list[float]]:
+        """(peak MiB per logical device, how it was obtained, peak MiB per physical device);
+        `buffer_bytes`: what the strategy holds besides its tensors, per logical device
+        (Strategy.buffer_bytes), added to the counted tensors."""
         physical = self.memory.read_mib()
         if self.tensors is not None:
-            return (self.tensors.read_mib(optimizer),
+            return (self.tensors.read_mib(optimizer, buffer_bytes),
                     f"{TENSORS_SOURCE}; physical: {self.memory.source}", physical)
         source = self.memory.source
         if self.devices.emulated:

@@ -10,10 +10,12 @@ import queue
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from parbench.families.workloads import Workload
+from parbench.launch.spawn import START_METHOD
 from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 
@@ -73,7 +75,9 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
     (each stepping for `window_s`, at least `steps` steps) over its time alone, each process
     with `threads` threads (a RuntimeError where one dies, or they have not answered within
     `timeout_s`); every process is ended on return."""
-    context = multiprocessing.get_context("spawn")
+    # Forked from parbench's fork server, which imported torch once: spawned, each process
+    # imported it again, most of a short measurement's time on a small machine.
+    context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
     barrier, results = context.Barrier(processes, timeout=timeout_s), context.Queue()
     children = [context.Process(target=_worker, daemon=True, args=(
         rank, workload, micro_batch, threads, steps, rounds, window_s, barrier, results))

@@ -8,18 +8,15 @@ compute, and none of it is hidden."""
 from __future__ import annotations
 
 from parbench.predict.links import AnyLink
-from parbench.predict.models import Prediction, mib
+from parbench.predict.memory import RankMemory
+from parbench.predict.models import Prediction
 from parbench.predict.profile import Profile
 
-__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_ready_times", "ddp", "fsdp"]
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_ready_times", "ddp", "fsdp", "hsdp"]
 
 # DDP's defaults: bucket_cap_mb=25, and a first bucket of 1 MiB so communication starts early.
 BUCKET_BYTES = 25 * 2**20
 FIRST_BUCKET_BYTES = 2**20
-# Parameters, gradients, momentum, and DDP's flat bucket copy of the gradients.
-_DDP_PARAMETER_COPIES = 4
-# Parameters, gradients and momentum (FSDP shards all three).
-_PARAMETER_COPIES = 3
 
 
 def bucket_ready_times(profile: Profile, first_bytes: int = FIRST_BUCKET_BYTES,
@@ -41,10 +38,15 @@ def bucket_ready_times(profile: Profile, first_bytes: int = FIRST_BUCKET_BYTES,
     return buckets
 
 
-def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False) -> Prediction:
+def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False,
+        bucket_view: bool = False, zero: bool = False) -> Prediction:
     """`ranks` ranks each on the profiled micro-batch (the global batch's share): forward, then
     backward with the buckets' all-reduces overlapped (after it, with `shared_cores`); the step
-    ends when both have, and each rank steps the optimiser over every parameter."""
+    ends when both have, and each rank steps the optimiser over every parameter (with `zero`,
+    ZeroRedundancyOptimizer: over its 1/ranks of them, holding only their momentum, then
+    every rank's updated share is broadcast: an all-gather of the parameters). Each rank
+    holds the buckets' flat copy of the gradients (none with `bucket_view`: the gradients
+    are views into the buckets)."""
     forward = sum(block.forward_s for block in profile.blocks)
     backward = sum(block.input_grad_s + block.weight_grad_s for block in profile.blocks)
     buckets = bucket_ready_times(profile)
@@ -55,11 +57,16 @@ def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False)
         communication_end = 0.0
         for (ready, _), allreduce in zip(buckets, allreduces, strict=True):
             communication_end = max(ready, communication_end) + allreduce
-    step = forward + max(backward, communication_end) + profile.optimizer_s
+    optimizer = profile.optimizer_s / ranks if zero else profile.optimizer_s
+    broadcast = link.collective_s("all_gather", profile.parameter_bytes, ranks) \
+        if zero and ranks > 1 else 0.0
+    step = forward + max(backward, communication_end) + optimizer + broadcast
     saved = sum(block.saved_bytes for block in profile.blocks)
-    return Prediction("ddp", profile.micro_batch * ranks, step,
-                      (mib(_DDP_PARAMETER_COPIES * profile.parameter_bytes + saved),) * ranks,
-                      bubble=max(0.0, 1 - (forward + backward + profile.optimizer_s) / step))
+    parameters = profile.parameter_bytes
+    memory = RankMemory((2 + (1 / ranks if zero else 1)) * parameters, saved,
+                        bucket_bytes=0 if bucket_view else parameters)
+    return Prediction("ddp", profile.micro_batch * ranks, step, (memory,) * ranks,
+                      bubble=max(0.0, 1 - (forward + backward + optimizer) / step))
 
 
 def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
@@ -73,15 +80,31 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
     The step ends when compute and the last reduce-scatter have (with `shared_cores`: every
     collective after the other, none hidden), then each rank steps the optimiser over its
     shard."""
+    return _sharded("fsdp", profile, ranks, ranks, link, reshard, shared_cores)
+
+
+def hsdp(profile: Profile, ranks: int, shard_size: int, link: AnyLink, reshard: bool = True,
+         shared_cores: bool = False) -> Prediction:
+    """HSDP: fsdp's step within each group of `shard_size` ranks (its gathers and
+    reduce-scatters over the group), and each reduce-scattered shard then all-reduced across
+    the ranks/shard_size groups that hold the same shard, behind the reduce-scatter."""
+    return _sharded("hsdp", profile, ranks, shard_size, link, reshard, shared_cores)
+
+
+def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: AnyLink,
+             reshard: bool, shared_cores: bool) -> Prediction:
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
     units = range(1, len(blocks) - 1)
     issued_ahead = profile.device.startswith("cuda")
+    replicas = ranks // shard_size
 
     spent = []  # every collective's time, as issued
 
-    def collective(name: str, size: int) -> float:
-        spent.append(link.collective_s(name, size, ranks))
+    def collective(kind: str, size: int) -> float:
+        spent.append(link.collective_s(kind, size, shard_size))
+        if kind == "reduce_scatter" and replicas > 1:  # the shard, across the groups
+            spent[-1] += link.allreduce_s(size / shard_size, replicas)
         return spent[-1]
 
     gathering = compute = collective("all_gather", root)  # the root first, alone
@@ -105,15 +128,21 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
     step = (busy + sum(spent) if shared_cores else max(compute, reducing)) \
-        + profile.optimizer_s / ranks
-    parameters = sum(b.parameter_bytes for b in blocks)
-    saved = sum(b.saved_bytes for b in blocks)
-    # Sharded parameters, gradients and momentum, and what is gathered at once: the root and
-    # two units (one computing, the next prefetched), or every unit when none is resharded
-    # after forward (they stay gathered until their backward).
-    largest = max(blocks[i].parameter_bytes for i in units)
-    gathered = root + (2 * largest if reshard else parameters - root)
-    memory = _PARAMETER_COPIES * parameters / ranks + gathered + saved
-    busy += profile.optimizer_s / ranks
-    return Prediction("fsdp", profile.micro_batch * ranks, step, (mib(memory),) * ranks,
+        + profile.optimizer_s / shard_size
+    busy += profile.optimizer_s / shard_size
+    return Prediction(name, profile.micro_batch * ranks, step,
+                      (_sharded_memory(profile, shard_size, reshard),) * ranks,
                       bubble=max(0.0, 1 - busy / step))
+
+
+def _sharded_memory(profile: Profile, shards: int, reshard: bool) -> RankMemory:
+    """Parameters, gradients and momentum sharded `shards` ways, the saved activations, and
+    what is gathered at once: the root and two units (one computing, the next prefetched), or
+    every unit when none is resharded after forward (they stay gathered until their
+    backward)."""
+    blocks = profile.blocks
+    root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
+    largest = max(block.parameter_bytes for block in blocks[1:-1])
+    gathered = root + (2 * largest if reshard else profile.parameter_bytes - root)
+    return RankMemory.of(profile.parameter_bytes, sum(b.saved_bytes for b in blocks), shards,
+                         gathered_bytes=gathered)

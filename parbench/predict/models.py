@@ -7,17 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parbench.predict.links import AnyLink
+from parbench.predict.memory import RankMemory
 from parbench.predict.profile import Profile
 from parbench.predict.schedule_replay import Replayed, StageTimes, replay, schedule_actions
 from strategies.partition import Partition
 from strategies.pipeline_schedules import SCHEDULES
 
-__all__ = ["KIND", "Prediction", "mib", "model_parallel", "pipeline", "single",
+__all__ = ["KIND", "Prediction", "model_parallel", "pipeline", "single",
            "tick_pipeline", "tick_step_s"]
 
 KIND = "predicted"
-# What each parameter costs in memory beyond itself: its gradient and SGD's momentum.
-_PARAMETER_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class Prediction:
     strategy: str
     global_batch: int
     step_time_s: float
-    peak_memory_mib: tuple[float, ...]  # per device: parameters, gradients, momentum, saved
+    memory: tuple[RankMemory, ...]  # per device (rank, or logical device of one process)
     # The share of the devices' time in none of their compute: a pipeline's bubble, ddp's
     # exposed communication.
     bubble: float | None = None
@@ -38,9 +37,15 @@ class Prediction:
     def throughput_ips(self) -> float:
         return self.global_batch / self.step_time_s
 
+    @property
+    def peak_memory_mib(self) -> tuple[float, ...]:
+        """Per device: everything it holds at its fullest (RankMemory.peak_mib)."""
+        return tuple(rank.peak_mib for rank in self.memory)
 
-def mib(size_bytes: float) -> float:
-    return size_bytes / 2**20
+    @property
+    def counted_memory_mib(self) -> tuple[float, ...]:
+        """Per device: what parbench's measured figure counts (RankMemory.counted_mib)."""
+        return tuple(rank.counted_mib for rank in self.memory)
 
 
 def single(profile: Profile, micro_batches: int) -> Prediction:
@@ -50,7 +55,7 @@ def single(profile: Profile, micro_batches: int) -> Prediction:
     saved = sum(b.saved_bytes for b in profile.blocks)
     return Prediction("single", profile.micro_batch * micro_batches,
                       micro_batches * profile.step_compute_s + profile.optimizer_s,
-                      (mib(_PARAMETER_COPIES * profile.parameter_bytes + saved),))
+                      (RankMemory.of(profile.parameter_bytes, saved),))
 
 
 def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Prediction:
@@ -62,8 +67,8 @@ def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Pre
     step = (sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times) + transfers
             + profile.optimizer_s)
     ranges = partition.stage_ranges()
-    memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
-                            + profile.blocks[i].saved_bytes for i in r)) for r in ranges)
+    memory = tuple(RankMemory.of(sum(profile.blocks[i].parameter_bytes for i in r),
+                                 sum(profile.blocks[i].saved_bytes for i in r)) for r in ranges)
     return Prediction("model-parallel", profile.micro_batch, step, memory)
 
 
@@ -76,8 +81,8 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
     stages, schedule = len(times), tick_step_s(times, micro_batches)
     busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
     ranges = partition.stage_ranges()
-    memory = tuple(mib(sum(_PARAMETER_COPIES * profile.blocks[i].parameter_bytes
-                            + micro_batches * profile.blocks[i].saved_bytes for i in r))
+    memory = tuple(RankMemory.of(sum(profile.blocks[i].parameter_bytes for i in r),
+                                 micro_batches * sum(profile.blocks[i].saved_bytes for i in r))
                    for r in ranges)
     # The bubble is the schedule's idle share, the optimiser apart (as a measured timeline's).
     return Prediction("pipeline", profile.micro_batch * micro_batches,
@@ -118,8 +123,7 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
     for rank, rank_actions in enumerate(actions):
         stages = {stage for stage, _, _ in rank_actions}
         parameters = sum(profile.blocks[i].parameter_bytes for s in stages for i in ranges[s])
-        memory.append(mib(_PARAMETER_COPIES * parameters
-                          + _peak_saved(replayed, rank, saved)))
+        memory.append(RankMemory.of(parameters, _peak_saved(replayed, rank, saved)))
         # Each rank steps its own stages' optimiser once its last action is done.
         last = max(span[4] for span in replayed.spans if span[0] == rank)
         ends.append(last + profile.optimizer_share_s(parameters))

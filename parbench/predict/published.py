@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +17,7 @@ from parbench.plots import (
     write_ranking_figure,
 )
 from parbench.predict.links import LINKS, AnyLink, MeasuredLink, named_link
+from parbench.predict.memory_calls import MEMORY_CALLS_FILE, memory_calls
 from parbench.predict.naive import with_naive
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.records import predicted_beside_measured
@@ -81,16 +82,19 @@ def stale_models(stored: dict) -> str | None:
 
 def kept_files(folder: Path) -> list[Path]:
     """Every file of the folder's predictions (kept as they are where stale_models says so)."""
-    names = ("predictions.*", "ranking.*", "predicted-timeline-*", PREDICTION_FILE)
+    names = ("predictions.*", "ranking.*", "predicted-timeline-*", PREDICTION_FILE,
+             MEMORY_CALLS_FILE)
     return sorted(path for pattern in names for path in Path(folder).glob(pattern))
 
 
 @dataclass(frozen=True)
 class Published:
-    """What predict_into wrote: the table, and the figures' paths."""
+    """What predict_into wrote: the table, the figures' paths, and the memory calls (empty
+    where the run had no memory limit)."""
 
     table: pd.DataFrame
     figures: list[Path]
+    calls: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
@@ -104,8 +108,12 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     cache = folder.path / PROFILES_FOLDER
     profiler = profiler or (lambda record: profiles_for(record, cache))
     table = predicted_beside_measured(records, profiler, link)
+    calls = memory_calls(records, profiler, link)
+    if not calls.empty:
+        atomic_write_text(folder.path / MEMORY_CALLS_FILE, calls.assign(
+            predictor_version=PREDICTOR_VERSION).to_csv(index=False))
     if table.empty:
-        return Published(table, [])
+        return Published(table, [], calls)
     table = with_reader_columns(with_naive(table, profiler), link.name).assign(
         predictor_version=PREDICTOR_VERSION)
     atomic_write_text(folder.path / PREDICTIONS_FILE,
@@ -117,4 +125,4 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     figures = [write_prediction_figure(table, folder.path, link.name)]
     ranked = write_ranking_figure(table, folder.path)
     figures += ([ranked] if ranked else []) + write_predicted_timelines(table, folder.path)
-    return Published(table, figures)
+    return Published(table, figures, calls)

@@ -11,6 +11,7 @@ import pandas as pd
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
+from parbench.predict.sharded_pipelines import sharded_pipelines
 from parbench.predict.trace_check import replayed_trace
 from parbench.results.comparisons import comparison_key, is_baseline
 from parbench.results.record import Record
@@ -22,13 +23,13 @@ __all__ = ["partition_of", "predict_record", "predicted_beside_measured", "profi
 
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
-_DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, zero=False,
-                              sync_batchnorm=False)
+_DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, sync_batchnorm=False)
 
 
-# The layouts a timing model covers (not nn.DataParallel's, nor HSDP's two dimensions yet).
-_MODELLED = (Layout.ONE_DEVICE, Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.STAGES_IN_TURN,
-             Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE)
+# The layouts a timing model covers (not nn.DataParallel's: CUDA only, never profiled here).
+_MODELLED = (Layout.ONE_DEVICE, Layout.REPLICAS, Layout.SHARDED_REPLICAS,
+             Layout.HYBRID_SHARDED, Layout.STAGES_IN_TURN, Layout.TICK_PIPELINE,
+             Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
 
 
 def partition_of(record: dict, block_names: tuple[str, ...]) -> Partition:
@@ -53,7 +54,7 @@ def _modelled(record: dict) -> bool:
     if layout is Layout.REPLICAS:
         return all(options.get(k, default) == default
                    for k, default in _DDP_MODELLED_DEFAULTS.items())
-    if layout is Layout.SHARDED_REPLICAS:
+    if layout in (Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED):
         return not options.get("mixed_precision")  # the policy's casts are not modelled
     return layout in _MODELLED
 
@@ -61,8 +62,7 @@ def _modelled(record: dict) -> bool:
 def predict_record(record: dict, profile_at: ProfileAt,
                    link: AnyLink) -> models.Prediction | None:
     """The prediction for a measured record's configuration; None where the models do not
-    cover it (nn.DataParallel, HSDP, ddp's hooks and ZeRO, fsdp's mixed precision,
-    --compile).
+    cover it (nn.DataParallel, ddp's hooks, fsdp's mixed precision, --compile).
     Its model is the one for the layout its strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
@@ -74,10 +74,15 @@ def predict_record(record: dict, profile_at: ProfileAt,
     if layout is Layout.ONE_DEVICE:
         return models.single(profile, micro_batches)
     if layout is Layout.REPLICAS:
-        return data_parallel.ddp(profile, ranks, link, shared_cores=_cores_shared(record))
+        return data_parallel.ddp(profile, ranks, link, shared_cores=_cores_shared(record),
+                                 bucket_view=bool(options.get("gradient_as_bucket_view")),
+                                 zero=bool(options.get("zero")))
+    reshard = options.get("reshard_after_forward") != "no"
     if layout is Layout.SHARDED_REPLICAS:
-        return data_parallel.fsdp(profile, ranks, link, shared_cores=_cores_shared(record),
-                                  reshard=options.get("reshard_after_forward") != "no")
+        return data_parallel.fsdp(profile, ranks, link, reshard, _cores_shared(record))
+    if layout is Layout.HYBRID_SHARDED:
+        return data_parallel.hsdp(profile, ranks, int(options["shard_size"]), link, reshard,
+                                  _cores_shared(record))
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
     in_process = NO_LINK if record.get("device_kind") == "cpu" else link
@@ -85,6 +90,9 @@ def predict_record(record: dict, profile_at: ProfileAt,
         return models.model_parallel(profile, partition, in_process)
     if layout is Layout.TICK_PIPELINE:
         return models.tick_pipeline(profile, partition, micro_batches)
+    if layout is Layout.SHARDED_PIPELINES:
+        return sharded_pipelines(profile, partition, int(options["pipelines"]), micro_batches,
+                                 link)
     scheduled = options_of(record["strategy"], options)  # its schedule: a preset option
     assert isinstance(scheduled, ScheduleOptions), layout
     return models.pipeline(scheduled.schedule, profile, partition, ranks, micro_batches, link)
@@ -139,10 +147,10 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
 
 
 def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:
-    """The fullest device's predicted peak memory over its measured one, less 1 (for ddp and
-    fsdp the prediction counts what the measured figure leaves out: see memory_summary)."""
+    """The fullest device's predicted peak memory over its measured one, less 1, both as the
+    measured figure counts it (RankMemory.counted_mib: without FSDP's gathered units)."""
     peak = _number(measured.get("peak_memory_max_mib"))
-    return max(predicted.peak_memory_mib) / peak - 1 if peak else None
+    return max(predicted.counted_memory_mib) / peak - 1 if peak else None
 
 
 def _with_speedups(table: pd.DataFrame) -> pd.DataFrame:

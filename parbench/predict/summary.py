@@ -9,6 +9,7 @@ import pandas as pd
 
 from parbench.plots.common import interval_of, options_text
 from parbench.predict.ranking import ranking
+from parbench.predict.version import PREDICTOR_VERSION
 from parbench.reporting.markdown import cell, markdown_table
 from parbench.results.folder import load_records
 
@@ -75,15 +76,24 @@ def ranking_summary(table: pd.DataFrame) -> str | None:
 
 def memory_summary(table: pd.DataFrame) -> str | None:
     """Median and worst |error| of the fullest device's predicted peak memory (None where no
-    record measured one). The two differ in scope for ddp and fsdp: the model counts DDP's
-    bucket copy of the gradients and the parameters FSDP gathers, the measured per-device
-    figure leaves them out (docs/methodology.md), so those read high."""
+    record measured one), as the measured figure counts it (parbench.predict.memory: without
+    FSDP's gathered units). Records measured before DDP's buckets were counted (their
+    memory_source does not name them) leave the buckets out, so their ddp errors read high;
+    versions 1-4 also counted fsdp's gathered units."""
     if "memory_error" not in table or table["memory_error"].isna().all():
         return None
     errors = table["memory_error"].dropna().abs()
+    sources = table.get("memory_source", pd.Series(dtype=str)).fillna("").astype(str)
+    uncounted = sources.str.startswith("tensors") & ~sources.str.contains("bucket")
+    versions = table.get("predictor_version", pd.Series([PREDICTOR_VERSION]))
+    scope = ("ddp's and fsdp's predictions count their buckets and gathered parameters, the "
+             "measured figure does not" if versions.min() < 5 else  # as versions 1-4 did
+             "ddp's predictions count its buckets, which these records' measured figure "
+             "does not" if uncounted.any() else
+             "as the measured figure counts it: tensors and DDP's buckets, not FSDP's gathered "
+             "units")
     return (f"median |error| {errors.median():.1%}, worst {errors.max():.1%} over {len(errors)} "
-            "configurations (ddp's and fsdp's predictions count their buckets and gathered "
-            "parameters, the measured figure does not)")
+            f"configurations ({scope})")
 
 
 def speedup_summary(table: pd.DataFrame) -> str | None:

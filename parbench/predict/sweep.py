@@ -10,6 +10,7 @@ import pandas as pd
 from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
+from parbench.predict.sharded_pipelines import sharded_pipelines
 from strategies import layout_of
 from strategies.partition import Partition, partition_by_cost
 from strategies.pipeline_schedules import SCHEDULES
@@ -25,13 +26,17 @@ def _balanced(profile: Profile, stages: int) -> Partition:
 
 
 def _row(predicted: models.Prediction, devices: int, split: int | None,
-         micro_batches: int | None, partition: Partition | None = None) -> dict:
+         micro_batches: int | None, partition: Partition | None = None,
+         options: dict | None = None) -> dict:
+    """A predicted layout, with the `parbench run` options that reproduce it."""
     return dict(kind=predicted.kind, strategy=predicted.strategy, devices=devices,
                 split_size=split, micro_batches=micro_batches,
                 partition=partition.describe() if partition else None,
+                options=options or {},
                 step_time_s=predicted.step_time_s, throughput_ips=predicted.throughput_ips,
                 bubble_or_exposed_comm=predicted.bubble,
-                peak_memory_max_mib=max(predicted.peak_memory_mib))
+                peak_memory_max_mib=max(predicted.peak_memory_mib),
+                counted_memory_max_mib=max(predicted.counted_memory_mib))
 
 
 def _pipelines(profile: Profile, devices: int, micro_batches: int,
@@ -39,8 +44,10 @@ def _pipelines(profile: Profile, devices: int, micro_batches: int,
     rows, refused = [], []
     split = profile.micro_batch
     cut = _balanced(profile, devices)
+    # Cut at equal profiled time, as `--balance time` cuts.
+    timed = dict(split_size=split, balance="time")
     rows.append(_row(models.tick_pipeline(profile, cut, micro_batches), devices, split,
-                     micro_batches, cut))
+                     micro_batches, cut, timed))
     for name, schedule in SCHEDULES.items():
         pieces = devices * (2 if schedule.multi_stage else 1)
         try:
@@ -49,17 +56,60 @@ def _pipelines(profile: Profile, devices: int, micro_batches: int,
         except Exception as error:  # noqa: BLE001 (torch refuses a schedule's shape its way)
             refused.append(f"pipeline-{name} at split {split}: {error}")
             continue
-        rows.append(_row(predicted, devices, split, micro_batches, partition))
+        rows.append(_row(predicted, devices, split, micro_batches, partition, timed))
     return rows, refused
+
+
+def _sharded_pipelines(profile: Profile, devices: int, global_batch: int,
+                       link: AnyLink) -> tuple[list[dict], list[str]]:
+    """pipeline-fsdp at every count of pipelines P (2 or more, of 2 stages or more) whose
+    1/P of the batch the profiled micro-batch divides."""
+    rows, refused, split = [], [], profile.micro_batch
+    for pipelines in range(2, devices // 2 + 1):
+        if devices % pipelines:
+            continue
+        share = global_batch // pipelines
+        if global_batch % pipelines or share % split:
+            refused.append(f"pipeline-fsdp with {pipelines} pipelines at split {split}: batch "
+                           f"{global_batch} does not split into equal micro-batches of {split}")
+            continue
+        cut = _balanced(profile, devices // pipelines)
+        try:
+            predicted = sharded_pipelines(profile, cut, pipelines, share // split, link)
+        except Exception as error:  # noqa: BLE001 (torch refuses a schedule's shape its way)
+            refused.append(f"pipeline-fsdp with {pipelines} pipelines at split {split}: {error}")
+            continue
+        rows.append(_row(predicted, devices, split, share // split, cut,
+                         dict(split_size=split, balance="time", pipelines=pipelines)))
+    return rows, refused
+
+
+def _data_parallel_rows(per_rank: Profile, devices: int, link: AnyLink) -> list[dict]:
+    """ddp (and with ZeRO), fsdp resharding after forward or not, and hsdp at every shard
+    size that leaves two replicas or more."""
+    link = link if devices > 1 else NO_LINK
+    rows = [_row(data_parallel.ddp(per_rank, devices, link), devices, None, None)]
+    if devices > 1:
+        rows.append(_row(data_parallel.ddp(per_rank, devices, link, zero=True), devices, None,
+                         None, options=dict(zero=True)))
+    for reshard in ("yes", "no"):
+        rows.append(_row(data_parallel.fsdp(per_rank, devices, link, reshard == "yes"),
+                         devices, None, None, options=dict(reshard_after_forward=reshard)))
+    for shard in range(2, devices // 2 + 1):
+        if devices % shard == 0:
+            rows.append(_row(data_parallel.hsdp(per_rank, devices, shard, link), devices, None,
+                             None, options=dict(shard_size=shard)))
+    return rows
 
 
 def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
                   profile_at: Callable[[int], Profile], link: AnyLink) -> pd.DataFrame:
     """single (whole batch, and accumulating each split), model-parallel, the tutorial's
-    pipeline and every schedule at each split on `devices` devices, ddp and fsdp: predicted,
-    fastest first, with the speedup over single. Stages are cut at equal profiled time (not
-    the tutorial's cut, which parbench run uses on 2 devices by default). A schedule torch
-    refuses for a shape is listed in the table's attrs["refused"] with torch's reason."""
+    pipeline and every schedule at each split on `devices` devices, pipeline-fsdp at each
+    count of pipelines, ddp (and ZeRO), fsdp (resharding or not) and hsdp at each shard size:
+    predicted, fastest first, with the speedup over single. Stages are cut at equal profiled
+    time (not the tutorial's cut, which parbench run uses on 2 devices by default). A schedule
+    torch refuses for a shape is listed in the table's attrs["refused"] with torch's reason."""
     if devices < 1 or global_batch < devices:
         raise ValueError(f"need at least 1 device and a global batch of at least one image per "
                          f"device, got {devices} devices and batch {global_batch}")
@@ -68,7 +118,8 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
     refused = []
     if devices > 1:
         cut = _balanced(whole, devices)
-        rows.append(_row(models.model_parallel(whole, cut, link), devices, None, None, cut))
+        rows.append(_row(models.model_parallel(whole, cut, link), devices, None, None, cut,
+                         dict(balance="time")))
     for split in splits or [resolve_split(global_batch, None, devices)[0]]:
         if global_batch % split:
             refused.append(f"split {split}: does not divide batch {global_batch} (unequal "
@@ -76,17 +127,19 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
             continue
         profile = profile_at(split)
         micro_batches = global_batch // split
-        rows.append(_row(models.single(profile, micro_batches), 1, split, micro_batches))
+        rows.append(_row(models.single(profile, micro_batches), 1, split, micro_batches,
+                         options=dict(accumulation_split=split)))
         if devices > 1:
             found, why = _pipelines(profile, devices, micro_batches, link)
             rows, refused = rows + found, refused + why
+        if devices >= 4:
+            found, why = _sharded_pipelines(profile, devices, global_batch, link)
+            rows, refused = rows + found, refused + why
     if global_batch % devices:
-        refused.append(f"ddp, fsdp: batch {global_batch} does not split over {devices} ranks")
+        refused.append(f"ddp, fsdp, hsdp: batch {global_batch} does not split over {devices} "
+                       "ranks")
     else:
-        per_rank = profile_at(global_batch // devices)
-        for model in (data_parallel.ddp, data_parallel.fsdp):
-            rows.append(_row(model(per_rank, devices, link if devices > 1 else NO_LINK),
-                             devices, None, None))
+        rows += _data_parallel_rows(profile_at(global_batch // devices), devices, link)
     table = _with_causes(pd.DataFrame(rows), global_batch, devices, profile_at)
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused

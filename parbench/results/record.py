@@ -90,6 +90,7 @@ class Record:
     threads_per_device: int | None = None
     torch_threads: int | None = None
     memory_cap_mib: int | None = None
+    device_memory_mib: int | None = None
     warmup_steps: int | None = None
     measured_steps: int | None = None
     # Time.

@@ -111,7 +111,7 @@ def _swept(spec: SweepSpec,
         compile=spec.compile, cudnn_benchmark=spec.cudnn_benchmark, seed=spec.seed,
         warmup=spec.warmup, steps=spec.steps, threads_per_device=spec.threads_per_device,
         timeout_s=spec.timeout_s, backend=spec.backend, loader_workers=spec.loader_workers,
-        memory_cap_mib=spec.memory_cap_mib)
+        memory_cap_mib=spec.memory_cap_mib, device_memory_mib=spec.device_memory_mib)
     left_out = {}
     if spec.compares_every_strategy:
         left_out = _left_out(configs)

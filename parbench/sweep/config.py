@@ -48,6 +48,10 @@ class Config:
     # (CPU: RLIMIT_DATA, a memory limit to run out of, as a GPU's is; CUDA: the caching
     # allocator's per-process fraction, see measure.memory_cap).
     memory_cap_mib: int | None = None
+    # Each logical device may hold this many MiB of counted tensors (parameters, gradients,
+    # optimiser state, saved activations, DDP's buckets: measure.tensors), as a device of
+    # that size would; beyond it the configuration runs out (an emulated device's memory).
+    device_memory_mib: int | None = None
     # How the global batch relates to the devices used (SCALINGS; see `weakly_scaled`).
     scaling: str = "strong"
 

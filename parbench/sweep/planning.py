@@ -141,7 +141,7 @@ def plan_config(config: Config) -> RunPlan:
         refusal = Refusal("options", f"{config.strategy}: {error}")
     problem = (_backend_problem(used, config.backend) if per_device else None) or (
         _job_problem(config, used, per_device) if in_job else None) or (
-        _batch_problem(config, used))
+        _batch_problem(config, used)) or _memory_problem(config, used)
     if problem and (refusal is None or refusal.kind in ("machine", "batch", "workload")):
         refusal = Refusal("usage", problem)
     return RunPlan(used, launcher, len(used) if per_device else 1, backend,
@@ -172,6 +172,16 @@ def _job_problem(config: Config, used: DeviceSet, per_device: bool) -> str | Non
                 f"{len(config.devices)} processes; set their number with torchrun's --nnodes "
                 "and --nproc-per-node (srun's --nodes and --ntasks-per-node), not "
                 "--world-size or --stages")
+    return None
+
+
+def _memory_problem(config: Config, used: DeviceSet) -> str | None:
+    """--device-memory-mib counts tensors per logical device, which a GPU of its own does not
+    need (its allocator's peak is the figure): there, --memory-cap-mib is the cap."""
+    if config.device_memory_mib and used.kind == "cuda" and not used.emulated:
+        return ("--device-memory-mib limits what each emulated device holds; on GPUs of their "
+                f"own give --memory-cap-mib {config.device_memory_mib} instead (each GPU's "
+                "caching allocator capped)")
     return None
 
 

@@ -152,6 +152,7 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
         world_size=config.plan.world_size, backend=config.plan.backend,
         data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
+        device_memory_mib=config.device_memory_mib,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps,
     )

@@ -52,6 +52,7 @@ class SweepSpec:
     timeout_s: float = 1800.0
     backend: str = "auto"
     memory_cap_mib: int | None = None
+    device_memory_mib: int | None = None  # counted tensors per logical device (Config's)
     # The named experiment the run reproduces, and the flags typed beside it (for its README).
     experiment: str | None = None
     experiment_flags: tuple[str, ...] = field(default=())

@@ -1,0 +1,40 @@
+"""pipeline-fsdp's step predicted: P 1F1B pipelines side by side, each stage one FSDP2 unit
+sharded over its P copies, gathered once before the first forward and kept gathered (its
+gradient too, in full) until the last backward, then reduce-scattered."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from parbench.predict.links import AnyLink
+from parbench.predict.memory import RankMemory
+from parbench.predict.models import Prediction, pipeline
+from parbench.predict.profile import Profile
+from strategies.partition import Partition
+
+__all__ = ["sharded_pipelines"]
+
+
+def sharded_pipelines(profile: Profile, partition: Partition, pipelines: int,
+                      micro_batches: int, link: AnyLink) -> Prediction:
+    """`pipelines` pipelines of partition.stages ranks, each running 1F1B on `micro_batches`
+    micro-batches of the profiled size (its 1/P of the batch): one pipeline's replayed step,
+    with each rank's all-gather of its stage before the schedule and its reduce-scatter after
+    it (over the P ranks holding that stage: neither overlaps compute), and the optimiser
+    over its stage's shard."""
+    stages = partition.stages
+    one = pipeline("1f1b", profile, partition, stages, micro_batches, link)
+    ranges = partition.stage_ranges()
+    sizes = [sum(profile.blocks[i].parameter_bytes for i in r) for r in ranges]
+    ends = []
+    for stage, size in enumerate(sizes):
+        last = max(span[4] for span in one.spans if span[0] == stage)
+        ends.append(link.collective_s("all_gather", size, pipelines) + last
+                    + link.collective_s("reduce_scatter", size, pipelines)
+                    + profile.optimizer_share_s(size) / pipelines)
+    step = max(ends)
+    memory = tuple(replace(RankMemory.of(size, rank.activation_bytes, pipelines),
+                           gathered_bytes=2 * size)  # the stage and its gradient, in full
+                   for size, rank in zip(sizes, one.memory, strict=True))
+    return Prediction("pipeline-fsdp", one.global_batch * pipelines, step,
+                      memory * pipelines, one.bubble, one.spans)
