@@ -16,6 +16,7 @@ from parbench.commands import (
     max_batch,
     predict,
     project,
+    recommend,
     results,
     run,
     verify,
@@ -27,7 +28,7 @@ __all__ = ["COMMANDS", "main", "parser"]
 EXIT_USAGE = 2
 
 # Each command module adds its own parsers and arguments, in this order in --help.
-COMMANDS = (run, verify, max_batch, collectives, predict, project, results, info)
+COMMANDS = (run, verify, max_batch, collectives, predict, recommend, project, results, info)
 
 
 class _Parser(argparse.ArgumentParser):

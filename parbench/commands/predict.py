@@ -53,7 +53,7 @@ NEEDED = ("strategy", "model", "image_size", "precision", "device_kind", "global
           "step_time_median_s")
 
 
-def _link(name: str) -> AnyLink:
+def link_flag(name: str) -> AnyLink:
     """A name in LINKS, or a bandwidth in GB/s (a sweep's link; a run's may be `measured`)."""
     if name == "measured":
         raise UsageError("--link measured reads a run folder's collectives: give the run "
@@ -68,7 +68,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
+def whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
     """Comma-separated whole numbers of at least 1 (an empty item is refused, not dropped)."""
     try:
         values = [int(item) for item in text.split(",")]
@@ -78,7 +78,7 @@ def _whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
     return [at_least(flag, value, 1) for value in values]
 
 
-def _profile_cache(path: Path | None) -> Path:
+def profile_cache(path: Path | None) -> Path:
     """The folder profiles are kept in, refused where it, or a folder above it, is a file."""
     cache = path or DEFAULT_CACHE
     existing = next(folder for folder in (cache, *cache.parents) if folder.exists())
@@ -211,7 +211,7 @@ def _profiled_sizes(batch: int, counts: list[int], splits: list[int]) -> list[tu
     return sizes
 
 
-def _check_batches(model: str, image_size: int, device: str, batch: int, counts: list[int],
+def check_batches(model: str, image_size: int, device: str, batch: int, counts: list[int],
                    splits: list[int]) -> None:
     """Refuse a sweep whose shapes torch would refuse only once profiling them."""
     if batch < max(counts):
@@ -255,8 +255,8 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
                          "resnet50 --devices 8 --link nvlink4 --batch-size 1024)")
     given = {name: value for name, value in vars(args).items() if value is not None}
     sweep = argparse.Namespace(**{**SWEEP_DEFAULTS, **given})
-    sweep.device_counts = _whole_numbers("--devices", args.devices, "device counts", "2,4,8")
-    sweep.splits = (_whole_numbers("--split-size", args.split_size, "micro-batch sizes", "2,4")
+    sweep.device_counts = whole_numbers("--devices", args.devices, "device counts", "2,4,8")
+    sweep.splits = (whole_numbers("--split-size", args.split_size, "micro-batch sizes", "2,4")
                     if args.split_size is not None else [])
     at_least("--batch-size", sweep.batch_size, 1)
     image_sizes(str(sweep.image_size), [sweep.model])
@@ -265,10 +265,10 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
     if sweep.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--profile-device cuda: this machine has no GPU; profile on a machine "
                          "with one, or give --profile-device cpu")
-    _check_batches(sweep.model, sweep.image_size, sweep.device, sweep.batch_size,
+    check_batches(sweep.model, sweep.image_size, sweep.device, sweep.batch_size,
                    sweep.device_counts, sweep.splits)
-    sweep.link = _link(args.link)
-    sweep.profile_cache = _profile_cache(args.profile_cache)
+    sweep.link = link_flag(args.link)
+    sweep.profile_cache = profile_cache(args.profile_cache)
     sweep.csv = _output_file("--csv", args.csv, "sweep.csv")
     sweep.figure = _output_file("--figure", args.figure, "sweep.png")
     return sweep

@@ -44,7 +44,8 @@ def as_planned(record: dict, profile: Profile) -> dict:
         planned["micro_batches"] = math.ceil(share / split)
     stages = options.get("stages")
     if stages and not isinstance(record.get("partition"), str):
-        planned["partition"] = _planned_cut(record, profile, int(stages)).describe()
+        pieces = int(stages) * int(options.get("stages_per_rank") or 1)  # V a rank, if several
+        planned["partition"] = _planned_cut(record, profile, pieces).describe()
     return planned
 
 

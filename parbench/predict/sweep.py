@@ -16,7 +16,7 @@ from strategies.partition import Partition, partition_by_cost
 from strategies.pipeline_schedules import SCHEDULES
 from strategies.stages import resolve_split
 
-__all__ = ["above_ideal_notes", "predict_sweep"]
+__all__ = ["above_ideal_notes", "predict_sweep", "with_causes"]
 
 
 def _balanced(profile: Profile, stages: int) -> Partition:
@@ -140,7 +140,7 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
                        "ranks")
     else:
         rows += _data_parallel_rows(profile_at(global_batch // devices), devices, link)
-    table = _with_causes(pd.DataFrame(rows), global_batch, devices, profile_at)
+    table = with_causes(pd.DataFrame(rows), global_batch, devices, profile_at)
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused
     return table
@@ -151,15 +151,16 @@ def _data_parallel(strategy: str) -> bool:
     return layout is not None and layout.data_parallel
 
 
-def _with_causes(table: pd.DataFrame, global_batch: int, devices: int,
-                 profile_at: Callable[[int], Profile]) -> pd.DataFrame:
-    """The speedup over single split into its causes, as parbench run splits a measured one:
-    the micro-batch effect (single accumulating the images a device works on at once, against
-    the whole batch) x the parallel effect (the rest)."""
+def with_causes(table: pd.DataFrame, global_batch: int, devices: int,
+                profile_at: Callable[[int], Profile]) -> pd.DataFrame:
+    """The speedup over single on the whole batch (`profile_at`: one device's profiles) split
+    into its causes, as parbench run splits a measured one: the micro-batch effect (single
+    accumulating the images a device works on at once, against the whole batch) x the
+    parallel effect (the rest)."""
     per_device = [int(split) if pd.notna(split) else
                   global_batch // devices if _data_parallel(strategy) else global_batch
                   for strategy, split in zip(table["strategy"], table["split_size"], strict=True)]
-    single = table.iloc[0]["throughput_ips"]
+    single = models.single(profile_at(global_batch), 1).throughput_ips
     rate = {size: models.single(profile_at(size), global_batch // size).throughput_ips
             for size in set(per_device)}
     speedup = table["throughput_ips"] / single

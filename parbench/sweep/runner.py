@@ -23,7 +23,8 @@ from parbench.results.record import Record
 from parbench.sweep import Sweep, trials
 from parbench.sweep.config import Config
 
-__all__ = ["FINAL_STATUSES", "add_comparisons", "done_trials", "run_config", "run_sweep"]
+__all__ = ["FINAL_STATUSES", "add_comparisons", "done_trials", "planned_fields", "run_config",
+           "run_sweep"]
 
 
 @functools.cache
@@ -138,6 +139,29 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
 
     `measure` returns the configuration's measurement (another driver, such as
     pytest-benchmark, passes its own, see `parbench.launch.paced`)."""
+    base = planned_fields(config, run_id, index)
+    outcome: dict[str, Any]
+    if config.plan.refusal:  # one combination of a sweep it refuses, or the machine cannot
+        outcome = dict(status="skipped", reason=config.plan.refusal.reason)
+    else:
+        try:
+            measured = measure(config)
+            assert measured is not None  # None only on a torchrun rank other than 0's
+            outcome = _measured_fields(config, measured)
+        except Exception as error:
+            outcome = dict(
+                status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
+                else "error",
+                reason=launch.failure_reason(error))
+        # Out of the except block: its exception is gone, and with it the traceback whose
+        # frames held the failed strategy and its tensors, which can only now be freed.
+        _release_memory(config, failed=outcome["status"] != "ok")
+    return Record(**{**base, **outcome}, environment=dict(environment or {}))
+
+
+def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str, Any]:
+    """What a record says of its configuration before it runs: the workload, batch, devices
+    and plan, and (where the plan runs it) the strategy's options resolved."""
     workload = config.workload
     used = config.used_devices
     base: dict[str, Any] = dict(
@@ -156,25 +180,10 @@ def run_config(config: Config, run_id: str = "", index: int = 0,
         threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
         measured_steps=config.steps,
     )
-    outcome: dict[str, Any]
-    if config.plan.refusal:  # one combination of a sweep it refuses, or the machine cannot
-        outcome = dict(status="skipped", reason=config.plan.refusal.reason)
-    else:
+    if not config.plan.refusal:
         options = config.plan.strategy_plan.options
         base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
-        try:
-            measured = measure(config)
-            assert measured is not None  # None only on a torchrun rank other than 0's
-            outcome = _measured_fields(config, measured)
-        except Exception as error:
-            outcome = dict(
-                status="oom" if launch.is_out_of_memory(error, bool(config.memory_cap_mib))
-                else "error",
-                reason=launch.failure_reason(error))
-        # Out of the except block: its exception is gone, and with it the traceback whose
-        # frames held the failed strategy and its tensors, which can only now be freed.
-        _release_memory(config, failed=outcome["status"] != "ok")
-    return Record(**{**base, **outcome}, environment=dict(environment or {}))
+    return base
 
 
 def _holds_gpu_memory(config: Config) -> bool:

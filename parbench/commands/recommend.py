@@ -1,0 +1,420 @@
+"""`parbench recommend`: every layout on N devices ranked by its predicted step, those predicted
+not to fit dropped, the top few with why each wins (PREDICTED); with --confirm K, the top K and
+the naive control measured in interleaved rounds, and the pick judged against the best."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import strategies
+from parbench.commands.arguments import (
+    UsageError,
+    add_common_arguments,
+    at_least,
+    checked,
+    device_set,
+    image_sizes,
+    new_run_folder,
+    output_folder,
+    positive,
+)
+from parbench.commands.predict import (
+    SWEEP_DEFAULTS,
+    check_batches,
+    link_flag,
+    profile_cache,
+    whole_numbers,
+)
+from parbench.commands.progress import progress_bar
+from parbench.commands.run_arguments import QUICK_RUN
+from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.machine.devices import DeviceSet
+from parbench.machine.environment import collect_environment
+from parbench.predict import recommend
+from parbench.predict.layouts import candidate_configs, predicted_layouts
+from parbench.predict.links import LINKS, NO_LINK, AnyLink, links_help
+from parbench.predict.local_link import measured_link
+from parbench.predict.record_profiles import profiles_for
+from parbench.predict.sweep import predict_sweep
+from parbench.predict.version import PREDICTOR_VERSION
+from parbench.results.comparisons import per_round
+from parbench.results.folder import RunFolder, atomic_write_text
+from parbench.sweep import Sweep, runner
+from parbench.sweep.config import Config, options_for
+from strategies.stages import resolve_split
+
+__all__ = ["add_parsers", "command_recommend"]
+
+RECOMMEND_FILE = "recommend.json"
+CONFIRM_ONLY = ("repeats", "out")
+
+
+def _checked(args: argparse.Namespace) -> argparse.Namespace:
+    """Every flag checked, and the defaults filled in, before anything is profiled."""
+    devices = at_least("--devices", args.devices, 1)
+    at_least("--batch-size", args.batch_size, 1)
+    at_least("--top", args.top, 1)
+    at_least("--threads", args.threads, 1)
+    at_least("--num-classes", args.num_classes, 1)
+    image_sizes(str(args.image_size), [args.model])
+    splits = (whole_numbers("--split-size", args.split_size, "micro-batch sizes", "2,4")
+              if args.split_size is not None else [])
+    device = args.profile_device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--profile-device cuda: this machine has no GPU; profile on a machine "
+                         "with one, or give --profile-device cpu")
+    check_batches(args.model, args.image_size, device, args.batch_size, [devices], splits)
+    memory = None if args.memory_mib is None else positive("--memory-mib", args.memory_mib)
+    on = _devices_here(args, device)
+    return argparse.Namespace(**{**vars(args), "splits": splits, "device": device,
+                                 "memory": memory, "on": on,
+                                 "link": _recommend_link(args.link, devices, on is not None),
+                                 "profile_cache": profile_cache(args.profile_cache),
+                                 "repeats": args.repeats or 3, "out": args.out or "results"})
+
+
+def _recommend_link(name: str | None, devices: int, here: bool) -> AnyLink | None:
+    """The link named; None for devices at hand without one: their collectives, measured."""
+    if name is None:
+        if devices == 1:
+            return NO_LINK
+        if here:
+            return None
+        raise UsageError(f"--devices {devices}: give --link, the link between them: "
+                         f"{', '.join(LINKS)}, or a bus bandwidth in GB/s (e.g. --link pcie4)")
+    if name == "measured":
+        raise UsageError(f"--link measured: recommend predicts for a link named ("
+                         f"{', '.join(LINKS)}) or a bus bandwidth in GB/s; parbench predict "
+                         "RUN reads a run's measured one")
+    return link_flag(name)
+
+
+def _devices_here(args: argparse.Namespace, device: str) -> DeviceSet | None:
+    """The devices at hand the prediction is for and --confirm measures on (N copies of the
+    profiled device by default); None where the prediction is for devices not here (no --on,
+    no --confirm)."""
+    if args.confirm is None:
+        given = [f"--{name}" for name in CONFIRM_ONLY if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: for measuring the recommendation; give "
+                             "--confirm K too (e.g. --confirm 2)")
+        if args.on is None:
+            return None
+    else:
+        at_least("--confirm", args.confirm, 1)
+    if args.repeats is not None and args.repeats < 2:
+        raise UsageError(f"--repeats {args.repeats}: a verdict needs an interval, which needs "
+                         "2 rounds or more; give --repeats 2 or more")
+    at_least("--warmup", args.warmup, 0)
+    at_least("--steps", args.steps, 1)
+    positive("--timeout", args.timeout)
+    on = device_set(args.on or ",".join([device] * args.devices))
+    if len(on) != args.devices:
+        listed = f"{len(on)} device" + ("" if len(on) == 1 else "s")
+        raise UsageError(f"--on {args.on} lists {listed} and the recommendation "
+                         f"is for --devices {args.devices}; list "
+                         f"{args.devices}, e.g. --on {','.join([device] * args.devices)}")
+    if on.kind != device:
+        raise UsageError(f"--on {args.on}: {on.kind} devices, while the prediction is for "
+                         f"devices like the profiled {device}; give --profile-device {on.kind} "
+                         f"or {device} devices")
+    output_folder(args.out, Path(args.out or "results"))
+    return on
+
+
+def _predicted(args: argparse.Namespace) -> pd.DataFrame:
+    """The predicted layouts (profiling what they lack): every configuration parbench runs on
+    the devices at hand (--on, --confirm), predicted as `parbench predict` predicts a run's
+    records of them; else parbench predict's sweep for N devices of their own."""
+    record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
+                       num_classes=args.num_classes, device_kind=args.device,
+                       threads_per_device=args.threads)
+    try:
+        if args.on is not None:
+            return _predicted_here(args)
+        profile_at = profiles_for(record_like, args.profile_cache)
+        return predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    except RuntimeError as error:  # torch's allocator: the profiled batch did not fit
+        if "memory" not in str(error):
+            raise
+        raise UsageError(f"profiling ran out of memory ({str(error).splitlines()[0]}); use a "
+                         "smaller --batch-size or --image-size") from None
+
+
+def _predicted_here(args: argparse.Namespace) -> pd.DataFrame:
+    splits = args.splits or [resolve_split(args.batch_size, None, args.devices)[0]]
+    configs = candidate_configs(_workload(args), args.batch_size, args.on, splits,
+                                strategies.names(), **_run_settings(args))
+    if args.link is None:
+        print(f"link: the collectives of {args.on.describe()}, measured once (kept in "
+              f"{args.profile_cache})", file=sys.stderr, flush=True)
+        args.link = measured_link(args.on, args.profile_cache, args.threads)
+    return predicted_layouts(configs, lambda record: profiles_for(record, args.profile_cache),
+                             args.link)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    return Workload(model=args.model, image_size=args.image_size, precision=args.precision,
+                    num_classes=args.num_classes)
+
+
+def _run_settings(args: argparse.Namespace) -> dict:
+    """How --confirm runs a configuration: its steps, threads, and the memory a device has
+    (an emulated device's counted tensors; a GPU's allocator, capped)."""
+    memory = math.floor(args.memory) if args.memory else None
+    limit = ({"device_memory_mib": memory} if args.on.kind == "cpu" or args.on.emulated
+             else {"memory_cap_mib": memory})
+    return dict(warmup=args.warmup, steps=args.steps, threads_per_device=args.threads,
+                timeout_s=args.timeout, **limit)
+
+
+def _ranking(args: argparse.Namespace, table: pd.DataFrame,
+             on: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The layouts on the devices asked for (`on`) that fit, ranked with their reasons, and
+    the lines said beside them."""
+    refused = [f"not predicted: {reason}" for reason in table.attrs.get("refused", [])]
+    if on.empty:
+        raise UsageError(f"no layout on {args.devices} devices could be predicted ("
+                         + "; ".join(refused) + "); change --batch-size or --split-size")
+    kept, dropped = recommend.fitting(on, args.memory)
+    if kept.empty:
+        lean = recommend.leanest(on)
+        raise UsageError(f"--memory-mib {args.memory:g}: no layout on {args.devices} devices is "
+                         f"predicted to fit; the leanest, {recommend.row_label(lean)}, needs "
+                         f"{lean['peak_memory_max_mib']:.1f} MiB a device: give --memory-mib "
+                         f"{math.ceil(lean['peak_memory_max_mib'])} or more, more --devices, or "
+                         "a smaller --batch-size")
+    notes = [line for line in [recommend.dropped_summary(dropped, len(on), args.memory)]
+             if line]
+    return recommend.ranked(kept, dropped, args.devices, args.memory), notes + refused
+
+
+def _text_table(headers: list[str], rows: list[list]) -> str:
+    """Columns padded to their widest cell: numbers to the right, text to the left."""
+    cells = [headers, *[[_cell(value) for value in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
+    return "\n".join("  ".join(text.rjust(width) if right else text.ljust(width)
+                               for text, width, right in zip(row, widths, numeric, strict=True)
+                               ).rstrip() for row in cells)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "-" if pd.isna(value) else f"{value:.3g}"
+    return str(value)
+
+
+def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.DataFrame,
+                   notes: list[str]) -> None:
+    shown = ranked.head(max(args.top, args.confirm or 0))
+    cap = f"{args.memory:g} MiB a device" if args.memory else "not capped (--memory-mib)"
+    print(f"PREDICTED, not measured (timing model version {PREDICTOR_VERSION}): "
+          f"{args.model} {args.image_size}px {args.precision}, global batch "
+          f"{args.batch_size} on " + (
+              f"{args.on.describe()} here ({'emulated, ' if args.on.emulated else ''}each "
+              "layout predicted as it would run on them), " if args.on is not None else
+              f"{args.devices} devices like this {args.device} (its profile), ") +
+          f"link {args.link.describe()}, memory {cap}; top {len(shown)} of {len(ranked)} "
+          f"layouts{' that fit' if args.memory else ''}, fastest first:")
+    print(_text_table(
+        ["rank", "strategy", "options", "step s", "img/s", "peak MiB/device", "why"],
+        [[row["rank"], row["strategy"], recommend.option_flags(row["options"]),
+          row["step_time_s"], row["throughput_ips"], row["peak_memory_max_mib"], row["reason"]]
+         for row in shown.to_dict("records")]))
+    print(recommend.CAUSES)
+    single = recommend.reference(table)
+    if single is not None and args.devices > 1:
+        print(f"reference, PREDICTED: single on 1 device at the whole batch, step "
+              f"{single['step_time_s']:.3g} s, {single['throughput_ips']:.3g} img/s, "
+              f"{single['peak_memory_max_mib']:.0f} MiB")
+    for line in notes:
+        print(line)
+
+
+def _config(args: argparse.Namespace, strategy: str, options: dict) -> Config:
+    """`strategy` with `options` measured on --on as --confirm measures it (not yet planned)."""
+    return Config(strategy=strategy, workload=_workload(args), global_batch=args.batch_size,
+                  devices=args.on, options=options_for(strategy, options),
+                  **_run_settings(args))
+
+
+def _configs(args: argparse.Namespace, ranked: pd.DataFrame) -> dict[str, tuple[str, Config]]:
+    """Configuration key -> (role, configuration) of the top K and the control, each once and
+    each checked to run here."""
+    roles: dict[str, tuple[str, Config]] = {}
+    for row in ranked.head(args.confirm).to_dict("records"):
+        made = _config(args, row["strategy"], row["options"])
+        roles.setdefault(made.key(), ("pick" if row["rank"] == 1 else f"rank {row['rank']}",
+                                      made))
+    control = _config(args, *recommend.CONTROL)
+    role, _ = roles.get(control.key(), ("", control))
+    roles[control.key()] = (f"{role}, control" if role else "control", control)
+    for _, config in roles.values():
+        checked(config)
+    return roles
+
+
+def _measure(args: argparse.Namespace, configs: list[Config]) -> tuple[RunFolder, list]:
+    """The configurations measured in interleaved rounds into a new run folder."""
+    sweep = Sweep(configs=tuple(configs), repeats=args.repeats)
+    folder = new_run_folder(args.out, "recommend")
+    bar, on_start, on_done = progress_bar("auto", len(sweep.schedule()), 0, sweep.repeats)
+    try:
+        records = runner.run_sweep(sweep, folder, collect_environment(), on_start=on_start,
+                                   on_done=on_done)
+    finally:
+        bar.close()
+    return folder, records
+
+
+def _confirm(args: argparse.Namespace, candidates: pd.DataFrame, ranked: pd.DataFrame) -> None:
+    roles = _configs(args, ranked)
+    folder, records = _measure(args, [config for _, config in roles.values()])
+    by_key = {record.config_key: record for record in records}
+    predicted = {_config(args, row["strategy"], row["options"]).key(): row["throughput_ips"]
+                 for row in candidates.to_dict("records")}
+    labels = {key: f"{config.strategy} {recommend.option_flags(config.options)}".strip()
+              for key, (_, config) in roles.items()}
+    rounds = {labels[key]: per_round(by_key[key]) for key in roles}
+    judged = recommend.confirm_verdict(rounds, next(iter(labels.values())))
+    rows = [dict(role=role, label=labels[key], config_key=key, status=by_key[key].status,
+                 reason=by_key[key].reason, rounds=rounds[labels[key]],
+                 predicted_throughput_ips=predicted.get(key), **judged["measured"][labels[key]])
+            for key, (role, _) in roles.items()]
+    _print_measured(args, folder, rows, judged)
+    document = dict(kind="recommendation", predictor_version=PREDICTOR_VERSION,
+                    predicted=_predicted_rows(ranked), measured=rows,
+                    verdict={key: judged.get(key) for key in ("verdict", "best", "regret",
+                                                              "regret_interval")})
+    path = folder.path / RECOMMEND_FILE
+    atomic_write_text(path, json.dumps(document, indent=2, allow_nan=False,
+                                       default=_plain) + "\n")
+    print(f"recommendation and measurements: {path}; parbench report {folder.path} adds the "
+          "run's README and figures")
+
+
+def _predicted_rows(ranked: pd.DataFrame) -> list[dict]:
+    columns = ["rank", "strategy", "options", "step_time_s", "throughput_ips",
+               "peak_memory_max_mib", "bubble_or_exposed_comm", "micro_batch_effect", "reason"]
+    return [{**{name: None if _missing(row[name]) else row[name] for name in columns},
+             "kind": "predicted"} for row in ranked.to_dict("records")]
+
+
+def _plain(value):
+    """A numpy number (an option read from the table) as JSON writes a Python one."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _missing(value) -> bool:
+    """A figure the prediction does not give (NaN in the table, null in the JSON)."""
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _with_interval(value: float | None, bounds: list[float] | None, form: str = ".3g") -> str:
+    if value is None:
+        return "-"
+    return f"{value:{form}}" + (f" [{bounds[0]:{form}}, {bounds[1]:{form}}]" if bounds else "")
+
+
+def _print_measured(args: argparse.Namespace, folder: RunFolder, rows: list[dict],
+                    judged: dict) -> None:
+    on: DeviceSet = args.on
+    shared = (f" (emulated: {len(on)} logical devices share {on.describe_physical()}, where "
+              f"the prediction is for {len(on)} devices of their own)" if on.emulated else "")
+    print(f"MEASURED on {on.describe()}{shared}: {args.repeats} interleaved rounds of "
+          f"{args.warmup} warm-up + {args.steps} measured steps; run folder {folder.path}:")
+    print(_text_table(
+        ["role", "configuration", "predicted img/s", "measured img/s [95%]",
+         "/ measured best, paired by round [95%]"],
+        [[row["role"], row["label"], row["predicted_throughput_ips"] or float("nan"),
+          _with_interval(row["throughput_ips"], row["throughput_interval"])
+          if row["status"] == "ok" else f"{row['status']}: {row['reason']}",
+          "1 (the best)" if row["label"] == judged["best"] else
+          _with_interval(row.get("ratio_to_best"), row.get("ratio_interval"))]
+         for row in rows]))
+    regret = judged.get("regret")
+    said = (f"; regret (1 - pick / best, paired by round) "
+            f"{_with_interval(regret, judged.get('regret_interval'), '.0%')}" if regret else "")
+    print(f"verdict, MEASURED: {judged['verdict']}{said}")
+
+
+def command_recommend(args: argparse.Namespace) -> int:
+    args = _checked(args)
+    table = _predicted(args)
+    candidates = recommend.candidates(table, args.devices)
+    ranked, notes = _ranking(args, table, candidates)
+    if args.confirm and args.confirm > len(ranked):
+        many = "1 layout is" if len(ranked) == 1 else f"{len(ranked)} layouts are"
+        raise UsageError(f"--confirm {args.confirm}: {many} predicted on "
+                         f"{args.devices} devices" + (" to fit" if args.memory else "")
+                         + f"; give --confirm {len(ranked)} or fewer")
+    _print_ranking(args, table, ranked, notes)
+    if args.confirm:
+        sys.stdout.flush()  # the prediction before the measurement's progress on stderr
+        _confirm(args, candidates, ranked)
+    return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`parbench recommend`: its parser and arguments."""
+    parser = commands.add_parser(
+        "recommend", help="rank every layout on N devices by its predicted step, drop those "
+        "predicted not to fit, and say why each wins (PREDICTED); --confirm measures the top",
+        description="Predict every layout parbench models on --devices N devices like this "
+                    "one over --link (parbench predict's sweep), drop those predicted to need "
+                    "more than --memory-mib a device, and print the fastest with their "
+                    "predicted step, throughput, peak memory and the reason each wins or "
+                    "loses. With --confirm K: measure the top K and the control (ddp at the "
+                    "full batch) on --on in interleaved rounds, and say whether the pick is "
+                    "the measured best or within noise of it (recommend.json in the run "
+                    "folder).")
+    parser.add_argument("--model", choices=MODELS, default=SWEEP_DEFAULTS["model"],
+                        help="the model trained")
+    parser.add_argument("--image-size", type=int, default=SWEEP_DEFAULTS["image_size"],
+                        help="image side in pixels")
+    parser.add_argument("--num-classes", type=int, default=1000, help="classes of its head")
+    parser.add_argument("--precision", choices=PRECISIONS, default=SWEEP_DEFAULTS["precision"],
+                        help="as for run")
+    parser.add_argument("--batch-size", type=int, required=True, help="global batch")
+    parser.add_argument("--devices", type=int, required=True,
+                        help="how many devices the recommendation is for")
+    parser.add_argument("--link", help=links_help() + ", or a bus bandwidth in GB/s without "
+                        "latency: the link between the devices (needed for 2 or more)")
+    parser.add_argument("--memory-mib", type=float, help="memory a device has, in MiB: a "
+                        "layout predicted to need more is dropped (default: none dropped)")
+    parser.add_argument("--split-size", help="micro-batch sizes for the pipelines, "
+                        "comma-separated (default: parbench predict's, 4 per device)")
+    parser.add_argument("--top", type=int, default=5, help="how many layouts to show")
+    parser.add_argument("--profile-device", choices=("cpu", "cuda"),
+                        help="the device profiled, which the devices recommended for are like "
+                             "(default: cuda if there is one, else cpu)")
+    parser.add_argument("--threads", type=int, default=SWEEP_DEFAULTS["threads"],
+                        help="CPU threads per device, profiled and measured")
+    parser.add_argument("--profile-cache", type=Path,
+                        help="where profiles are kept (default ~/.cache/parbench/profiles)")
+    confirm = parser.add_argument_group("measuring the recommendation")
+    confirm.add_argument("--confirm", type=int, metavar="K",
+                         help="measure the top K and the control (ddp at the full batch)")
+    confirm.add_argument("--on", metavar="DEVICES", help="the N logical devices to measure "
+                         "on, e.g. cpu,cpu,cpu,cpu (default: N copies of the profiled device)")
+    confirm.add_argument("--repeats", type=int, help="interleaved rounds (default 3)")
+    confirm.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
+                         help="warm-up steps a trial")
+    confirm.add_argument("--steps", type=int, default=QUICK_RUN["steps"],
+                         help="measured steps a trial")
+    add_common_arguments(confirm, "--timeout")
+    confirm.add_argument("--out", help="results folder the run folder is made in (default "
+                         "results)")
+    parser.set_defaults(handler=command_recommend)
