@@ -185,7 +185,9 @@ def _ranking(args: argparse.Namespace, table: pd.DataFrame,
     if on.empty:
         raise UsageError(f"no layout on {args.devices} devices could be predicted ("
                          + "; ".join(refused) + "); change --batch-size or --split-size")
-    kept, dropped = recommend.fitting(on, args.memory)
+    emulated = args.on is not None and (args.on.kind == "cpu" or args.on.emulated)
+    kept, dropped = recommend.fitting(on, args.memory,
+                                      recommend.COUNTED if emulated else recommend.PEAK)
     if kept.empty:
         lean = recommend.leanest(on)
         raise UsageError(f"--memory-mib {args.memory:g}: no layout on {args.devices} devices is "
@@ -331,8 +333,8 @@ def _with_interval(value: float | None, bounds: list[float] | None, form: str = 
 def _print_measured(args: argparse.Namespace, folder: RunFolder, rows: list[dict],
                     judged: dict) -> None:
     on: DeviceSet = args.on
-    shared = (f" (emulated: {len(on)} logical devices share {on.describe_physical()}, where "
-              f"the prediction is for {len(on)} devices of their own)" if on.emulated else "")
+    shared = (f" (emulated: {len(on)} logical devices share {on.describe_physical()}, as "
+              "predicted)" if on.emulated else "")
     print(f"MEASURED on {on.describe()}{shared}: {args.repeats} interleaved rounds of "
           f"{args.warmup} warm-up + {args.steps} measured steps; run folder {folder.path}:")
     print(_text_table(

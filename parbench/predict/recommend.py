@@ -67,8 +67,10 @@ def row_label(row: Mapping) -> str:
 def candidates(table: pd.DataFrame, devices: int) -> pd.DataFrame:
     """The predicted layouts on exactly `devices` devices, fastest first, each with the
     options that reproduce it (a cut one at equal profiled time, as predicted; a configuration
-    predicted as it would run here, its own options)."""
-    on = table[table["devices"] == devices].copy()
+    predicted as it would run here, its own options). On the devices at hand (a table of
+    configurations) single on one of them is a layout too: the measurement judges it alike."""
+    here = "config_key" in table
+    on = table[(table["devices"] <= devices) if here else (table["devices"] == devices)].copy()
     on["options"] = [_options_of(row) if isinstance(row.get("config_key"), str)
                      else _with_balance(_options_of(row), row.get("partition"))
                      for row in on.to_dict("records")]
@@ -82,13 +84,18 @@ def reference(table: pd.DataFrame) -> pd.Series | None:
     return whole.iloc[0] if len(whole) else None
 
 
-def fitting(table: pd.DataFrame, memory_mib: float | None
+# The memory a device's limit applies to: all it holds (a GPU's allocator), or the tensors an
+# emulated device counts (--device-memory-mib: FSDP's gathered units aside).
+PEAK, COUNTED = "peak_memory_max_mib", "counted_memory_max_mib"
+
+
+def fitting(table: pd.DataFrame, memory_mib: float | None, limited: str = PEAK
             ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(those predicted to fit in `memory_mib` per device, those dropped); nothing is dropped
-    without a cap."""
+    without a cap. `limited`: the column the limit applies to (PEAK or COUNTED)."""
     if memory_mib is None:
         return table, table.iloc[0:0]
-    fits = table["peak_memory_max_mib"] <= memory_mib
+    fits = table[limited] <= memory_mib
     return table[fits].reset_index(drop=True), table[~fits].reset_index(drop=True)
 
 
