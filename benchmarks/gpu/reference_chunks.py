@@ -163,16 +163,23 @@ def _gpu_test_chunks(asv_can_save: bool) -> list[Chunk]:
 
 def _prediction_chunk() -> Chunk:
     """Chunk 10: from this GPU's profile, the tutorial's job PREDICTED on 2, 4 and 8 such GPUs
-    over NVLink: each schedule's best split, ddp and fsdp (issue 24's part 6)."""
+    over NVLink: each schedule's best split, ddp and fsdp (issue 24's part 6), and what
+    `parbench recommend` picks there within 80 GB a GPU (issue 35's part 4; its log is the
+    recommendation, the profiles the predicted sweep's)."""
+    recommend = [Step(f"recommend-{count}-gpus", _parbench(
+        "recommend", "--profile-device", "cuda", "--model", "resnet50", "--image-size", "128",
+        "--batch-size", "120", "--devices", str(count), "--split-size", "5,10,20",
+        "--link", "nvlink4", "--memory-mib", "80000", "--top", "8", "--profile-cache",
+        "{folder}/profiles"), 20) for count in (2, 4, 8)]
     return Chunk(10, "predicted", "the tutorial's job (resnet50, batch 120, 128 px) PREDICTED "
                  f"on 2, 4 and 8 of this GPU over nvlink4 at splits {SPLITS}, from a "
-                 "profile of this GPU", (
+                 "profile of this GPU, and recommend's pick on each", (
                      Step("predicted-sweep", _parbench(
                          "predict", "--profile-device", "cuda", "--model", "resnet50",
                          "--image-size", "128", "--batch-size", "120", "--devices", "2,4,8",
                          "--split-size", SPLITS, "--link", "nvlink4", "--profile-cache",
                          "{folder}/profiles", "--csv", "{folder}/predicted-sweep.csv",
-                         "--figure", "{folder}/predicted-sweep.png"), 50),))
+                         "--figure", "{folder}/predicted-sweep.png"), 50), *recommend))
 
 
 def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
