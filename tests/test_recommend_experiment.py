@@ -17,6 +17,7 @@ def _case(name: str, regret: float, calls: list[bool]) -> dict:
         else "fsdp", confirmed_pick_regret=regret, confirmed_pick_regret_interval=None
         if not regret else [regret - 0.01, regret + 0.01],
         memory_calls=[dict(right=right) for right in calls],
+        memory_errors=[dict(error=0.01), dict(error=-0.2)],
         memory_calls_right=sum(calls))
 
 
@@ -37,4 +38,5 @@ def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tm
         in text
     assert "| c | 20 (18) |" in text and "| no limit |" in text
     assert "regret at most 5% in 2 of 3 workloads; memory calls right: 3 of 4" in text
+    assert "median |error| 20.0%, worst 20.0%, 3 of 6 within 10%" in text
     assert (tmp_path / "regret.png").stat().st_size > 1000

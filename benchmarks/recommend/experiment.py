@@ -65,28 +65,49 @@ def _label(config) -> str:
     return f"{config.strategy} {recommend.option_flags(config.options)}".strip()
 
 
-def run_workload(spec: Case, out: Path, repeats: int) -> dict:
-    """Predict every layout, measure them all in interleaved rounds, run recommend --confirm
-    beside it, and judge both picks against the sweep."""
+def _configs(spec: Case) -> list:
     devices = parse_devices(",".join(["cpu"] * spec.devices))
     workload = Workload(model=spec.model, image_size=spec.image_size, num_classes=10)
+    return candidate_configs(workload, spec.batch, devices, spec.splits, strategies.names(),
+                             warmup=WARMUP, steps=STEPS, device_memory_mib=spec.memory_mib)
+
+
+def _predicted(spec: Case, configs: list, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every layout predicted (profiles, contention and the link measured into out/profiles
+    where missing) and ranked as recommend ranks them."""
     cache = out / "profiles"
-    configs = candidate_configs(workload, spec.batch, devices, spec.splits, strategies.names(),
-                                warmup=WARMUP, steps=STEPS, device_memory_mib=spec.memory_mib)
-    link = measured_link(devices, cache)
+    link = measured_link(configs[0].devices, cache)
     table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link)
     on = recommend.candidates(table, spec.devices)
     kept, dropped = recommend.fitting(on, spec.memory_mib, recommend.COUNTED)
-    ranked = recommend.ranked(kept, dropped, spec.devices, spec.memory_mib)
+    return table, recommend.ranked(kept, dropped, spec.devices, spec.memory_mib)
+
+
+def measure_workload(spec: Case, out: Path, repeats: int) -> dict:
+    """Predict every layout (what the prediction needs is measured first, on a quiet
+    machine), measure them all in interleaved rounds, and run recommend --confirm beside."""
+    configs = _configs(spec)
+    _predicted(spec, configs, out)
     folder = new_run_folder(str(out), spec.name)
-    records = runner.run_sweep(Sweep(configs=tuple(configs), repeats=repeats), folder,
-                               collect_environment())
-    confirmed = _confirm(spec, out, repeats)
-    return _judged(spec, configs, table, ranked, records, confirmed, folder)
+    runner.run_sweep(Sweep(configs=tuple(configs), repeats=repeats), folder,
+                     collect_environment())
+    return dict(name=spec.name, run=folder.path.name, confirmation=_confirm(spec, out, repeats))
 
 
-def _confirm(spec: Case, out: Path, repeats: int) -> dict:
-    """`parbench recommend --confirm 3` on the same devices, into its own run folder."""
+def judge_workload(spec: Case, out: Path, measured: dict) -> dict:
+    """Both picks judged against the sweep, from the files a measurement left."""
+    configs = _configs(spec)
+    table, ranked = _predicted(spec, configs, out)
+    folder = RunFolder(out / measured["run"])
+    confirmation = out / "confirmations" / measured["confirmation"]
+    confirmed = dict(json.loads((confirmation / "recommend.json").read_text()),
+                     folder=confirmation.name)
+    return _judged(spec, configs, table, ranked, folder.read_records(), confirmed, folder)
+
+
+def _confirm(spec: Case, out: Path, repeats: int) -> str:
+    """`parbench recommend --confirm 3` on the same devices, into its own run folder (its
+    name)."""
     argv = ["recommend", "--model", spec.model, "--image-size", str(spec.image_size),
             "--num-classes", "10", "--batch-size", str(spec.batch), "--devices",
             str(spec.devices), "--on", ",".join(["cpu"] * spec.devices), "--split-size",
@@ -98,8 +119,7 @@ def _confirm(spec: Case, out: Path, repeats: int) -> dict:
     before = set((out / "confirmations").glob("*")) if (out / "confirmations").exists() else set()
     if parbench(argv) != 0:
         raise RuntimeError(f"recommend --confirm failed on {spec.name}")
-    folder = next(iter(set((out / "confirmations").glob("*")) - before))
-    return dict(json.loads((folder / "recommend.json").read_text()), folder=folder.name)
+    return next(iter(set((out / "confirmations").glob("*")) - before)).name
 
 
 def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, records,
@@ -107,11 +127,15 @@ def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, reco
     by_key = {record.config_key: record for record in records}
     labels = {config.key(): _label(config) for config in configs}
     rounds = {labels[key]: per_round(record) for key, record in by_key.items() if record.ok}
+    if ranked.empty:
+        raise RuntimeError(f"{spec.name}: no layout is predicted to fit {spec.memory_mib} MiB; "
+                           "give the workload more memory")
     pick = labels[ranked.iloc[0]["config_key"]]
     confirmed_best = confirmed["verdict"]["best"]
     predicted = recommend.confirm_verdict(rounds, pick)
     after = recommend.confirm_verdict(rounds, confirmed_best) if confirmed_best else {}
     calls = _memory_calls(spec, table, by_key, labels)
+    memory = _memory_errors(table, by_key, labels)
     measured_by_confirm = len(confirmed["measured"])
     return dict(
         workload=asdict(spec), run=folder.path.name, confirmation=confirmed["folder"],
@@ -125,11 +149,25 @@ def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, reco
         confirmed_pick_verdict=after.get("verdict"),
         recommend_verdict=confirmed["verdict"]["verdict"],
         memory_calls=calls, memory_calls_right=sum(c["right"] for c in calls),
+        memory_errors=memory,
         ranking=[dict(label=labels[row["config_key"]], rank=int(row["rank"]),
                       predicted_ips=row["throughput_ips"],
                       measured_ips=predicted["measured"].get(labels[row["config_key"]], {})
                       .get("throughput_ips"))
                  for row in ranked.to_dict("records")])
+
+
+def _memory_errors(table: pd.DataFrame, by_key, labels) -> list[dict]:
+    """Each measured configuration's fullest device: predicted (counted) against measured."""
+    errors = []
+    for row in table.to_dict("records"):
+        record = by_key.get(row["config_key"])
+        if record is not None and record.ok and record.peak_memory_mib:
+            measured = max(record.peak_memory_mib)
+            errors.append(dict(label=labels[row["config_key"]], measured_mib=measured,
+                               predicted_mib=row["counted_memory_max_mib"],
+                               error=row["counted_memory_max_mib"] / measured - 1))
+    return errors
 
 
 def _memory_calls(spec: Case, table: pd.DataFrame, by_key, labels) -> list[dict]:
@@ -184,6 +222,11 @@ def write_report(out: Path) -> None:
                  if c["confirmed_pick_regret"] is not None)
     right = sum(c["memory_calls_right"] for c in cases)
     total = sum(len(c["memory_calls"]) for c in cases)
+    errors = sorted(abs(e["error"]) for c in cases for e in c.get("memory_errors", []))
+    memory = (f"Memory: each measured configuration's fullest device, predicted against "
+              f"measured (counted tensors): median |error| {errors[len(errors) // 2]:.1%}, "
+              f"worst {errors[-1]:.1%}, {sum(e <= 0.10 for e in errors)} of {len(errors)} "
+              "within 10%." if errors else "")
     text = [
         "# parbench recommend, checked against the whole sweep",
         "",
@@ -198,7 +241,7 @@ def write_report(out: Path) -> None:
         "", *rows, "",
         f"After --confirm {found['confirm']}, regret at most 5% in {within} of {len(cases)} "
         f"workloads; memory calls right: {right} of {total} (each emulated device limited to "
-        "the memory named, --device-memory-mib).", "",
+        "the memory named, --device-memory-mib).", "", memory, "",
         "![regret](regret.png)", ""]
     atomic_write_text(out / "README.md", "\n".join(text))
     figure, axis = plt.subplots(figsize=(8, 3.5))
@@ -228,16 +271,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="workload names (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "results"))
+    parser.add_argument("--into", help="an experiment folder: measure the workloads named "
+                        "into it again (replacing theirs), then judge them all")
+    parser.add_argument("--judge", help="an experiment folder: judge what it measured again "
+                        "(experiment.json, README.md, regret.png), measuring nothing")
     args = parser.parse_args(argv)
     chosen = [w for w in WORKLOADS if not args.only or w.name in args.only]
-    out = new_run_folder(args.out, "recommend-experiment").path
-    results = []
-    for spec in chosen:
+    out = Path(args.judge or args.into or new_run_folder(args.out, "recommend-experiment").path)
+    measured_file = out / "measured.json"
+    measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
+    for spec in ([] if args.judge else chosen):
         print(f"== {spec.name}", file=sys.stderr, flush=True)
-        results.append(run_workload(spec, out, args.repeats))
-        atomic_write_text(out / "experiment.json", json.dumps(dict(
-            predictor_version=PREDICTOR_VERSION, repeats=args.repeats, warmup=WARMUP,
-            steps=STEPS, confirm=CONFIRM, workloads=results), indent=1, default=str) + "\n")
+        measured[spec.name] = measure_workload(spec, out, args.repeats)
+        atomic_write_text(measured_file, json.dumps(dict(measured, repeats=args.repeats),
+                                                    indent=1) + "\n")
+    judged = [judge_workload(spec, out, measured[spec.name]) for spec in WORKLOADS
+              if spec.name in measured]
+    atomic_write_text(out / "experiment.json", json.dumps(dict(
+        predictor_version=PREDICTOR_VERSION, repeats=measured.get("repeats", args.repeats),
+        warmup=WARMUP, steps=STEPS, confirm=CONFIRM, workloads=judged), indent=1,
+        default=str) + "\n")
     write_report(out)
     print(f"results: {out}")
     return 0

@@ -163,8 +163,9 @@ def _predict_run(args: argparse.Namespace) -> int:
     table = published.table
     if table.empty:  # found without a profile: predict_record refuses these before profiling
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
-                         "(single, model-parallel, the pipelines, ddp and fsdp without hooks, "
-                         "ZeRO or mixed precision, none compiled): predict a run that measured "
+                         "(single, model-parallel, the pipelines, pipeline-fsdp, ddp without "
+                         "hooks, fsdp and hsdp without mixed precision, none compiled, and "
+                         "collectives measured for each group size): predict a run that measured "
                          "one, or a sweep with --devices N --batch-size B")
     print(f"PREDICTED beside measured (timing model version {PREDICTOR_VERSION}, from a profile "
           f"of this device kept in {folder.path / PROFILES_FOLDER}; link: "

@@ -177,6 +177,12 @@ def _run_settings(args: argparse.Namespace) -> dict:
                 timeout_s=args.timeout, **limit)
 
 
+def _limited(args: argparse.Namespace) -> str:
+    """What a device's memory limits: the tensors an emulated device counts, else all of it."""
+    emulated = args.on is not None and (args.on.kind == "cpu" or args.on.emulated)
+    return recommend.COUNTED if emulated else recommend.PEAK
+
+
 def _ranking(args: argparse.Namespace, table: pd.DataFrame,
              on: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """The layouts on the devices asked for (`on`) that fit, ranked with their reasons, and
@@ -185,15 +191,14 @@ def _ranking(args: argparse.Namespace, table: pd.DataFrame,
     if on.empty:
         raise UsageError(f"no layout on {args.devices} devices could be predicted ("
                          + "; ".join(refused) + "); change --batch-size or --split-size")
-    emulated = args.on is not None and (args.on.kind == "cpu" or args.on.emulated)
-    kept, dropped = recommend.fitting(on, args.memory,
-                                      recommend.COUNTED if emulated else recommend.PEAK)
+    limited = _limited(args)
+    kept, dropped = recommend.fitting(on, args.memory, limited)
     if kept.empty:
-        lean = recommend.leanest(on)
+        lean = recommend.leanest(on, limited)
         raise UsageError(f"--memory-mib {args.memory:g}: no layout on {args.devices} devices is "
                          f"predicted to fit; the leanest, {recommend.row_label(lean)}, needs "
-                         f"{lean['peak_memory_max_mib']:.1f} MiB a device: give --memory-mib "
-                         f"{math.ceil(lean['peak_memory_max_mib'])} or more, more --devices, or "
+                         f"{lean[limited]:.1f} MiB a device: give --memory-mib "
+                         f"{math.ceil(lean[limited])} or more, more --devices, or "
                          "a smaller --batch-size")
     notes = [line for line in [recommend.dropped_summary(dropped, len(on), args.memory)]
              if line]
@@ -229,9 +234,11 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
           f"link {args.link.describe()}, memory {cap}; top {len(shown)} of {len(ranked)} "
           f"layouts{' that fit' if args.memory else ''}, fastest first:")
     print(_text_table(
-        ["rank", "strategy", "options", "step s", "img/s", "peak MiB/device", "why"],
+        ["rank", "strategy", "options", "step s", "img/s",
+         "counted MiB/device" if _limited(args) == recommend.COUNTED else "peak MiB/device",
+         "why"],
         [[row["rank"], row["strategy"], recommend.option_flags(row["options"]),
-          row["step_time_s"], row["throughput_ips"], row["peak_memory_max_mib"], row["reason"]]
+          row["step_time_s"], row["throughput_ips"], row[_limited(args)], row["reason"]]
          for row in shown.to_dict("records")]))
     print(recommend.CAUSES)
     single = recommend.reference(table)

@@ -75,10 +75,10 @@ def _add_device_arguments(group) -> None:
                        "many MiB beyond what it holds at the start (CPU: a memory limit to run "
                        "out of, as on a GPU; beyond it the configuration is recorded as oom)")
     group.add_argument("--device-memory-mib", type=int, help="each logical device may hold "
-                       "this many MiB of tensors (parameters, gradients, optimiser state, "
-                       "saved activations, DDP's buckets), as a device of that size: beyond it "
-                       "the configuration is recorded as oom (emulated devices' memory; on "
-                       "GPUs, give --memory-cap-mib)")
+                       "this many MiB of counted tensors (parameters, gradients, optimiser "
+                       "state, saved activations, DDP's buckets; not FSDP's gathered units): "
+                       "beyond it the configuration is recorded as oom (emulated devices' "
+                       "memory; on GPUs, give --memory-cap-mib)")
     add_common_arguments(group, "--threads-per-device", "--timeout")
 
 

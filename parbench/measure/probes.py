@@ -35,6 +35,10 @@ class Probes:
             # logical devices sharing a physical one cannot be told apart by its counters:
             # count what each logical device holds instead.
             tensors = TensorMemory(placed_modules, limit)
+        elif limit is not None:
+            raise ValueError("--device-memory-mib counts each logical device's tensors, and "
+                             "this strategy's devices cannot be told apart (nn.DataParallel); "
+                             "give --memory-cap-mib instead")
         sampler = GpuSampler(devices.physical) if devices.kind == "cuda" else None
         return cls(devices, PeakMemory(devices), tensors, sampler)
 

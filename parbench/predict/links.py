@@ -8,8 +8,8 @@ from typing import Union
 
 from parbench.measure.collectives import bus_factor, interpolated_time_s
 
-__all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "NO_LINK", "links_help", "named_link",
-           "ring_allreduce_s"]
+__all__ = ["AnyLink", "LINKS", "Link", "MeasuredLink", "MissingCollective", "NO_LINK",
+           "links_help", "named_link", "ring_allreduce_s"]
 
 # Common links as typically achieved, not their peak: (bus bandwidth in GB/s, latency of one
 # message in s), what a reader without the hardware can predict for. Bandwidths: nccl-tests'
@@ -85,6 +85,10 @@ def named_link(text: str) -> Link:
     return Link(f"{bandwidth:g} GB/s", bandwidth)
 
 
+class MissingCollective(ValueError):
+    """A measured link has no row for a collective's world size (a ValueError, as before)."""
+
+
 @dataclass(frozen=True)
 class MeasuredLink:
     """The link `parbench collectives` measured (its rows): a transfer of n bytes takes what a
@@ -113,7 +117,7 @@ class MeasuredLink:
         time_s = interpolated_time_s(rows, collective, size_bytes)
         if time_s is None:
             on = f" on {self.backend}" if self.backend else ""
-            raise ValueError(f"{self.name}: no {ranks}-rank {collective} was measured{on}; "
+            raise MissingCollective(f"{self.name}: no {ranks}-rank {collective} was measured{on}; "
                              f"run parbench collectives --collective {collective} on {ranks} "
                              "devices")
         return time_s

@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pandas as pd
 
 from parbench.families import family_of
-from parbench.predict.links import AnyLink
+from parbench.predict.links import AnyLink, MissingCollective
 from parbench.predict.profile import Profile
 from parbench.predict.records import ProfileAt, predict_record, profiled_size
 from strategies.partition import Partition, partition_by_cost
+from strategies.stages import micro_batch_sizes
 
 __all__ = ["MEMORY_CALLS_FILE", "calls_summary", "memory_calls"]
 
@@ -41,7 +41,7 @@ def as_planned(record: dict, profile: Profile) -> dict:
     split = _number(record.get("split_size"))
     if split:
         share = int(record["global_batch"]) // int(options.get("pipelines") or 1)
-        planned["micro_batches"] = math.ceil(share / split)
+        planned["micro_batches"] = len(micro_batch_sizes(share, int(split)))
     stages = options.get("stages")
     if stages and not isinstance(record.get("partition"), str):
         pieces = int(stages) * int(options.get("stages_per_rank") or 1)  # V a rank, if several
@@ -73,7 +73,10 @@ def memory_calls(records: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
             continue
         profile_at = profiler(record)
         planned = as_planned(record, profile_at(profiled_size(record)))
-        predicted = predict_record(planned, profile_at, link)
+        try:
+            predicted = predict_record(planned, profile_at, link)
+        except MissingCollective:
+            continue
         if predicted is None:
             continue
         per_device = (predicted.counted_memory_mib if compared == "counted"

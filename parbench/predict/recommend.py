@@ -99,9 +99,9 @@ def fitting(table: pd.DataFrame, memory_mib: float | None, limited: str = PEAK
     return table[fits].reset_index(drop=True), table[~fits].reset_index(drop=True)
 
 
-def leanest(table: pd.DataFrame) -> pd.Series:
-    """The row predicted to need the least memory on its fullest device."""
-    return table.loc[table["peak_memory_max_mib"].idxmin()]
+def leanest(table: pd.DataFrame, limited: str = PEAK) -> pd.Series:
+    """The row predicted to need the least memory (`limited`) on its fullest device."""
+    return table.loc[table[limited].idxmin()]
 
 
 def dropped_summary(dropped: pd.DataFrame, total: int, memory_mib: float | None) -> str | None:

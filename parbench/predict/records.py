@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from parbench.predict import data_parallel, models
-from parbench.predict.links import NO_LINK, AnyLink
+from parbench.predict.links import NO_LINK, AnyLink, MissingCollective
 from parbench.predict.profile import Profile
 from parbench.predict.sharded_pipelines import sharded_pipelines
 from parbench.predict.trace_check import replayed_trace
@@ -48,7 +48,9 @@ def _modelled(record: dict) -> bool:
     """Whether the models cover the record's settings (else it is left out, not mispredicted)."""
     options = record.get("strategy_options") or {}
     split = _number(record.get("split_size"))
-    if record.get("compile") or (split and record["global_batch"] % split):
+    share = int(record["global_batch"]) // int(options.get("pipelines") or 1)
+    if record.get("compile") or (split and (share % split
+                                            or int(record["global_batch"]) % share)):
         return False  # compiled kernels are not profiled; unequal micro-batches not modelled
     layout = layout_of(record["strategy"])
     if layout is Layout.REPLICAS:
@@ -128,7 +130,10 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
     rows = []
     for _, record in records[records["status"] == "ok"].iterrows():
         measured = record.to_dict()
-        predicted = predict_record(measured, profiler(measured), link)
+        try:
+            predicted = predict_record(measured, profiler(measured), link)
+        except MissingCollective:  # e.g. hsdp's groups where only N ranks were measured
+            continue
         if predicted is None:
             continue
         profile = profiler(measured)(profiled_size(measured))
@@ -141,6 +146,7 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      / measured["step_time_median_s"] - 1,
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
+                     "predicted_counted_memory_mib": list(predicted.counted_memory_mib),
                      "memory_error": _memory_error(predicted, measured),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})
     return _with_speedups(pd.DataFrame(rows))
@@ -148,9 +154,18 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
 
 def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:
     """The fullest device's predicted peak memory over its measured one, less 1, both as the
-    measured figure counts it (RankMemory.counted_mib: without FSDP's gathered units)."""
+    measured figure counts it (predicted_as_measured)."""
     peak = _number(measured.get("peak_memory_max_mib"))
-    return max(predicted.counted_memory_mib) / peak - 1 if peak else None
+    return max(predicted_as_measured(predicted, measured)) / peak - 1 if peak else None
+
+
+def predicted_as_measured(predicted: models.Prediction, record: dict) -> tuple[float, ...]:
+    """Each device's predicted peak as the record's memory figure counts it: counted tensors
+    (without FSDP's gathered units) where parbench counted them, all of it where an
+    allocator's peak was read (a GPU of its own)."""
+    counted = str(record.get("memory_source") or "").startswith("tensors") or (
+        record.get("device_kind") == "cpu" or bool(record.get("emulated")))
+    return predicted.counted_memory_mib if counted else predicted.peak_memory_mib
 
 
 def _with_speedups(table: pd.DataFrame) -> pd.DataFrame:

@@ -38,7 +38,7 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "304832453039c541071b4833797165b12301555992270d043cc0f895ba76f8cd"
+FINGERPRINT = "e437e82112d3d01c41838f3adcfef4d77af192f795a99f4d20b4657b91361ac7"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

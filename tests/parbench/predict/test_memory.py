@@ -69,6 +69,11 @@ def test_each_pipeline_of_pipeline_fsdp_holds_its_stages_shard_and_its_schedules
         assert rank.activation_bytes == alone.activation_bytes
         assert rank.gathered_bytes == 2 * 2 * MIB  # the stage and its gradient, in full
     assert both.step_time_s >= one.step_time_s
+    slow = Link("slow", 1.0)  # 1 GB/s: each rank's stage gathered before, reduced after
+    gathers = sharded_pipelines(profile, cut, 2, 4, slow).step_time_s \
+        - models.pipeline("1f1b", profile, cut, 2, 4, slow).step_time_s
+    assert gathers >= slow.collective_s("all_gather", 2 * MIB, 2) \
+        + slow.collective_s("reduce_scatter", 2 * MIB, 2)
 
 
 class _Blocks(nn.Sequential):
