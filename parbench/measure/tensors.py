@@ -64,7 +64,9 @@ class _SavedTensors:
         self._contexts.stack.pop().__exit__(None, None, None)
 
     def _pack(self, tensor: torch.Tensor):
-        if isinstance(tensor, nn.Parameter):  # counted as state (FSDP's are transient)
+        # A parameter, or a view of one (attention saves its packed weight in chunks), is
+        # state, counted as such; FSDP's gathered ones are transient, not activations.
+        if isinstance(tensor, nn.Parameter) or isinstance(tensor._base, nn.Parameter):
             return tensor, None
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()

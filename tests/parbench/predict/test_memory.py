@@ -150,3 +150,25 @@ def test_every_configuration_of_a_limited_run_is_called_before_it_ran():
     assert memory_calls(unlimited, _profiles, FREE).empty
     assert calls_summary(pd.DataFrame()) is None
     assert replace(RankMemory(0, 0), gathered_bytes=MIB).peak_mib == 1
+
+
+class _Chunked(nn.Module):
+    """Saves views of its weight for backward, as attention saves its packed projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(96, 32))
+
+    def forward(self, x):
+        return sum(x @ part.t() for part in self.weight.chunk(3))
+
+
+def test_views_of_a_parameter_gathered_after_counting_began_are_not_activations():
+    """FSDP swaps in gathered parameters the count has never seen; views of them that an op
+    saves are parameter memory, not activations (ViT's fsdp was counted 60 MiB high)."""
+    module = _Chunked()
+    counted = TensorMemory([module])
+    module.weight = nn.Parameter(torch.randn(96, 32))  # as FSDP's unsharded parameter
+    module(torch.randn(4, 32, requires_grad=True)).sum().backward()
+    assert counted.saved_peak_bytes() == [4 * 32 * 4]  # the input alone, not 12 KiB of weight
+    counted.close()
