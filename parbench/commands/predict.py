@@ -5,6 +5,7 @@ device count and link not at hand (`predict --devices 8 --link nvlink4`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 
@@ -275,15 +276,12 @@ def _checked_sweep_arguments(args: argparse.Namespace) -> argparse.Namespace:
     return sweep
 
 
-def _predict_sweep(args: argparse.Namespace) -> int:
-    sweep = _checked_sweep_arguments(args)
-    record_like = dict(model=sweep.model, image_size=sweep.image_size,
-                       precision=sweep.precision, device_kind=sweep.device,
-                       threads_per_device=sweep.threads)
+@contextlib.contextmanager
+def prediction_refusals():
+    """What a prediction of a sweep refuses (a ValueError), or its profile running out of
+    memory, as one line."""
     try:
-        profile_at = profiles_for(record_like, sweep.profile_cache)
-        tables = [predict_sweep(count, sweep.batch_size, sweep.splits, profile_at, sweep.link)
-                  for count in sweep.device_counts]
+        yield
     except ValueError as error:
         raise UsageError(str(error)) from None
     except RuntimeError as error:  # torch's allocator: the profiled batch did not fit
@@ -291,6 +289,17 @@ def _predict_sweep(args: argparse.Namespace) -> int:
             raise
         raise UsageError(f"profiling ran out of memory ({str(error).splitlines()[0]}); use a "
                          "smaller --batch-size or --image-size") from None
+
+
+def _predict_sweep(args: argparse.Namespace) -> int:
+    sweep = _checked_sweep_arguments(args)
+    record_like = dict(model=sweep.model, image_size=sweep.image_size,
+                       precision=sweep.precision, device_kind=sweep.device,
+                       threads_per_device=sweep.threads)
+    with prediction_refusals():
+        profile_at = profiles_for(record_like, sweep.profile_cache)
+        tables = [predict_sweep(count, sweep.batch_size, sweep.splits, profile_at, sweep.link)
+                  for count in sweep.device_counts]
     setting = (f"{sweep.model} {sweep.image_size}px {sweep.precision}, global batch "
                f"{sweep.batch_size}, devices like this {sweep.device} (its profile), link "
                f"{sweep.link.describe()}")

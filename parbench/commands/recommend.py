@@ -5,7 +5,6 @@ the naive control measured in interleaved rounds, and the pick judged against th
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -18,10 +17,8 @@ from parbench.commands.arguments import (
     UsageError,
     add_common_arguments,
     at_least,
-    checked,
     device_set,
     image_sizes,
-    new_run_folder,
     output_folder,
     positive,
 )
@@ -29,14 +26,14 @@ from parbench.commands.predict import (
     SWEEP_DEFAULTS,
     check_batches,
     link_flag,
+    prediction_refusals,
     profile_cache,
     whole_numbers,
 )
-from parbench.commands.progress import progress_bar
+from parbench.commands.recommend_confirm import confirm, run_settings, text_table, workload
 from parbench.commands.run_arguments import QUICK_RUN
-from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
-from parbench.machine.environment import collect_environment
 from parbench.predict import recommend
 from parbench.predict.layouts import candidate_configs, predicted_layouts
 from parbench.predict.links import LINKS, NO_LINK, AnyLink, links_help
@@ -44,15 +41,10 @@ from parbench.predict.local_link import measured_link
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.sweep import predict_sweep
 from parbench.predict.version import PREDICTOR_VERSION
-from parbench.results.comparisons import per_round
-from parbench.results.folder import RunFolder, atomic_write_text
-from parbench.sweep import Sweep, runner
-from parbench.sweep.config import Config, options_for
 from strategies.stages import resolve_split
 
 __all__ = ["add_parsers", "command_recommend"]
 
-RECOMMEND_FILE = "recommend.json"
 CONFIRM_ONLY = ("repeats", "out")
 
 
@@ -136,45 +128,23 @@ def _predicted(args: argparse.Namespace) -> pd.DataFrame:
     record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
                        num_classes=args.num_classes, device_kind=args.device,
                        threads_per_device=args.threads)
-    try:
+    with prediction_refusals():
         if args.on is not None:
             return _predicted_here(args)
         profile_at = profiles_for(record_like, args.profile_cache)
         return predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    except RuntimeError as error:  # torch's allocator: the profiled batch did not fit
-        if "memory" not in str(error):
-            raise
-        raise UsageError(f"profiling ran out of memory ({str(error).splitlines()[0]}); use a "
-                         "smaller --batch-size or --image-size") from None
 
 
 def _predicted_here(args: argparse.Namespace) -> pd.DataFrame:
     splits = args.splits or [resolve_split(args.batch_size, None, args.devices)[0]]
-    configs = candidate_configs(_workload(args), args.batch_size, args.on, splits,
-                                strategies.names(), **_run_settings(args))
+    configs = candidate_configs(workload(args), args.batch_size, args.on, splits,
+                                strategies.names(), **run_settings(args))
     if args.link is None:
         print(f"link: the collectives of {args.on.describe()}, measured once (kept in "
               f"{args.profile_cache})", file=sys.stderr, flush=True)
         args.link = measured_link(args.on, args.profile_cache, args.threads)
     return predicted_layouts(configs, lambda record: profiles_for(record, args.profile_cache),
                              args.link)
-
-
-def _workload(args: argparse.Namespace) -> Workload:
-    return Workload(model=args.model, image_size=args.image_size, precision=args.precision,
-                    num_classes=args.num_classes)
-
-
-def _run_settings(args: argparse.Namespace) -> dict:
-    """How --confirm runs a configuration: its steps, threads, and the memory a device has
-    (an emulated device's counted tensors; a GPU's allocator, capped)."""
-    memory = math.floor(args.memory) if args.memory else None
-    limit = ({"device_memory_mib": memory} if args.on.kind == "cpu" or args.on.emulated
-             else {"memory_cap_mib": memory})
-    return dict(warmup=args.warmup, steps=args.steps, threads_per_device=args.threads,
-                timeout_s=args.timeout, **limit)
 
 
 def _limited(args: argparse.Namespace) -> str:
@@ -205,22 +175,6 @@ def _ranking(args: argparse.Namespace, table: pd.DataFrame,
     return recommend.ranked(kept, dropped, args.devices, args.memory), notes + refused
 
 
-def _text_table(headers: list[str], rows: list[list]) -> str:
-    """Columns padded to their widest cell: numbers to the right, text to the left."""
-    cells = [headers, *[[_cell(value) for value in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    numeric = [all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
-    return "\n".join("  ".join(text.rjust(width) if right else text.ljust(width)
-                               for text, width, right in zip(row, widths, numeric, strict=True)
-                               ).rstrip() for row in cells)
-
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return "-" if pd.isna(value) else f"{value:.3g}"
-    return str(value)
-
-
 def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.DataFrame,
                    notes: list[str]) -> None:
     shown = ranked.head(max(args.top, args.confirm or 0))
@@ -233,7 +187,7 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
               f"{args.devices} devices like this {args.device} (its profile), ") +
           f"link {args.link.describe()}, memory {cap}; top {len(shown)} of {len(ranked)} "
           f"layouts{' that fit' if args.memory else ''}, fastest first:")
-    print(_text_table(
+    print(text_table(
         ["rank", "strategy", "options", "step s", "img/s",
          "counted MiB/device" if _limited(args) == recommend.COUNTED else "peak MiB/device",
          "why"],
@@ -250,115 +204,6 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
         print(line)
 
 
-def _config(args: argparse.Namespace, strategy: str, options: dict) -> Config:
-    """`strategy` with `options` measured on --on as --confirm measures it (not yet planned)."""
-    return Config(strategy=strategy, workload=_workload(args), global_batch=args.batch_size,
-                  devices=args.on, options=options_for(strategy, options),
-                  **_run_settings(args))
-
-
-def _configs(args: argparse.Namespace, ranked: pd.DataFrame) -> dict[str, tuple[str, Config]]:
-    """Configuration key -> (role, configuration) of the top K and the control, each once and
-    each checked to run here."""
-    roles: dict[str, tuple[str, Config]] = {}
-    for row in ranked.head(args.confirm).to_dict("records"):
-        made = _config(args, row["strategy"], row["options"])
-        roles.setdefault(made.key(), ("pick" if row["rank"] == 1 else f"rank {row['rank']}",
-                                      made))
-    control = _config(args, *recommend.CONTROL)
-    role, _ = roles.get(control.key(), ("", control))
-    roles[control.key()] = (f"{role}, control" if role else "control", control)
-    for _, config in roles.values():
-        checked(config)
-    return roles
-
-
-def _measure(args: argparse.Namespace, configs: list[Config]) -> tuple[RunFolder, list]:
-    """The configurations measured in interleaved rounds into a new run folder."""
-    sweep = Sweep(configs=tuple(configs), repeats=args.repeats)
-    folder = new_run_folder(args.out, "recommend")
-    bar, on_start, on_done = progress_bar("auto", len(sweep.schedule()), 0, sweep.repeats)
-    try:
-        records = runner.run_sweep(sweep, folder, collect_environment(), on_start=on_start,
-                                   on_done=on_done)
-    finally:
-        bar.close()
-    return folder, records
-
-
-def _confirm(args: argparse.Namespace, candidates: pd.DataFrame, ranked: pd.DataFrame) -> None:
-    roles = _configs(args, ranked)
-    folder, records = _measure(args, [config for _, config in roles.values()])
-    by_key = {record.config_key: record for record in records}
-    predicted = {_config(args, row["strategy"], row["options"]).key(): row["throughput_ips"]
-                 for row in candidates.to_dict("records")}
-    labels = {key: f"{config.strategy} {recommend.option_flags(config.options)}".strip()
-              for key, (_, config) in roles.items()}
-    rounds = {labels[key]: per_round(by_key[key]) for key in roles}
-    judged = recommend.confirm_verdict(rounds, next(iter(labels.values())))
-    rows = [dict(role=role, label=labels[key], config_key=key, status=by_key[key].status,
-                 reason=by_key[key].reason, rounds=rounds[labels[key]],
-                 predicted_throughput_ips=predicted.get(key), **judged["measured"][labels[key]])
-            for key, (role, _) in roles.items()]
-    _print_measured(args, folder, rows, judged)
-    document = dict(kind="recommendation", predictor_version=PREDICTOR_VERSION,
-                    predicted=_predicted_rows(ranked), measured=rows,
-                    verdict={key: judged.get(key) for key in ("verdict", "best", "regret",
-                                                              "regret_interval")})
-    path = folder.path / RECOMMEND_FILE
-    atomic_write_text(path, json.dumps(document, indent=2, allow_nan=False,
-                                       default=_plain) + "\n")
-    print(f"recommendation and measurements: {path}; parbench report {folder.path} adds the "
-          "run's README and figures")
-
-
-def _predicted_rows(ranked: pd.DataFrame) -> list[dict]:
-    columns = ["rank", "strategy", "options", "step_time_s", "throughput_ips",
-               "peak_memory_max_mib", "bubble_or_exposed_comm", "micro_batch_effect", "reason"]
-    return [{**{name: None if _missing(row[name]) else row[name] for name in columns},
-             "kind": "predicted"} for row in ranked.to_dict("records")]
-
-
-def _plain(value):
-    """A numpy number (an option read from the table) as JSON writes a Python one."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _missing(value) -> bool:
-    """A figure the prediction does not give (NaN in the table, null in the JSON)."""
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _with_interval(value: float | None, bounds: list[float] | None, form: str = ".3g") -> str:
-    if value is None:
-        return "-"
-    return f"{value:{form}}" + (f" [{bounds[0]:{form}}, {bounds[1]:{form}}]" if bounds else "")
-
-
-def _print_measured(args: argparse.Namespace, folder: RunFolder, rows: list[dict],
-                    judged: dict) -> None:
-    on: DeviceSet = args.on
-    shared = (f" (emulated: {len(on)} logical devices share {on.describe_physical()}, as "
-              "predicted)" if on.emulated else "")
-    print(f"MEASURED on {on.describe()}{shared}: {args.repeats} interleaved rounds of "
-          f"{args.warmup} warm-up + {args.steps} measured steps; run folder {folder.path}:")
-    print(_text_table(
-        ["role", "configuration", "predicted img/s", "measured img/s [95%]",
-         "/ measured best, paired by round [95%]"],
-        [[row["role"], row["label"], row["predicted_throughput_ips"] or float("nan"),
-          _with_interval(row["throughput_ips"], row["throughput_interval"])
-          if row["status"] == "ok" else f"{row['status']}: {row['reason']}",
-          "1 (the best)" if row["label"] == judged["best"] else
-          _with_interval(row.get("ratio_to_best"), row.get("ratio_interval"))]
-         for row in rows]))
-    regret = judged.get("regret")
-    said = (f"; regret (1 - pick / best, paired by round) "
-            f"{_with_interval(regret, judged.get('regret_interval'), '.0%')}" if regret else "")
-    print(f"verdict, MEASURED: {judged['verdict']}{said}")
-
-
 def command_recommend(args: argparse.Namespace) -> int:
     args = _checked(args)
     table = _predicted(args)
@@ -372,7 +217,7 @@ def command_recommend(args: argparse.Namespace) -> int:
     _print_ranking(args, table, ranked, notes)
     if args.confirm:
         sys.stdout.flush()  # the prediction before the measurement's progress on stderr
-        _confirm(args, candidates, ranked)
+        confirm(args, candidates, ranked)
     return 0
 
 
