@@ -10,12 +10,19 @@ from pathlib import Path
 from parbench.machine.devices import parse_devices
 from parbench.results.record import Record
 
-__all__ = ["CPU2", "TINY_FLAGS", "child_pids", "children", "ok_record"]
+__all__ = ["CPU2", "TINY_FLAGS", "child_pids", "children", "ok_record", "plain_pytest_env"]
 
 CPU2 = parse_devices("cpu,cpu")
 # The tiny workload on the command line: a ResNet-18 at 32 px with 10 classes (conftest's
 # tiny_workload); each test adds its strategy, devices, batch and steps.
 TINY_FLAGS = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10"]
+
+
+def plain_pytest_env() -> dict[str, str]:
+    """This environment without pytest-xdist's worker variables, for a pytest started by a
+    test: pytest-benchmark reads them as xdist being on and refuses --benchmark-only."""
+    return {key: value for key, value in os.environ.items()
+            if not key.startswith("PYTEST_XDIST_")}
 
 
 def ok_record(strategy: str = "single", **fields) -> Record:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import plain_pytest_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,7 +24,8 @@ def test_asv_check_finds_no_problems():
 def test_plain_pytest_skips_the_benchmarks_and_benchmark_only_selects_them():
     # Both at once: each is mostly an interpreter importing torch, one per core.
     processes = [subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks", *flags],
-                                  cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                                  cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env=plain_pytest_env())
                  for flags in (["-q", "-rs"], ["--benchmark-only", "--collect-only", "-q"])]
     try:
         plain, listed = (process.communicate(timeout=200)[0] for process in processes)

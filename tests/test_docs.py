@@ -20,7 +20,7 @@ QUICKSTART = [
     "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && "
     ".venv/bin/parbench run",
     "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e '.[test]' && "
-    ".venv/bin/pytest",
+    ".venv/bin/pytest -n 2 --dist loadfile",
 ]
 README_MAX_LINES = 200
 
@@ -149,6 +149,8 @@ def test_readme_is_short_and_keeps_the_quickstart():
         "into docs/")
     for command in QUICKSTART:
         assert command in lines, f"README.md lost the quickstart line: {command}"
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert QUICKSTART[1] in ci, ".ci/run no longer runs the README's test command"
 
 
 def test_anchor_rule():

@@ -18,7 +18,7 @@ from parbench.sweep import suite
 from parbench.sweep.config import Config, options_for
 from parbench.sweep.runner import run_config
 from parbench.sweep.verify import verify
-from tests.support import CPU2
+from tests.support import CPU2, plain_pytest_env
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = strategies.names()
@@ -136,7 +136,7 @@ def test_every_harness_lists_every_strategy(capsys, load_harness):
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/test_strategies.py", "--benchmark-only",
          "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, capture_output=True, text=True, timeout=200).stdout
+        cwd=ROOT, capture_output=True, text=True, timeout=200, env=plain_pytest_env()).stdout
     for name in NAMES:  # each is benchmarked here, or cannot run here and says why
         reason = suite.cannot_run(name, CPU2)
         assert (f"test_training_step[{name}]" in collected) == (reason is None), reason
