@@ -83,7 +83,8 @@ def memory_summary(table: pd.DataFrame) -> str | None:
     if "memory_error" not in table or table["memory_error"].isna().all():
         return None
     errors = table["memory_error"].dropna().abs()
-    sources = table.get("memory_source", pd.Series(dtype=str)).fillna("").astype(str)
+    sources = table.get("memory_source", pd.Series(dtype=object))
+    sources = sources.astype(object).fillna("").astype(str)  # all missing: float64 NaNs
     uncounted = sources.str.startswith("tensors") & ~sources.str.contains("bucket")
     versions = table.get("predictor_version", pd.Series([PREDICTOR_VERSION]))
     scope = ("ddp's and fsdp's predictions count their buckets and gathered parameters, the "
