@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _case(name: str, regret: float, calls: list[bool]) -> dict:
     return dict(
-        workload=dict(name=name), sweep_size=20, ok=18, measured_by_recommend=4,
+        workload=dict(name=name), sweep_size=20, ok=18, measured_by_recommend=4, contenders=5,
+        final=f"{name}-final", sweep_best="single", sweep_confirmed_pick_regret=regret + 0.03,
         share_measured=0.2, best="ddp", predicted_pick="fsdp", predicted_pick_regret=0.1,
         predicted_pick_regret_interval=[0.05, 0.15], confirmed_pick="ddp" if not regret
         else "fsdp", confirmed_pick_regret=regret, confirmed_pick_regret_interval=None
@@ -29,14 +30,16 @@ def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tm
     monkeypatch.setitem(sys.modules, spec.name, experiment)  # its dataclass looks itself up
     spec.loader.exec_module(experiment)
     (tmp_path / "experiment.json").write_text(json.dumps(dict(
-        predictor_version=5, repeats=3, warmup=1, steps=3, confirm=3,
+        predictor_version=5, repeats=3, warmup=1, steps=3, confirm=3, final_within=0.2,
+        final_rounds=6,
         workloads=[_case("a", 0.0, [True, True]), _case("b", 0.08, [True, False]),
                    _case("c", 0.0, [])])))
     experiment.write_report(tmp_path)
     text = (tmp_path / "README.md").read_text()
-    assert "| a | 20 (18) | ddp | fsdp: 10.0% [5%, 15%] | ddp: 0.0% | 4 of 20 (20%) | 2 of 2 |" \
-        in text
+    assert ("| a | 20 (18) | 5 | ddp | fsdp: 10.0% [5%, 15%] | ddp: 0.0% | 4 of 20 (20%) | "
+            "2 of 2 |") in text
     assert "| c | 20 (18) |" in text and "| no limit |" in text
     assert "regret at most 5% in 2 of 3 workloads; memory calls right: 3 of 4" in text
+    assert "at most 5% in 2 of 3: a 3.0% (best single), b 11.0% (best single), c 3.0%" in text
     assert "median |error| 20.0%, worst 20.0%, 3 of 6 within 10%" in text
     assert (tmp_path / "regret.png").stat().st_size > 1000
