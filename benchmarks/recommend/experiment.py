@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from parbench.predict.layouts import candidate_configs, predicted_layouts
 from parbench.predict.local_link import measured_link
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.version import PREDICTOR_VERSION
+from parbench.results import stats
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
 from parbench.sweep import Sweep, runner
@@ -120,16 +120,15 @@ def contenders(spec: Case, out: Path, measured: dict) -> list:
     """The layouts within FINAL_WITHIN of the sweep's best mean, and both picks."""
     configs = _configs(spec)
     _, ranked = _predicted(spec, configs, out)
-    records = RunFolder(out / measured["run"]).read_records()
-    means = {r.config_key: statistics.geometric_mean(per_round(r).values())
-             for r in records if r.ok and per_round(r)}
+    labels = {config.key(): _label(config) for config in configs}
+    swept = _rounds(RunFolder(out / measured["run"]).read_records(), labels)
+    means = {label: stats.centre(by_round.values()) or 0.0 for label, by_round in swept.items()}
     confirmed = json.loads((out / "confirmations" / measured["confirmation"]
                             / "recommend.json").read_text())["verdict"]["best"]
-    labels = {config.key(): _label(config) for config in configs}
-    picks = {ranked.iloc[0]["config_key"], *(k for k, v in labels.items() if v == confirmed)}
+    picks = {labels[ranked.iloc[0]["config_key"]], confirmed}
     best = max(means.values())
-    return [c for c in configs if c.key() in picks
-            or means.get(c.key(), 0) >= (1 - FINAL_WITHIN) * best]
+    return [c for c in configs if labels[c.key()] in picks
+            or means.get(labels[c.key()], 0.0) >= (1 - FINAL_WITHIN) * best]
 
 
 def judge_workload(spec: Case, out: Path, measured: dict) -> dict:
