@@ -9,6 +9,7 @@ import multiprocessing
 import queue
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from parbench.launch.spawn import START_METHOD
 from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 
-__all__ = ["CONTENTION_VERSION", "load_or_measure_slowdown", "measure_slowdown",
+__all__ = ["CONTENTION_VERSION", "Sharing", "load_or_measure_slowdown", "measure_slowdown",
            "slowdown_path"]
 
 CONTENTION_VERSION = 3  # bump when what is measured changes: older caches are measured again
@@ -27,6 +28,30 @@ CONTENTION_VERSION = 3  # bump when what is measured changes: older caches are m
 # is over before processes started together overlap, and three processes on two cores then
 # measured no slowdown at all (version 2, started step by step).
 WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """`ranks` emulated devices on one CPU of `cores` cores, `threads` threads each, every one
+    of them computing at once measured `slowdown` times as long a step as one alone."""
+
+    ranks: int
+    cores: int
+    threads: int
+    slowdown: float
+
+    def of(self, computing: int) -> float:
+        """How many times as long a step takes with `computing` of the ranks computing at once:
+        the cores taken in turn once there are more threads than cores, times what sharing the
+        memory system costs beyond that (the measured slowdown over the turns all ranks take,
+        taken to grow evenly from nothing at one rank computing to that at all of them)."""
+        if computing <= 1 or self.ranks <= 1:
+            return 1.0
+        beyond = max(1.0, self.slowdown / self._turns(self.ranks))
+        return self._turns(computing) * (1 + (beyond - 1) * (computing - 1) / (self.ranks - 1))
+
+    def _turns(self, computing: int) -> float:
+        return max(1.0, computing * self.threads / self.cores)
 
 
 def _steps_for(step, window_s: float, least: int) -> list[float]:

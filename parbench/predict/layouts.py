@@ -83,7 +83,7 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
             micro_batches=planned.get("micro_batches"), partition=planned.get("partition"),
             options=dict(config.options), step_time_s=predicted.step_time_s,
             throughput_ips=predicted.throughput_ips,
-            bubble_or_exposed_comm=predicted.bubble,
+            bubble_or_exposed_comm=predicted.bubble, calibration=predicted.calibration,
             peak_memory_max_mib=max(predicted.peak_memory_mib),
             counted_memory_max_mib=max(predicted.counted_memory_mib),
             data_parallel=layout is not None and layout.data_parallel))

@@ -4,6 +4,7 @@ own action list. Every result is a Prediction, labelled as one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parbench.predict.links import AnyLink
@@ -31,6 +32,8 @@ class Prediction:
     # exposed communication.
     bubble: float | None = None
     spans: tuple[tuple, ...] = field(default=(), repr=False)  # a predicted timeline
+    # The measured over predicted throughput it was scaled by (parbench.predict.calibration).
+    calibration: float = 1.0
     kind: str = KIND
 
     @property
@@ -78,7 +81,7 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
     backwards from the last stage, then the optimiser (one process). Its stages pass tensors
     within one process: no link."""
     times = profile.stage_times(partition)
-    stages, schedule = len(times), tick_step_s(times, micro_batches)
+    stages, schedule = len(times), tick_step_s(times, micro_batches, _slowdown(profile))
     busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
     ranges = partition.stage_ranges()
     memory = tuple(RankMemory.of(sum(profile.blocks[i].parameter_bytes for i in r),
@@ -89,14 +92,26 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
                       schedule + profile.optimizer_s, memory, 1 - busy / (stages * schedule))
 
 
-def tick_step_s(times: list[StageTimes], micro_batches: int) -> float:
+def tick_step_s(times: list[StageTimes], micro_batches: int,
+                slowdown: Callable[[int], float] = lambda computing: 1.0) -> float:
     """The tick pipeline's step: each tick as long as its slowest stage, forwards then
-    backwards from the last stage."""
+    backwards from the last stage; with k stages computing in a tick, each takes `slowdown(k)`
+    times its time (stages sharing one CPU)."""
     stages, ticks = len(times), micro_batches + len(times) - 1
     active = [[k for k in range(stages) if 0 <= t - k < micro_batches] for t in range(ticks)]
-    step = sum(max(times[k].forward_s for k in ks) for ks in active)
+    step = sum(max(times[k].forward_s for k in ks) * slowdown(len(ks)) for ks in active)
     return step + sum(max(times[stages - 1 - k].input_grad_s + times[stages - 1 - k].weight_grad_s
-                          for k in ks) for ks in active)
+                          for k in ks) * slowdown(len(ks)) for ks in active)
+
+
+def _slowdown(profile: Profile) -> Callable[[int], float]:
+    """How many times its (contended) stage time an action takes with k stages computing at
+    once: the profile's times are those of every emulated device computing at once; fewer
+    computing share the CPU among fewer (1 where the devices do not share one)."""
+    sharing = profile.sharing
+    if sharing is None:
+        return lambda computing: 1.0
+    return lambda computing: sharing.of(computing) / sharing.slowdown
 
 
 def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
@@ -116,7 +131,8 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
         first = times[0]
         times[0] = StageTimes(first.forward_s, 0.0, first.input_grad_s + first.weight_grad_s)
     cut_bytes = profile.cut_bytes(partition)
-    replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]))
+    replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]),
+                      _slowdown(profile))
     ranges = partition.stage_ranges()
     saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
     memory, ends = [], []

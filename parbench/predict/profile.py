@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -15,6 +15,7 @@ import torch
 from parbench.families.workloads import Workload
 from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
+from parbench.predict.contention import Sharing
 from parbench.predict.schedule_replay import StageTimes
 from strategies.clock import StepClock
 from strategies.partition import Partition
@@ -73,6 +74,9 @@ class Profile:
     # the band drawn around a prediction made from it.
     step_low_ratio: float = 1.0
     step_high_ratio: float = 1.0
+    # Where emulated devices share this CPU: how (the times above are then those of all of them
+    # computing at once). Never stored with the profile: it is the run's, not the workload's.
+    sharing: Sharing | None = field(default=None, compare=False)
 
     def stage_times(self, partition: Partition) -> list[StageTimes]:
         """Each stage of `partition`: the sum of its blocks."""
@@ -294,7 +298,8 @@ def load_or_profile(cache: Path, workload: Workload, micro_batch: int,
                          "(torch.compile's fused kernels are not profiled)")
     def measure() -> dict:
         profile = profile_blocks(workload, micro_batch, device, threads)
-        return {"profile": {k: v for k, v in asdict(profile).items() if k != "blocks"},
+        return {"profile": {k: v for k, v in asdict(profile).items()
+                            if k not in ("blocks", "sharing")},
                 "blocks": [asdict(b) for b in profile.blocks]}
 
     path = cache / f"{settings_key(workload, device, threads, micro_batch)}.json"

@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from parbench.families.workloads import Workload
-from parbench.predict.contention import load_or_measure_slowdown
+from parbench.machine.devices import cpu_cores
+from parbench.predict.contention import Sharing, load_or_measure_slowdown
 from parbench.predict.profile import Profile, load_or_profile
 from strategies import Layout, layout_of
 
@@ -64,4 +66,5 @@ def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threa
     print(f"contention: {at_once} processes computing at once on this CPU each take "
           f"{slowdown:.3f}x as long (micro-batch {micro_batch}; measured once, cached)",
           file=sys.stderr, flush=True)
-    return profile.scaled_to(profile.step_compute_s * slowdown)
+    sharing = Sharing(at_once, cpu_cores(), threads, slowdown)
+    return replace(profile.scaled_to(profile.step_compute_s * slowdown), sharing=sharing)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from parbench.predict import data_parallel, models
+from parbench.predict.calibration import calibrated
 from parbench.predict.links import NO_LINK, AnyLink, MissingCollective
 from parbench.predict.profile import Profile
 from parbench.predict.sharded_pipelines import sharded_pipelines
@@ -68,6 +69,12 @@ def predict_record(record: dict, profile_at: ProfileAt,
     Its model is the one for the layout its strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
+    return calibrated(_modelled_prediction(record, profile_at, link), record)
+
+
+def _modelled_prediction(record: dict, profile_at: ProfileAt,
+                         link: AnyLink) -> models.Prediction:
+    """The layout's timing model's prediction, as the model makes it."""
     layout = layout_of(record["strategy"])
     options = record.get("strategy_options") or {}
     micro_batches = int(_number(record.get("micro_batches")) or 1)

@@ -88,42 +88,58 @@ def _in_micro_batch_order(actions: list[tuple[int, str, int]]) -> list[tuple[int
 
 
 def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Sequence[StageTimes],
-           transfer_s: Callable[[int], float] = lambda stage: 0.0) -> Replayed:
+           transfer_s: Callable[[int], float] = lambda stage: 0.0,
+           slowdown: Callable[[int], float] = lambda computing: 1.0) -> Replayed:
     """Run `actions` (per rank, in order) as a list schedule: an action starts when its rank is
     free and its inputs are there; a forward needs the previous stage's forward of the same
     micro-batch, a backward (B or I) its own forward and the next stage's backward, a weight
     gradient its input gradient. Crossing ranks adds `transfer_s(stage)`: the time to move the
     activation (or its gradient) at the cut after `stage`. The sender does not wait for it
     (torch's single-stage loops do wait for their sends, which on one link costs a transfer
-    per cut and micro-batch at most: small beside a stage's compute here)."""
+    per cut and micro-batch at most: small beside a stage's compute here).
+
+    Ranks that share a processor (emulated devices on one CPU) slow each other only while they
+    compute at once: with k ranks computing, each action runs `slowdown(k)` times as long as
+    its stage time (processor sharing, the time advanced from one start or end to the next)."""
     rank_of = {stage: rank for rank, rank_actions in enumerate(actions)
                for stage, _, _ in rank_actions}
     last = max(rank_of)
     done: dict[tuple[int, str, int], float] = {}
-    free = [0.0] * len(actions)
     position = [0] * len(actions)
+    running: dict[int, list[float]] = {}  # rank: [its action's work left (s at 1x), start]
     spans = []
+    now = 0.0
     while any(position[r] < len(actions[r]) for r in range(len(actions))):
-        progressed = False
+        later = []  # when actions whose inputs are on their way become ready
         for rank, rank_actions in enumerate(actions):
-            while position[rank] < len(rank_actions):
-                stage, kind, micro_batch = rank_actions[position[rank]]
-                ready = _ready_at(stage, kind, micro_batch, done, rank_of, last, transfer_s)
-                if ready is None:
-                    break
-                start = max(free[rank], ready)
-                end = start + stage_times[stage].of(kind)
-                done[(stage, _BACKWARD if kind in (FULL_BACKWARD, INPUT_GRAD) else kind,
-                      micro_batch)] = end
-                spans.append((rank, micro_batch, kind, start, end, stage))
-                free[rank], position[rank], progressed = end, position[rank] + 1, True
-        if not progressed:
+            if rank in running or position[rank] == len(rank_actions):
+                continue
+            stage, kind, micro_batch = rank_actions[position[rank]]
+            ready = _ready_at(stage, kind, micro_batch, done, rank_of, last, transfer_s)
+            if ready is not None and ready <= now:
+                running[rank] = [stage_times[stage].of(kind), now]
+            elif ready is not None:
+                later.append(ready)
+        if not running and not later:
             waiting = {r: actions[r][position[r]] for r in range(len(actions))
                        if position[r] < len(actions[r])}
             raise ValueError(f"the schedule cannot proceed: every rank waits ({waiting})")
+        rate = 1 / slowdown(len(running)) if running else 0.0
+        step = min([left / rate for left, _ in running.values()] + [t - now for t in later])
+        now += step
+        for rank, (left, start) in list(running.items()):
+            running[rank][0] = left - step * rate
+            if running[rank][0] <= _DONE_S:
+                stage, kind, micro_batch = actions[rank][position[rank]]
+                done[(stage, _BACKWARD if kind in (FULL_BACKWARD, INPUT_GRAD) else kind,
+                      micro_batch)] = now
+                spans.append((rank, micro_batch, kind, start, now, stage))
+                position[rank] += 1
+                del running[rank]
     return Replayed(len(actions), tuple(spans))
 
 
+_DONE_S = 1e-12  # work left below this (seconds): the action has ended (rounding, not work)
 _BACKWARD = "backward"  # B or I: what the previous stage's backward waits for
 
 

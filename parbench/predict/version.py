@@ -25,20 +25,25 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint"]
 # predicted but not counted on a CPU); hsdp and pipeline-fsdp predicted; a run under a memory
 # limit has each configuration called (fits / out of memory). No held-out run was measured
 # at version 4; version 5's is the recommend experiment's (docs/recommend.md).
-PREDICTOR_VERSION = 5
+# 6: emulated devices slow each other only while they compute at once (processor sharing in
+# the schedule replay and the tick pipeline: the cores taken in turn, the measured slowdown
+# beyond that grown with the ranks computing), and each strategy scaled by its measured over
+# predicted throughput on version 5's held-out workloads, on a CPU like that one
+# (calibration.json): those workloads are version 6's tuning data; its held-out draw is new.
+PREDICTOR_VERSION = 6
 # The sources whose every byte is the model (from the project's root): the profile and
 # contention measurements and where they are kept, the links and the collectives'
 # interpolation, the timing models, the schedules and cuts they replay, and which model and
 # profile a record gets.
 MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
-    "cache.py", "contention.py", "data_parallel.py", "links.py", "memory.py",
-    "memory_calls.py", "models.py", "profile.py", "record_profiles.py", "records.py",
-    "schedule_replay.py", "sharded_pipelines.py")) + (
+    "cache.py", "calibration.json", "calibration.py", "contention.py", "data_parallel.py",
+    "links.py", "memory.py", "memory_calls.py", "models.py", "profile.py", "record_profiles.py",
+    "records.py", "schedule_replay.py", "sharded_pipelines.py")) + (
     "parbench/measure/collectives.py", "strategies/partition.py",
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "e437e82112d3d01c41838f3adcfef4d77af192f795a99f4d20b4657b91361ac7"
+FINGERPRINT = "dbe75caa7e392efdfc03d9f43e093eccb919bd1ed6726c5ea51f2aacf4ce1d87"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

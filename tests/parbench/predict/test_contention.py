@@ -47,3 +47,14 @@ def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
                                            rounds=2, timeout_s=150, window_s=0.5)
     assert 1.4 < slowdown < 10  # a ratio of two real step times
     assert multiprocessing.active_children() == []  # every process it started has ended
+
+
+def test_sharing_takes_the_cores_in_turn_and_the_rest_of_the_measured_slowdown_evenly():
+    """Four ranks on two cores measured 2.4x all at once: 2x from taking the cores in turn,
+    1.2x beyond it, grown evenly from one rank computing (nothing) to four."""
+    sharing = contention.Sharing(ranks=4, cores=2, threads=1, slowdown=2.4)
+    assert [sharing.of(k) for k in (0, 1, 2, 3, 4)] == pytest.approx(
+        [1.0, 1.0, 1 + 0.2 / 3, 1.5 * (1 + 0.4 / 3), 2.4])
+    # Fewer ranks than cores take no turns; a slowdown below the turns is the turns.
+    assert contention.Sharing(2, 4, 1, 1.1).of(2) == pytest.approx(1.1)
+    assert contention.Sharing(4, 2, 1, 1.5).of(4) == pytest.approx(2.0)

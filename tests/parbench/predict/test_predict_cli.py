@@ -125,9 +125,9 @@ def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, cap
         profiled = list((folder.path / "profiles").glob("resnet*.json"))
     assert "contention: 2 processes computing at once" in capsys.readouterr().err
     assert steps[1.5]["single"] == steps[1.0]["single"]  # one device: nothing shared
-    # Two stages computing at once: 1.5x the compute, give or take NVLink's transfers.
-    assert steps[1.5]["pipeline-gpipe"] / steps[1.0]["pipeline-gpipe"] == pytest.approx(
-        1.5, rel=0.01)
+    # Two stages are slowed 1.5x only while both compute: not while one waits (the fill and
+    # drain of GPipe's pipeline), so the step by less.
+    assert 1.0 < steps[1.5]["pipeline-gpipe"] / steps[1.0]["pipeline-gpipe"] < 1.5
 
 
 def test_the_run_report_shows_the_predictions_beside_the_measurements(predicted):

@@ -89,3 +89,15 @@ def test_a_schedule_that_cannot_proceed_is_refused():
     deadlocked = [[(0, "F", 0), (0, "B", 0)], [(1, "B", 0), (1, "F", 0)]]
     with pytest.raises(ValueError, match="cannot proceed"):
         replay(deadlocked, [EQUAL, EQUAL])
+
+
+def test_ranks_sharing_a_processor_slow_each_other_only_while_both_compute():
+    """Two forwards of 1 s each on two stages, each action twice as long while both ranks
+    compute: the first forward alone (0-1 s), the second on stage 0 beside the first on stage
+    1 (both 1-3 s), the last alone (3-4 s)."""
+    forwards = [[(0, "F", 0), (0, "F", 1)], [(1, "F", 0), (1, "F", 1)]]
+    alone = StageTimes(forward_s=1.0, input_grad_s=0.0, weight_grad_s=0.0)
+    shared = replay(forwards, [alone, alone], slowdown=lambda computing: float(computing))
+    assert sorted((s[0], s[1], s[3], s[4]) for s in shared.spans) == [
+        (0, 0, 0.0, 1.0), (0, 1, 1.0, 3.0), (1, 0, 1.0, 3.0), (1, 1, 3.0, 4.0)]
+    assert replay(forwards, [alone, alone]).step_time_s == 3.0  # unshared: a list schedule

@@ -1,0 +1,66 @@
+"""Fit parbench/predict/calibration.json: each strategy's measured over predicted throughput on
+the recommend experiment's tuning workloads (a measured experiment folder), by device count and
+over all, as the geometric mean over its layouts; the models predict without it here.
+
+    python benchmarks/recommend/calibrate.py results/<time>-recommend-experiment
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import experiment
+
+from parbench.machine.devices import cpu_cores
+from parbench.predict.calibration import CALIBRATION_FILE
+from parbench.predict.version import PREDICTOR_VERSION
+from parbench.results.comparisons import per_round
+from parbench.results.folder import RunFolder, atomic_write_text
+
+
+def ratios(folder: Path) -> dict[tuple[int, str], list[float]]:
+    """Per (device count, strategy): each measured layout's throughput (geometric mean over
+    its rounds) over its prediction without calibration."""
+    measured = json.loads((folder / "measured.json").read_text())
+    found: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for spec in experiment.TUNING:
+        configs = experiment._configs(spec)
+        table, _ = experiment._predicted(spec, configs, folder)
+        predicted = {row["config_key"]: row["throughput_ips"] / row["calibration"]
+                     for row in table.to_dict("records")}
+        for record in RunFolder(folder / measured[spec.name]["run"]).read_records():
+            if record.ok and record.config_key in predicted:
+                ips = statistics.geometric_mean(per_round(record).values())
+                devices = len(str(record.devices).split(","))
+                found[(devices, record.strategy)].append(ips / predicted[record.config_key])
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="the tuning workloads' measured experiment folder")
+    args = parser.parse_args(argv)
+    found = ratios(Path(args.folder))
+    factors: dict[str, dict[str, float]] = defaultdict(dict)
+    pooled: dict[str, list[float]] = defaultdict(list)
+    for (devices, strategy), values in sorted(found.items()):
+        factors[str(devices)][strategy] = round(statistics.geometric_mean(values), 3)
+        pooled[strategy] += values
+    factors["any"] = {strategy: round(statistics.geometric_mean(values), 3)
+                      for strategy, values in sorted(pooled.items())}
+    atomic_write_text(CALIBRATION_FILE, json.dumps(dict(
+        predictor_version=PREDICTOR_VERSION, fitted_on=Path(args.folder).name,
+        workloads=[case.name for case in experiment.TUNING], cpu_cores=cpu_cores(),
+        threads_per_device=1, layouts={f"{d} {s}": len(v) for (d, s), v in sorted(found.items())},
+        factors=factors), indent=1) + "\n")
+    print(f"calibration: {CALIBRATION_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
