@@ -22,13 +22,35 @@ def _case(name: str, regret: float, calls: list[bool]) -> dict:
         memory_calls_right=sum(calls))
 
 
-def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tmp_path,
-                                                                               monkeypatch):
+def _experiment(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "recommend"))  # its report module
     spec = importlib.util.spec_from_file_location(
         "recommend_experiment", ROOT / "benchmarks" / "recommend" / "experiment.py")
     experiment = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, experiment)  # its dataclass looks itself up
     spec.loader.exec_module(experiment)
+    return experiment
+
+
+def test_a_resumed_workload_measures_only_the_steps_it_lacks(tmp_path, monkeypatch):
+    experiment = _experiment(monkeypatch)
+    steps, saved = [], []
+    monkeypatch.setattr(experiment, "measure_sweep",
+                        lambda spec, out, repeats: steps.append("sweep") or "the-sweep")
+    monkeypatch.setattr(experiment, "_confirm",
+                        lambda spec, out, repeats: steps.append("confirm") or "the-confirm")
+    spec = experiment.WORKLOADS[0]
+    swept = experiment.measure_missing(spec, tmp_path, {}, 3, True, saved.append)
+    assert steps == ["sweep"] and swept == dict(name=spec.name, run="the-sweep")
+    done = experiment.measure_missing(spec, tmp_path, swept, 3, False, saved.append)
+    assert steps == ["sweep", "confirm"] and done["confirmation"] == "the-confirm"
+    assert experiment.measure_missing(spec, tmp_path, done, 3, False, saved.append) == done
+    assert steps == ["sweep", "confirm"] and saved == [swept, done]  # each step saved as it ends
+
+
+def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tmp_path,
+                                                                               monkeypatch):
+    experiment = _experiment(monkeypatch)
     (tmp_path / "experiment.json").write_text(json.dumps(dict(
         predictor_version=5, repeats=3, warmup=1, steps=3, confirm=3, final_within=0.2,
         final_rounds=6,
