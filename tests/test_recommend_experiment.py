@@ -19,7 +19,8 @@ def _case(name: str, regret: float, calls: list[bool]) -> dict:
         if not regret else [regret - 0.01, regret + 0.01],
         memory_calls=[dict(right=right) for right in calls],
         memory_errors=[dict(error=0.01), dict(error=-0.2)],
-        memory_calls_right=sum(calls))
+        memory_calls_right=sum(calls), control_regret_in_sweep=None if calls else 0.25,
+        throughput=dict(errors=[0.05, -0.2, regret], spearman=0.5))
 
 
 def _experiment(monkeypatch):
@@ -63,5 +64,9 @@ def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tm
     assert "| c | 20 (18) |" in text and "| no limit |" in text
     assert "regret at most 5% in 2 of 3 workloads; memory calls right: 3 of 4" in text
     assert "at most 5% in 2 of 3: a 3.0% (best single), b 11.0% (best single), c 3.0%" in text
-    assert "median |error| 20.0%, worst 20.0%, 3 of 6 within 10%" in text
+    assert "median |error| 20.0%, worst 20.0%, 3 of 6 within 10%" in text  # memory
+    # Throughput: |0.05|, |-0.2| and the regret (0, 0.08, 0) of each of the three workloads.
+    assert ("throughput median |error| 5.0%, worst 20.0%, 6 of 9 within 10%; its order "
+            "against the measured one, Spearman's rho by workload: 0.50, 0.50, 0.50") in text
+    assert "ddp at the full batch) against the sweep's best: regret -, -, 25.0%" in text
     assert (tmp_path / "regret.png").stat().st_size > 1000

@@ -206,6 +206,7 @@ def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, reco
     after_in_sweep = recommend.confirm_verdict(swept, confirmed_best) if confirmed_best else {}
     calls = _memory_calls(spec, table, by_key, labels)
     memory = _memory_errors(table, by_key, labels)
+    control = recommend.confirm_verdict(swept, recommend.CONTROL[0])
     measured_by_confirm = len(confirmed["measured"])
     return dict(
         workload=asdict(spec), run=folder.path.name, confirmation=confirmed["folder"],
@@ -221,13 +222,28 @@ def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, reco
         sweep_best=in_sweep["best"], sweep_predicted_pick_regret=in_sweep["regret"],
         sweep_confirmed_pick_regret=after_in_sweep.get("regret"),
         recommend_verdict=confirmed["verdict"]["verdict"],
+        control_regret_in_sweep=control["regret"],
         memory_calls=calls, memory_calls_right=sum(c["right"] for c in calls),
-        memory_errors=memory,
+        memory_errors=memory, throughput=_throughput_errors(table, in_sweep, labels),
         ranking=[dict(label=labels[row["config_key"]], rank=int(row["rank"]),
                       predicted_ips=row["throughput_ips"],
                       measured_ips=in_sweep["measured"].get(labels[row["config_key"]], {})
                       .get("throughput_ips"))
                  for row in ranked.to_dict("records")])
+
+
+def _throughput_errors(table: pd.DataFrame, in_sweep: dict, labels) -> dict:
+    """Each measured layout's predicted throughput against its sweep mean (the prediction's
+    error, predicted over measured - 1), and their rank correlation (Spearman's rho)."""
+    measured = {label: found["throughput_ips"] for label, found in in_sweep["measured"].items()
+                if found.get("throughput_ips")}
+    pairs = pd.DataFrame([dict(predicted=row["throughput_ips"],
+                               measured=measured[labels[row["config_key"]]])
+                          for row in table.to_dict("records")
+                          if labels[row["config_key"]] in measured])
+    errors = pairs["predicted"] / pairs["measured"] - 1
+    return dict(errors=errors.round(4).tolist(),
+                spearman=float(pairs["predicted"].corr(pairs["measured"], method="spearman")))
 
 
 def _memory_errors(table: pd.DataFrame, by_key, labels) -> list[dict]:

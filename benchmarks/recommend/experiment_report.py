@@ -54,6 +54,17 @@ def write_report(out: Path) -> None:
               f"measured (counted tensors): median |error| {errors[len(errors) // 2]:.1%}, "
               f"worst {errors[-1]:.1%}, {sum(e <= 0.10 for e in errors)} of {len(errors)} "
               "within 10%." if errors else "")
+    judged = [c for c in cases if c.get("throughput")]
+    speed = sorted(abs(e) for c in judged for e in c["throughput"]["errors"])
+    rho = ", ".join(f"{c['throughput']['spearman']:.2f}" for c in judged)
+    naive = ", ".join(_pct(c.get("control_regret_in_sweep")) for c in judged)
+    prediction = (f"The prediction itself, on every layout measured in the sweep: throughput "
+                  f"median |error| {speed[len(speed) // 2]:.1%}, worst {speed[-1]:.1%}, "
+                  f"{sum(e <= 0.10 for e in speed)} of {len(speed)} within 10%; its order "
+                  f"against the measured one, Spearman's rho by workload: {rho}. The naive "
+                  f"choice (ddp at the full batch) against the sweep's best: regret {naive} "
+                  "(- where it did not run: out of memory)."
+                  if speed else "")
     text = [
         "# parbench recommend, checked against the whole sweep",
         "",
@@ -73,7 +84,8 @@ def write_report(out: Path) -> None:
         "", *rows, "",
         f"After --confirm {found['confirm']}, regret at most 5% in {within} of {len(cases)} "
         f"workloads; memory calls right: {right} of {total} (each emulated device limited to "
-        "the memory named, --device-memory-mib).", "", sweep_only, "", memory, "",
+        "the memory named, --device-memory-mib).", "", sweep_only, "", prediction, "",
+        memory, "",
         "![regret](regret.png)", ""]
     atomic_write_text(out / "README.md", "\n".join(text))
     figure, axis = plt.subplots(figsize=(8, 3.5))
