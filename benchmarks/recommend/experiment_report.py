@@ -68,8 +68,10 @@ def write_report(out: Path) -> None:
     text = [
         "# parbench recommend, checked against the whole sweep",
         "",
-        f"Models version {found['predictor_version']}; each workload's layouts predicted "
-        "before any was measured, then every one measured on emulated CPU devices in "
+        f"Models version {found['predictor_version']}, committed before any of these "
+        "measurements was read (the sweep does not depend on the models, so it may be measured "
+        "while they are written; the confirmation and the final do, and follow them); every "
+        "layout of each workload measured on emulated CPU devices in "
         f"{found['repeats']} interleaved rounds of {found['warmup']} warm-up + "
         f"{found['steps']} measured steps (a run folder each), and `parbench recommend "
         f"--confirm {found['confirm']}` run beside it (its own run folder under "
