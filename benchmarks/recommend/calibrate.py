@@ -16,16 +16,16 @@ from pathlib import Path
 
 import experiment
 
-from parbench.machine.devices import cpu_cores
 from parbench.predict.calibration import CALIBRATION_FILE
 from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
 
 
-def ratios(folder: Path) -> dict[tuple[int, str], list[float]]:
+def ratios(folder: Path, machine: set) -> dict[tuple[int, str], list[float]]:
     """Per (device count, strategy): each measured layout's throughput (geometric mean over
-    its rounds) over its prediction without calibration."""
+    its rounds) over its prediction without calibration; `machine` gathers each record's
+    (cores, threads per device)."""
     measured = json.loads((folder / "measured.json").read_text())
     found: dict[tuple[int, str], list[float]] = defaultdict(list)
     for spec in experiment.TUNING:
@@ -33,10 +33,13 @@ def ratios(folder: Path) -> dict[tuple[int, str], list[float]]:
         table, _ = experiment._predicted(spec, configs, folder)
         predicted = {row["config_key"]: row["throughput_ips"] / row["calibration"]
                      for row in table.to_dict("records")}
-        for record in RunFolder(folder / measured[spec.name]["run"]).read_records():
+        run = folder / measured[spec.name]["run"]
+        cores = json.loads((run / "env.json").read_text())["cpu_cores_available"]
+        for record in RunFolder(run).read_records():
             if record.ok and record.config_key in predicted:
                 ips = statistics.geometric_mean(per_round(record).values())
                 devices = len(str(record.devices).split(","))
+                machine.add((cores, record.threads_per_device or 1))
                 found[(devices, record.strategy)].append(ips / predicted[record.config_key])
     return found
 
@@ -45,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the tuning workloads' measured experiment folder")
     args = parser.parse_args(argv)
-    found = ratios(Path(args.folder))
+    machine: set = set()
+    found = ratios(Path(args.folder), machine)
+    if len(machine) != 1:
+        raise SystemExit(f"the records were measured on several machines {sorted(machine)}: "
+                         "fit on one")
+    (cores, threads), = machine
     factors: dict[str, dict[str, float]] = defaultdict(dict)
     pooled: dict[str, list[float]] = defaultdict(list)
     for (devices, strategy), values in sorted(found.items()):
@@ -55,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                       for strategy, values in sorted(pooled.items())}
     atomic_write_text(CALIBRATION_FILE, json.dumps(dict(
         predictor_version=PREDICTOR_VERSION, fitted_on=Path(args.folder).name,
-        workloads=[case.name for case in experiment.TUNING], cpu_cores=cpu_cores(),
-        threads_per_device=1, layouts={f"{d} {s}": len(v) for (d, s), v in sorted(found.items())},
+        workloads=[case.name for case in experiment.TUNING], cpu_cores=int(cores),
+        threads_per_device=int(threads),
+        layouts={f"{d} {s}": len(v) for (d, s), v in sorted(found.items())},
         factors=factors), indent=1) + "\n")
     print(f"calibration: {CALIBRATION_FILE}")
     return 0

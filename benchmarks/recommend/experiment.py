@@ -62,7 +62,7 @@ class Case:
 
 
 # Chosen before version 6 of the models predicted any of them; none was used to develop it
-# (each capped at 60% of its single device's predicted memory, rounded to 10 MiB).
+# (the two capped ones at 60% of their single device's predicted memory, rounded to 10 MiB).
 WORKLOADS = (
     Case("resnet18-32px-b64-x4", "resnet18", 32, 64, 4, (16,)),
     Case("resnet34-32px-b32-x2", "resnet34", 32, 32, 2, (8, 16)),
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
 
         measure_missing(spec, out, {} if args.into else measured.get(spec.name, {}),
-                        args.repeats, args.sweeps_only, saved)
+                        measured.get("repeats", args.repeats), args.sweeps_only, saved)
     if args.sweeps_only:
         return 0
     for spec in ([] if args.judge else chosen):
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["final"] = measure_final(spec, out, entry, args.final_rounds)
             save()
     judged = [judge_workload(spec, out, measured[spec.name]) for spec in WORKLOADS
-              if spec.name in measured]
+              if "confirmation" in measured.get(spec.name, {})]
     atomic_write_text(out / "experiment.json", json.dumps(dict(
         predictor_version=PREDICTOR_VERSION, repeats=measured.get("repeats", args.repeats),
         warmup=WARMUP, steps=STEPS, confirm=CONFIRM, final_within=FINAL_WITHIN,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,13 +30,29 @@ def factor(record: dict) -> float:
     fitted = _calibration()
     devices = str(len(str(record.get("devices") or "cpu").split(",")))
     if (not fitted or record.get("device_kind") != "cpu"
-            or not (record.get("emulated") or devices == "1")
-            or int(record.get("cpu_cores_available") or 0) != fitted["cpu_cores"]
-            or int(record.get("threads_per_device") or 1) != fitted["threads_per_device"]):
+            or not (_true(record.get("emulated")) or devices == "1")
+            or _number(record.get("cpu_cores_available")) != fitted["cpu_cores"]
+            or (_number(record.get("threads_per_device")) or 1) != fitted["threads_per_device"]):
         return 1.0
     strategy = str(record.get("strategy"))
     by_devices = fitted["factors"].get(devices, {})
-    return float(by_devices.get(strategy) or fitted["factors"]["any"].get(strategy) or 1.0)
+    # One device communicates with none: another count's factor does not stand for it.
+    over_all = fitted["factors"]["any"] if devices != "1" else {}
+    return float(by_devices.get(strategy) or over_all.get(strategy) or 1.0)
+
+
+def _true(value) -> bool:
+    """A record's flag, as a table may hold it (a bool, "True", NaN where it has none)."""
+    return value.lower() == "true" if isinstance(value, str) else bool(_number(value))
+
+
+def _number(value) -> float | None:
+    """A record's number; None where it has none (missing, empty, NaN in a table)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
 
 
 def calibrated(prediction: Prediction, record: dict) -> Prediction:

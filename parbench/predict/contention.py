@@ -44,7 +44,8 @@ class Sharing:
         """How many times as long a step takes with `computing` of the ranks computing at once:
         the cores taken in turn once there are more threads than cores, times what sharing the
         memory system costs beyond that (the measured slowdown over the turns all ranks take,
-        taken to grow evenly from nothing at one rank computing to that at all of them)."""
+        taken to grow evenly from nothing at one rank computing to that at all of them). Never
+        below the turns: a slowdown measured under them (noise) is taken as the turns."""
         if computing <= 1 or self.ranks <= 1:
             return 1.0
         beyond = max(1.0, self.slowdown / self._turns(self.ranks))

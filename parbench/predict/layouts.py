@@ -12,6 +12,7 @@ import pandas as pd
 
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, cpu_cores
+from parbench.predict import calibration
 from parbench.predict.links import AnyLink
 from parbench.predict.memory_calls import as_planned
 from parbench.predict.records import ProfileAt, predict_record, profiled_size
@@ -90,9 +91,11 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
     if not rows:
         return pd.DataFrame(rows)
     first = configs[0]
-    alone = profiler(dict(planned_fields(replace(first, strategy="single", options={})),
-                          cpu_cores_available=cpu_cores()))  # one device: nothing shares it
-    table = with_causes(pd.DataFrame(rows), first.global_batch, len(first.devices), alone)
+    single = dict(planned_fields(replace(first, strategy="single", options={})),
+                  cpu_cores_available=cpu_cores())
+    alone = profiler(single)  # one device: nothing shares it
+    table = with_causes(pd.DataFrame(rows), first.global_batch, len(first.devices), alone,
+                        calibration.factor(single))
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused
     return table

@@ -81,8 +81,10 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
     backwards from the last stage, then the optimiser (one process). Its stages pass tensors
     within one process: no link."""
     times = profile.stage_times(partition)
-    stages, schedule = len(times), tick_step_s(times, micro_batches, _slowdown(profile))
-    busy = micro_batches * sum(t.forward_s + t.input_grad_s + t.weight_grad_s for t in times)
+    slowdown = _slowdown(profile)
+    stages, schedule = len(times), tick_step_s(times, micro_batches, slowdown)
+    busy = sum(_full(times[k]) * slowdown(len(ks)) for ks in _ticks(stages, micro_batches)
+               for k in ks)
     ranges = partition.stage_ranges()
     memory = tuple(RankMemory.of(sum(profile.blocks[i].parameter_bytes for i in r),
                                  micro_batches * sum(profile.blocks[i].saved_bytes for i in r))
@@ -95,30 +97,46 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
 def tick_step_s(times: list[StageTimes], micro_batches: int,
                 slowdown: Callable[[int], float] = lambda computing: 1.0) -> float:
     """The tick pipeline's step: each tick as long as its slowest stage, forwards then
-    backwards from the last stage; with k stages computing in a tick, each takes `slowdown(k)`
+    backwards from the last stage; in a tick where k stages compute, each takes `slowdown(k)`
     times its time (stages sharing one CPU)."""
-    stages, ticks = len(times), micro_batches + len(times) - 1
-    active = [[k for k in range(stages) if 0 <= t - k < micro_batches] for t in range(ticks)]
-    step = sum(max(times[k].forward_s for k in ks) * slowdown(len(ks)) for ks in active)
-    return step + sum(max(times[stages - 1 - k].input_grad_s + times[stages - 1 - k].weight_grad_s
-                          for k in ks) * slowdown(len(ks)) for ks in active)
+    stages = len(times)
+    ticks = _ticks(stages, micro_batches)
+    step = sum(max(times[k].forward_s for k in ks) * slowdown(len(ks)) for ks in ticks)
+    return step + sum(max(_backward(times[stages - 1 - k]) for k in ks) * slowdown(len(ks))
+                      for ks in ticks)
 
 
-def _slowdown(profile: Profile) -> Callable[[int], float]:
-    """How many times its (contended) stage time an action takes with k stages computing at
-    once: the profile's times are those of every emulated device computing at once; fewer
-    computing share the CPU among fewer (1 where the devices do not share one)."""
+def _ticks(stages: int, micro_batches: int) -> list[list[int]]:
+    """The stages that compute in each clock tick (the same in the forward and backward)."""
+    return [[k for k in range(stages) if 0 <= t - k < micro_batches]
+            for t in range(micro_batches + stages - 1)]
+
+
+def _backward(times: StageTimes) -> float:
+    return times.input_grad_s + times.weight_grad_s
+
+
+def _full(times: StageTimes) -> float:
+    return times.forward_s + _backward(times)
+
+
+def _slowdown(profile: Profile, side_by_side: int = 1) -> Callable[[int], float]:
+    """How many times its stage time (the profile's: every emulated device computing at once)
+    an action takes with k of the schedule's ranks computing; `side_by_side` identical
+    schedules run beside it in step, so k x side_by_side devices compute then. 1 where the
+    devices do not share a CPU."""
     sharing = profile.sharing
     if sharing is None:
         return lambda computing: 1.0
-    return lambda computing: sharing.of(computing) / sharing.slowdown
+    return lambda computing: sharing.of(computing * side_by_side) / sharing.slowdown
 
 
 def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
-             micro_batches: int, link: AnyLink) -> Prediction:
+             micro_batches: int, link: AnyLink, side_by_side: int = 1) -> Prediction:
     """`schedule` (a key of SCHEDULES) over `ranks` devices holding `partition`'s stages as
     parbench places them, `micro_batches` micro-batches of the profiled size: torch's action
-    list replayed with the profiled stage times and the link's transfer times."""
+    list replayed with the profiled stage times and the link's transfer times (`side_by_side`:
+    the identical pipelines running beside it, which share the CPU with it)."""
     chosen = SCHEDULES[schedule]
     per_rank = partition.stages // ranks
     if partition.stages % ranks or (per_rank > 1) != chosen.multi_stage:
@@ -132,7 +150,7 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
         times[0] = StageTimes(first.forward_s, 0.0, first.input_grad_s + first.weight_grad_s)
     cut_bytes = profile.cut_bytes(partition)
     replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]),
-                      _slowdown(profile))
+                      _slowdown(profile, side_by_side))
     ranges = partition.stage_ranges()
     saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
     memory, ends = [], []

@@ -3,6 +3,7 @@ actions in torch's order, each as soon as its inputs have arrived, for its profi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -126,6 +127,9 @@ def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Seque
             raise ValueError(f"the schedule cannot proceed: every rank waits ({waiting})")
         rate = 1 / slowdown(len(running)) if running else 0.0
         step = min([left / rate for left, _ in running.values()] + [t - now for t in later])
+        if not 0 <= step < math.inf:
+            raise ValueError(f"the replay cannot advance by {step} s: every stage time, "
+                             "transfer and slowdown must be finite, the slowdowns positive")
         now += step
         for rank, (left, start) in list(running.items()):
             running[rank][0] = left - step * rate

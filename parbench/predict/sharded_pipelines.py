@@ -24,7 +24,7 @@ def sharded_pipelines(profile: Profile, partition: Partition, pipelines: int,
     over its stage's shard. Its bubble is the replayed pipeline's; the exposed collectives
     are in the step, not in it."""
     stages = partition.stages
-    one = pipeline("1f1b", profile, partition, stages, micro_batches, link)
+    one = pipeline("1f1b", profile, partition, stages, micro_batches, link, pipelines)
     ranges = partition.stage_ranges()
     sizes = [sum(profile.blocks[i].parameter_bytes for i in r) for r in ranges]
     # The schedule's first forward of each stage waits for its gather, and every stage

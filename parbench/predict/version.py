@@ -26,8 +26,9 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint"]
 # limit has each configuration called (fits / out of memory). No held-out run was measured
 # at version 4; version 5's is the recommend experiment's (docs/recommend.md).
 # 6: emulated devices slow each other only while they compute at once (processor sharing in
-# the schedule replay and the tick pipeline: the cores taken in turn, the measured slowdown
-# beyond that grown with the ranks computing), and each strategy scaled by its measured over
+# the schedule replay, each tick of the tick pipeline slowed by the stages computing in it: the
+# cores taken in turn, the measured slowdown beyond that grown with the ranks computing; data
+# parallel over pipelines counts its twin pipelines), and each strategy scaled by its measured over
 # predicted throughput on version 5's held-out workloads, on a CPU like that one
 # (calibration.json): those workloads are version 6's tuning data; its held-out draw is new.
 PREDICTOR_VERSION = 6
@@ -43,7 +44,7 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
     "strategies/pipeline_schedules.py")
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too.
-FINGERPRINT = "dbe75caa7e392efdfc03d9f43e093eccb919bd1ed6726c5ea51f2aacf4ce1d87"
+FINGERPRINT = "2f3e70d3b6d6f9a1724d057af7d32616fd93073b6c318a798ad40f4f9b412c61"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

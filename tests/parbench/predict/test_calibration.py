@@ -40,6 +40,14 @@ def test_nothing_is_scaled_off_the_machine_it_was_fitted_on(fitted):
     assert calibration.factor(_record(cpu_cores_available=16)) == 1.0
     assert calibration.factor(_record(threads_per_device=2)) == 1.0
     assert calibration.factor(_record(emulated=False)) == 1.0  # CPUs of their own
+    assert calibration.factor(_record(strategy="ddp", devices="cpu")) == 1.0  # no other's
+
+
+def test_a_table_row_without_the_fields_is_not_scaled(fitted):
+    nan = float("nan")
+    assert calibration.factor(_record(cpu_cores_available=nan)) == 1.0
+    assert calibration.factor(_record(emulated=nan)) == 1.0
+    assert calibration.factor(_record(emulated="True", cpu_cores_available=2.0)) == 0.8
 
 
 def test_a_calibrated_prediction_is_slower_by_the_factor_and_says_so(fitted):

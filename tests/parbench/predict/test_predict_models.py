@@ -11,6 +11,7 @@ import torch
 
 from parbench.families.workloads import Workload
 from parbench.predict import data_parallel, models, version
+from parbench.predict.contention import Sharing
 from parbench.predict.links import Link
 from parbench.predict.profile import (
     BlockProfile,
@@ -57,6 +58,31 @@ def test_both_gpipes_on_equal_stages_idle_the_closed_form_share(micro_batches):
     for predicted in (tick, replayed):
         assert predicted.bubble == pytest.approx(expected)
         assert predicted.step_time_s == pytest.approx((micro_batches + 1) * 6.0)
+
+
+def test_stages_sharing_one_core_are_slowed_only_while_both_compute():
+    """Two stages on one core, measured 2x slower both computing (the profile's times): one
+    micro-batch leaves one stage computing at a time, at twice the profile's speed, and the
+    bubble is still half of the step in the tick pipeline and GPipe alike."""
+    shared = replace(PROFILE, sharing=Sharing(ranks=2, cores=1, threads=1, slowdown=2.0))
+    tick = models.tick_pipeline(shared, HALVES, 1)
+    replayed = models.pipeline("gpipe", shared, HALVES, 2, 1, FREE)
+    for predicted in (tick, replayed):
+        assert predicted.step_time_s == pytest.approx(12.0 / 2)
+        assert predicted.bubble == pytest.approx(0.5)
+
+
+def test_pipelines_side_by_side_share_the_cpu_with_each_other():
+    """pipeline-fsdp's two 2-stage pipelines on 4 devices sharing 2 cores (2x slower all four
+    computing, the profile's times): one pipeline alone never has more computing than cores,
+    so it runs at twice the profile's speed throughout; beside its twin, while both its stages
+    compute, four devices do, at the profile's speed."""
+    shared = replace(PROFILE, sharing=Sharing(ranks=4, cores=2, threads=1, slowdown=2.0))
+    unshared = models.pipeline("1f1b", PROFILE, HALVES, 2, 4, FREE).step_time_s
+    alone = models.pipeline("1f1b", shared, HALVES, 2, 4, FREE).step_time_s
+    beside = models.pipeline("1f1b", shared, HALVES, 2, 4, FREE, side_by_side=2).step_time_s
+    assert alone == pytest.approx(unshared / 2)
+    assert alone < beside < unshared
 
 
 def test_1f1b_holds_fewer_micro_batches_than_gpipe_on_the_first_device():
