@@ -40,7 +40,7 @@ def ratios(folder: Path, machine: set) -> dict[tuple[int, str], list[float]]:
                 ips = statistics.geometric_mean(per_round(record).values())
                 devices = len(str(record.devices).split(","))
                 machine.add((cores, record.threads_per_device or 1))
-                found[(devices, record.strategy)].append(ips / predicted[record.config_key])
+                found[(devices, str(record.strategy))].append(ips / predicted[record.config_key])
     return found
 
 
