@@ -47,6 +47,8 @@ def ratios(folder: Path, machine: set) -> dict[tuple[int, str], list[float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the tuning workloads' measured experiment folder")
+    parser.add_argument("--into", default=str(CALIBRATION_FILE),
+                        help="the file to write (default: the one the models read)")
     args = parser.parse_args(argv)
     machine: set = set()
     found = ratios(Path(args.folder), machine)
@@ -61,13 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         pooled[strategy] += values
     factors["any"] = {strategy: round(statistics.geometric_mean(values), 3)
                       for strategy, values in sorted(pooled.items())}
-    atomic_write_text(CALIBRATION_FILE, json.dumps(dict(
+    atomic_write_text(Path(args.into), json.dumps(dict(
         predictor_version=PREDICTOR_VERSION, fitted_on=Path(args.folder).name,
         workloads=[case.name for case in experiment.TUNING], cpu_cores=int(cores),
         threads_per_device=int(threads),
         layouts={f"{d} {s}": len(v) for (d, s), v in sorted(found.items())},
         factors=factors), indent=1) + "\n")
-    print(f"calibration: {CALIBRATION_FILE}")
+    print(f"calibration: {args.into}")
     return 0
 
 
