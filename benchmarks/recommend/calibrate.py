@@ -22,12 +22,13 @@ from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
 
 
-def ratios(folder: Path, machine: set) -> dict[tuple[int, str], list[float]]:
+def ratios(folder: Path) -> tuple[dict[tuple[int, str], list[float]], set[tuple[int, int]]]:
     """Per (device count, strategy): each measured layout's throughput (geometric mean over
-    its rounds) over its prediction without calibration; `machine` gathers each record's
-    (cores, threads per device)."""
+    its rounds) over its prediction without calibration; and the (cores, threads per device)
+    its records were measured with."""
     measured = json.loads((folder / "measured.json").read_text())
     found: dict[tuple[int, str], list[float]] = defaultdict(list)
+    machines: set[tuple[int, int]] = set()
     for spec in experiment.TUNING:
         configs = experiment._configs(spec)
         table, _ = experiment._predicted(spec, configs, folder)
@@ -39,9 +40,9 @@ def ratios(folder: Path, machine: set) -> dict[tuple[int, str], list[float]]:
             if record.ok and record.config_key in predicted:
                 ips = statistics.geometric_mean(per_round(record).values())
                 devices = len(str(record.devices).split(","))
-                machine.add((cores, record.threads_per_device or 1))
+                machines.add((cores, record.threads_per_device or 1))
                 found[(devices, str(record.strategy))].append(ips / predicted[record.config_key])
-    return found
+    return found, machines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--into", default=str(CALIBRATION_FILE),
                         help="the file to write (default: the one the models read)")
     args = parser.parse_args(argv)
-    machine: set = set()
-    found = ratios(Path(args.folder), machine)
-    if len(machine) != 1:
-        raise SystemExit(f"the records were measured on several machines {sorted(machine)}: "
+    found, machines = ratios(Path(args.folder))
+    if len(machines) != 1:
+        raise SystemExit(f"the records were measured on several machines {sorted(machines)}: "
                          "fit on one")
-    (cores, threads), = machine
+    (cores, threads), = machines
     factors: dict[str, dict[str, float]] = defaultdict(dict)
     pooled: dict[str, list[float]] = defaultdict(list)
     for (devices, strategy), values in sorted(found.items()):
