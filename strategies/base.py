@@ -292,6 +292,12 @@ class Strategy(ABC):
         across ranks: the harness runs these steps last."""
         return None
 
+    def after_step(self, measured: bool) -> None:
+        """Called by the harness after each warm-up (`measured` False) and measured step, once
+        the step is synchronised and its clock stopped: where a strategy reads its library's
+        statistics of that step (never inside a timed step). Not called after the harness's
+        own extra steps (the traced step, the tensor count, the compute-only steps)."""
+
     def communication(self) -> dict[str, float | int | None]:
         """Record fields about this rank's communication per step, once steps have run:
         `allreduce_bytes` (and `allgather_bytes` where parameters are gathered), and the

@@ -4,6 +4,7 @@ train it for `parbench verify`."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -15,7 +16,7 @@ from parbench.families.data import BatchSource, shard
 from parbench.machine.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps
 from parbench.measure.measurement import Measurement
-from parbench.measure.probes import Probes
+from parbench.measure.probes import Probes, count_tensors, counted_source, counts_tensors
 from parbench.measure.tensors import DeviceLimit
 from parbench.measure.timeline import Timeline
 from parbench.sweep.config import Config
@@ -58,6 +59,9 @@ def _capped_devices(config: Config) -> DeviceSet:
 
 
 def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurement:
+    """Warm-up, then the timed steps with nothing of the harness inside them; then, untimed,
+    the harness's own steps: a pipeline's step traced action by action, a step with each
+    logical device's tensors counted, and the compute-only steps."""
     strategy = _build(config)
     batches = probes = None
     try:
@@ -65,60 +69,88 @@ def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurem
         devices = local_devices(strategy)
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
+        probes = Probes.open(devices)
+        placed = strategy.placed_modules()
+        counted = counts_tensors(devices, placed)
+        if config.device_memory_mib and not counted:
+            raise ValueError("--device-memory-mib counts each logical device's tensors, and "
+                             "this strategy's devices cannot be told apart (nn.DataParallel); "
+                             "give --memory-cap-mib instead")
         limit = (DeviceLimit(config.device_memory_mib, strategy.optimizer,
                              strategy.buffer_bytes()) if config.device_memory_mib else None)
-        probes = Probes.open(devices, strategy.placed_modules(), limit)
-        losses: list[torch.Tensor] = []
-        # The last measured step of a model cut into stages is timed action by action as well.
-        timeline = Timeline(devices.logical) if strategy.pipeline_stages > 1 else None
-        traced = config.warmup + config.steps - 1
-
-        def step(i: int) -> None:
-            if timeline is not None and i == traced:
-                timeline.start()
-                strategy.timeline = timeline
-            losses.append(strategy.train_step(*batches.next()))
-            strategy.timeline = None
-            probes.step_done(measured=i >= config.warmup)
 
         def sync() -> None:
             synchronize(devices)
             barrier()
 
+        def untimed_step() -> None:
+            strategy.train_step(*batches.next())
+            sync()
+
+        def count() -> list[float]:
+            assert placed is not None  # counted: the strategy names each device's modules
+            return count_tensors(placed, untimed_step, strategy.optimizer,
+                                 strategy.buffer_bytes, limit)
+
+        if limit is not None:
+            count()  # a device that runs out does so before any time is spent measuring
+        losses: list[torch.Tensor] = []
+
+        def after_step(i: int) -> None:
+            measured = i >= config.warmup
+            probes.step_done(measured)
+            strategy.after_step(measured)
+
         with probes.sampling():
-            timing = time_steps(step, sync, config.warmup, config.steps, pace,
-                                probes.start_measuring)
-        memory_mib, source, physical = probes.read_memory(strategy.optimizer,
-                                                             strategy.buffer_bytes())
-        communication = strategy.communication()  # before the steps that change it
+            timing = time_steps(lambda i: losses.append(strategy.train_step(*batches.next())),
+                                sync, config.warmup, config.steps, pace, probes.start_measuring,
+                                after_step)
+        physical, source = probes.read_peaks()
+        communication = strategy.communication()  # of the measured steps
+        spans, traced_s = (_traced_step(strategy, devices, untimed_step)
+                           if strategy.pipeline_stages > 1 else ([], None))
+        memory_mib = physical
+        if counted:
+            memory_mib, source = count(), counted_source(source)
 
         def compute_step(i: int) -> None:
             strategy.train_step(*batches.next())
-            probes.step_done(measured=False)
 
         # Last: memory has been read, and the model may diverge across ranks from here.
         # Uncapped: without its communication a strategy may hold more than its training
         # (fsdp keeps every unit gathered), and a capped run asks whether training fits.
-        probes.drop_limit()
         with uncapped():
             compute = _time_without_communication(strategy, compute_step, sync, config.steps)
         return Measurement(
             step_times_s=list(timing.step_times_s), total_s=timing.total_s,
             warmup_step_times_s=list(timing.warmup_step_times_s),
+            host_step_times_s=list(timing.host_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
             peak_memory_mib=memory_mib, memory_source=source, physical_peak_memory_mib=physical,
             memory_after_step_mib=probes.after_step_mib, torch_threads=torch.get_num_threads(),
-            partition=strategy.partition,
-            timeline=timeline.spans() if timeline is not None else [],
+            partition=strategy.partition, timeline=spans, traced_step_s=traced_s,
             bubble_fraction=strategy.bubble_fraction(), micro_batches=strategy.micro_batches,
             pipeline_stages=strategy.pipeline_stages, gpu_sampling=probes.gpu_sampling,
             gpus=probes.per_gpu(), compute_step_times_s=compute, communication=communication)
     finally:
-        if probes is not None:
-            probes.close()
         if batches is not None:
             batches.close()
         strategy.close()
+
+
+def _traced_step(strategy: strategies.Strategy, devices: DeviceSet,
+                 step: Callable[[], None]) -> tuple[list[list], float]:
+    """One more step, timed action by action (measure.timeline), after the measured ones: its
+    spans, and its own time from synchronised start to synchronised end."""
+    timeline = Timeline(devices.logical)
+    strategy.timeline = timeline
+    try:
+        start = time.perf_counter()
+        timeline.start()
+        step()
+        return timeline.spans(), time.perf_counter() - start
+    finally:
+        strategy.timeline = None
 
 
 def _time_without_communication(strategy: strategies.Strategy, step, sync,

@@ -10,9 +10,9 @@ from parbench.measure.memory import (
     memory_cap,
     memory_growth,
 )
-from parbench.measure.timing import Pace, StepTiming, time_steps
+from parbench.measure.timing import Pace, StepTiming, host_bound, time_steps
 
 __all__ = [
-    "MIB", "Pace", "PeakMemory", "StepTiming", "allocated_mib", "imbalance", "memory_cap",
-    "memory_growth", "peak_tflops", "time_steps", "training_flops_per_image",
+    "MIB", "Pace", "PeakMemory", "StepTiming", "allocated_mib", "host_bound", "imbalance",
+    "memory_cap", "memory_growth", "peak_tflops", "time_steps", "training_flops_per_image",
 ]

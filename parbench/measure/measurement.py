@@ -26,6 +26,8 @@ def _mean_of_computed(values: list[float]) -> float:
 MERGE_RULES: dict[str, Callable[[list], Any]] = {
     "first": lambda values: values[0],  # the same in every worker
     "slowest": max,
+    "slowest of those measured": lambda values: max((v for v in values if v is not None),
+                                                    default=None),
     "slowest per step": _per_step(max),  # a step lasts as long as its slowest worker
     # One rank leaking is a leak; None where a rank could not read it.
     "fullest per step": _per_step(lambda step: max((v for v in step if v is not None),
@@ -59,6 +61,8 @@ class Measurement:
     step_times_s: list[float] = merged("slowest per step")
     total_s: float = merged("slowest")  # wall time of the measured steps
     warmup_step_times_s: list[float] = merged("slowest per step")
+    # Per measured step, the host's time until its last work was queued (before the wait).
+    host_step_times_s: list[float] = merged("slowest per step")
     losses: list[float] = merged("mean of computed per step")  # nan: this worker computes none
     peak_memory_mib: list[float] = merged("concatenated")  # per logical device
     physical_peak_memory_mib: list[float] = merged("concatenated")  # per physical device seen
@@ -67,7 +71,9 @@ class Measurement:
     memory_source: str = merged("first, with the process count")
     torch_threads: int = merged("first")
     partition: str | None = merged("first")  # where the strategy cut the model, if it did
-    timeline: list[list] = merged("every span")  # the last measured step's spans (Timeline)
+    # A step after the measured ones, timed action by action (Timeline): its spans, its time.
+    timeline: list[list] = merged("every span")
+    traced_step_s: float | None = merged("slowest of those measured")
     bubble_fraction: float | None = merged("first")  # the schedule's theoretical idle share
     micro_batches: int = merged("first")
     pipeline_stages: int = merged("first")

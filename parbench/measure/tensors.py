@@ -1,7 +1,8 @@
 """Memory per logical device, counted from its tensors: parameters, gradients, optimiser state
 and the activations autograd saves for backward. Installed around a strategy's modules by the
-worker, for logical devices that share a physical one (whose counters cannot tell them apart)
-and for CPU processes (whose resident set includes the interpreter)."""
+worker, for a step of its own after the timed ones (its hooks cost time), for logical devices
+that share a physical one (whose counters cannot tell them apart) and for CPU processes (whose
+resident set includes the interpreter)."""
 
 from __future__ import annotations
 
@@ -169,12 +170,6 @@ class TensorMemory:
     def reset(self) -> None:
         for saved in self._saved:
             saved.reset_peak()
-
-    def drop_limit(self) -> None:
-        """No limit from here (the harness's own steps after training's)."""
-        self._limit = None
-        for saved in self._saved:
-            saved.budget_bytes = None
 
     def saved_peak_bytes(self) -> list[int]:
         """Per logical device: the most activation bytes alive at once since `reset`."""

@@ -9,6 +9,7 @@ import pandas as pd
 
 import strategies
 from parbench.measure.memory import memory_kind
+from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
 from parbench.plots.common import interval_of
 from parbench.results import stats
@@ -79,7 +80,28 @@ def answers(frame: pd.DataFrame) -> list[str]:
                 f"{model}, batch {batch}, {size} px, {precision}, {devices} device"
                 f"{'s' if devices > 1 else ''}{emulated}: {_fastest(ranked)}"
                 f"{_from_ideal(fastest, devices)}; {_leanest(same)}")
-    return lines
+    return lines + _host_bound_lines(ok)
+
+
+def _host_bound_lines(ok: pd.DataFrame) -> list[str]:
+    """Which GPU configurations the host bounds (records from before the field have none)."""
+    if "host_bound" not in ok or ok["host_bound"].isna().all():
+        return []
+    judged = ok[ok["host_bound"].notna()]
+    bound = judged[judged["host_bound"].astype(bool)]
+    compiled = bound.get("compile", pd.Series(False, index=bound.index)).fillna(False)
+    named = [f"{_named(row)} on {row['devices']}{' compiled' if compiled[i] else ''}, "
+             f"batch {row['global_batch']} (host "
+             f"{row['host_time_median_s'] / row['step_time_median_s']:.0%} of the step)"
+             for i, row in bound.iterrows()]
+    share = f"{HOST_BOUND_SHARE:.0%}"
+    if not named:
+        return [f"host-bound: none of the {len(judged)} GPU configurations (the host queued "
+                f"each step's work in under {share} of the step, then waited for the GPU)"]
+    return [f"host-bound ({len(named)} of {len(judged)} GPU configurations: the host took at "
+            f"least {share} of the step to queue its work, so the GPU waited for launches, "
+            "e.g. eager dispatch of small kernels, or the step synchronised inside; their "
+            "times measure the host as much as the GPU): " + "; ".join(named)]
 
 
 def _leanest(same: pd.DataFrame) -> str:

@@ -69,14 +69,16 @@ class Record:
     split_size: int | None = None  # the micro-batch size trained on (Options.micro_batch_size)
     micro_batches: int | None = declared("micro-batches per step", "", "M", shown_in=("readme",))
     bubble_fraction: float | None = None  # GPipe's theoretical idle share (K-1)/(M+K-1)
-    # The last measured step's idle share per stage (timeline): the mean and the worst stage.
+    # The traced step's idle share per stage (timeline): the mean and the worst stage.
     measured_bubble_fraction: float | None = declared(per_trial="linear")
     measured_bubble_fraction_worst: float | None = None
     # Per stage (rank), the most micro-batches whose activations were held at once.
     in_flight_micro_batches: list | None = None
-    # [stage, micro-batch, phase, start s, end s] of the last measured step (measure.timeline),
-    # and the model stage as a sixth item where a rank holds several.
+    # [stage, micro-batch, phase, start s, end s] of a step traced action by action after the
+    # measured ones (measure.timeline), and the model stage as a sixth item where a rank holds
+    # several.
     timeline: list | None = None
+    traced_step_time_s: float | None = None  # that step's own time: untimed, after the measured
     data: str | None = None  # "synthetic" or the image folder
     # Where it ran.
     # the logical devices used, comma separated
@@ -106,6 +108,12 @@ class Record:
     step_time_min_s: float | None = None
     step_time_max_s: float | None = None
     step_times_s: list | None = declared(per_trial="kept")  # per measured step, the slowest rank's
+    # The host's time to queue a measured step's work, before waiting for the devices (median
+    # over the measured steps, the slowest process's), and whether the host bounds the step
+    # (measure.timing.host_bound: on GPUs, host time >= 90% of the step; None on CPUs, where the
+    # host computes everything itself).
+    host_time_median_s: float | None = None
+    host_bound: bool | None = None
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one

@@ -14,7 +14,13 @@ import torch
 
 from parbench import launch
 from parbench.families.workloads import Workload
-from parbench.measure import imbalance, memory_growth, peak_tflops, training_flops_per_image
+from parbench.measure import (
+    host_bound,
+    imbalance,
+    memory_growth,
+    peak_tflops,
+    training_flops_per_image,
+)
 from parbench.measure.measurement import Measurement
 from parbench.measure.timeline import bubble_fractions, in_flight
 from parbench.results.comparisons import add_comparisons
@@ -44,12 +50,14 @@ def _peak_tflops(config: Config) -> float | None:
 
 
 def _measured_bubble(measured: Measurement) -> dict:
-    """The timeline of the last measured step, and each stage's idle share of that step."""
+    """The timeline of the traced step (one after the measured ones), and each stage's idle
+    share of that step."""
     spans = measured.timeline
-    if not spans:
+    if not spans or not measured.traced_step_s:
         return {}
-    idle = bubble_fractions(spans, measured.pipeline_stages, measured.step_times_s[-1])
-    return dict(timeline=spans, measured_bubble_fraction=sum(idle) / len(idle),
+    idle = bubble_fractions(spans, measured.pipeline_stages, measured.traced_step_s)
+    return dict(timeline=spans, traced_step_time_s=measured.traced_step_s,
+                measured_bubble_fraction=sum(idle) / len(idle),
                 measured_bubble_fraction_worst=max(idle),
                 in_flight_micro_batches=in_flight(spans, measured.pipeline_stages))
 
@@ -66,6 +74,16 @@ def _communication_split(measured: Measurement, step_s: float) -> dict:
                      exposed_comm_time_s=step_s - compute,
                      exposed_comm_fraction=(step_s - compute) / step_s)
     return {**split, **measured.communication}
+
+
+def _host_fields(config: Config, measured: Measurement, step_s: float) -> dict:
+    """The host's median time to queue a measured step, and whether it bounds the step."""
+    host = measured.host_step_times_s
+    if not host:
+        return {}
+    host_s = float(np.percentile(host, 50))
+    return dict(host_time_median_s=host_s,
+                host_bound=host_bound(host_s, step_s, config.used_devices.kind))
 
 
 def _gpu_fields(gpus: dict[str, dict], images: int) -> dict:
@@ -107,6 +125,7 @@ def _measured_fields(config: Config, measured: Measurement) -> dict:
         step_time_min_s=min(times),
         step_time_max_s=max(times),
         step_times_s=times,
+        **_host_fields(config, measured, median),
         first_step_time_s=first_step,
         # The first warm-up step compiles: its time beyond a measured step's.
         compile_time_s=(first_step - median if config.workload.compile and first_step

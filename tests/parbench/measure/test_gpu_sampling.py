@@ -88,6 +88,7 @@ def test_ranks_sharing_a_gpu_count_it_once():
     def rank(gpus):
         return Measurement(
             step_times_s=[1.0], total_s=1.0, warmup_step_times_s=[], losses=[0.5],
+            host_step_times_s=[0.5], traced_step_s=None,
             peak_memory_mib=[1.0], physical_peak_memory_mib=[1.0], memory_after_step_mib=[1.0],
             memory_source="x", torch_threads=1, partition=None, timeline=[], bubble_fraction=0.0,
             micro_batches=1, pipeline_stages=1, gpu_sampling="nvml", gpus=gpus,

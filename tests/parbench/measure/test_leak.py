@@ -30,6 +30,7 @@ def test_ranks_memory_after_each_step_is_the_fullest_one_read():
     def rank(after_step_mib):
         return Measurement(
             step_times_s=[1.0] * 3, total_s=3.0, warmup_step_times_s=[], losses=[0.5] * 3,
+            host_step_times_s=[0.5] * 3, traced_step_s=None,
             peak_memory_mib=[1.0], memory_source="x", physical_peak_memory_mib=[1.0],
             memory_after_step_mib=after_step_mib, torch_threads=1, partition=None,
             timeline=[], bubble_fraction=None, micro_batches=1, pipeline_stages=1,

@@ -96,9 +96,6 @@ def test_a_device_runs_out_where_its_counted_tensors_exceed_its_memory():
     _train_step(model, optimizer, counted, 64)  # 64 x 256 floats saved a few times: fits
     with pytest.raises(torch.OutOfMemoryError, match="--device-memory-mib"):
         _train_step(model, optimizer, counted, 4096)  # 4 MiB a saved activation
-    counted.drop_limit()
-    counted.after_step()
-    _train_step(model, optimizer, counted, 4096)  # the harness's own steps: no limit
     counted.close()
 
 

@@ -121,6 +121,27 @@ def test_gpu_records_show_their_mfu_and_its_convention(run_folder, capsys):
     assert header[header.index("img/s") + 1] == "MFU"
 
 
+def test_the_readme_names_the_host_bound_gpu_configurations(run_folder):
+    # What GPU records carry (measure.timing.host_bound): the pipeline's host time close to
+    # its step, single's well under it.
+    from dataclasses import replace
+
+    from parbench.results.folder import RunFolder
+
+    folder = RunFolder.open(run_folder)
+    records = [replace(r, device_kind="cuda", host_bound=r.strategy == "pipeline",
+                       host_time_median_s=r.step_time_median_s
+                       * (0.95 if r.strategy == "pipeline" else 0.3)) if r.ok else r
+               for r in folder.read_records()]
+    folder.write_records(records)
+    assert main(["report", str(run_folder)]) == 0
+    [line] = [line for line in (run_folder / "README.md").read_text().splitlines()
+              if line.startswith("- host-bound")]
+    assert line.startswith("- host-bound (2 of 5 GPU configurations")  # with 3 singles
+    assert line.count("pipeline (K=2") == 2 and "(host 95% of the step)" in line
+    assert "single" not in line.split("):", 1)[1]
+
+
 def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
     """A published run with every schedule, 3 trials (intervals) and long options."""
     from parbench.reporting.answers import results_table
