@@ -1,17 +1,19 @@
-"""benchmarks/gpu/reference.py on CPU: its dry run, the chunks and their limits, the chunk runner
-that keeps each step's output, fills in what an earlier step found and stops a step at the
-chunk's time limit, the per-test limit that ends a hung test, reading the commit without git,
-and the install's checks and the wheels it brings."""
+"""benchmarks/gpu/reference.py on CPU: the default plan's order and its total inside one loan,
+every parbench command of it against parbench's own parser, the estimates against what the
+H200 measured, and the part runner that keeps each step, ends a step at its deadline and lets
+a failure end only what depends on it (its tools: test_gpu_reference_tools.py)."""
 
+import argparse
+import importlib
 import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 import types
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
@@ -19,33 +21,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "reference.py"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-HANGS = """
-import signal
-import time
-
-
-def test_hangs():
-    time.sleep(60)
-
-
-def test_after():
-    pass
-
-
-def test_stuck_in_c():
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the soft stage cannot reach it
-    time.sleep(60)
-"""
-
-
-MODULES = {"reference": "reference", "chunks": "reference_chunks", "host": "reference_host",
-           "commit": "reference_commit"}
+MODULES = {"reference": "reference", "plan": "reference_chunks", "host": "reference_host",
+           "commit": "reference_commit", "estimates": "reference_estimates"}
 
 
 @pytest.fixture(scope="module")
 def gpu():
     """The script's modules, imported from its folder as they import each other when it runs:
-    gpu.reference (the runner), gpu.chunks, gpu.host (wheels, install, checks), gpu.commit."""
+    gpu.reference (the runner), gpu.plan, gpu.host (wheels, install, checks), gpu.commit,
+    gpu.estimates."""
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         yield types.SimpleNamespace(**{short: importlib.import_module(name)
@@ -56,15 +40,6 @@ def gpu():
             sys.modules.pop(name, None)
 
 
-@pytest.fixture(scope="module")
-def per_test_timeout():
-    spec = importlib.util.spec_from_file_location("per_test_timeout", SCRIPT.parent /
-                                                  "per_test_timeout.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _dry_run(*args):
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", *args],
                           capture_output=True, text=True, timeout=60)
@@ -72,269 +47,242 @@ def _dry_run(*args):
     return done.stdout
 
 
-def test_the_dry_run_prints_every_chunk_in_priority_order_and_runs_nothing(tmp_path):
+def test_the_dry_run_prints_each_step_its_basis_and_the_running_total(tmp_path):
     out = _dry_run("--results-dir", str(tmp_path))
-    names = ["gpu-tests", "gpu-tests-slow", "gpu-tests-suites", "resnet50-224",
-             "resnet50-224-large", "tutorial", "data-parallel", "pytest-benchmark", "asv",
-             "predicted"]
-    positions = [out.index(f"chunk {n} {name}:") for n, name in enumerate(names, 1)]
+    headers = ["(a) correctness:", "(b) attribution-128px:", "(c) resnet50-224px-bf16:",
+               "(d) asv:"]
+    positions = [out.index(header) for header in headers]
     assert positions == sorted(positions)
+    lines = re.findall(r"^  ~ *(\d+) s +(\d+) s  (\S+)", out, re.M)
+    running = 0
+    for estimate, total, _ in lines:  # each line's total is the sum of those before it
+        running += int(estimate)
+        assert int(total) == running
+    assert [name for *_, name in lines][:4] == ["install", "gpu-tests:", "verify-2:",
+                                                "verify-4-hsdp:"]
+    assert out.count("  from: ") == len(lines) - 1 - 4  # every step but install, archives
+    assert f"total estimated {running} s" in out and running <= 540
+    assert "PLANNING figure: " in out and "in the H200's junit.xml" in out
+    assert "--parts e (data-parallel-and-slow" in out and "--parts f (suites" in out
     assert "-m pytest -m gpu tests/gpu/test_gpu.py --deselect" in out
-    assert out.count(" -v -p no:cacheprovider -p per_test_timeout --per-test-limit ") == 4
-    for n, name in [(1, "gpu-tests"), (2, "gpu-tests-slow"), (3, "gpu-tests-suites"),
-                    (8, "pytest-benchmark")]:
-        assert f"--junitxml RUN/{n}-{name}/junit.xml" in out
-    assert "predict --profile-device cuda" in out and "--devices 2,4,8" in out
-    assert "--split-size 1,3,5,8,10,12,20,40,60" in out and "--devices cuda:0,cuda:0" in out
-    assert "--batch-size '<max-batch'\"'\"'s answer>'" in out  # filled in at run time
-    assert "[skipped: timm's benchmark.py is a script in timm's repository" in out
-    estimates = [int(line.split()[1]) for line in out.splitlines()
-                 if line.startswith("  estimated ")]
-    assert len(estimates) == 10 and max(estimates) <= 570  # each chunk inside 10 minutes
-    assert f"total estimated {sum(estimates)} s" in out
-    assert "within 12 minutes: chunks 1,2." in out
-    # What the install brings and checks, and the per-test limit.
-    assert "wheels: none given" in out and "--fetch-wheels DIR" in out
-    assert "asv (chunks 3,9): pip check, import, python -m asv --version" in out
-    assert "per-test limit (chunks 1,2,3,8): benchmarks/gpu/per_test_timeout.py" in out
-    assert "each test at most 150 s" in out
+    assert "--junitxml RUN/a-correctness/gpu-tests-junit.xml" in out
+    assert "parbench verify --devices cuda:0,cuda:0\n" in out
+    assert "--split-size 20,60 --compile on,off --repeats 3 --steps 30" in out
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_dry_run_lists_what_a_wheels_folder_brings_and_lacks(tmp_path):
-    for name in ("numpy-1.0-py3-none-any.whl", "nothing_installed_here-1.0-py3-none-any.whl"):
-        (tmp_path / name).write_bytes(b"")
-    out = _dry_run("--wheels", str(tmp_path), "--chunks", "9")
-    assert f"wheels from {tmp_path}: installs nothing_installed_here-1.0-py3-none-any.whl" in out
-    assert re.search(r"keeps the host's numpy \d", out)
-    assert "lacks asv, scipy, setuptools, tqdm, GPUtil" in out
+def test_the_default_plan_is_a_b_c_d_in_one_loan_and_each_later_part_fits_one(gpu):
+    every = gpu.plan.parts("cuda:0", None, COMMIT)
+    default = [part for part in every if part.default]
+    assert [part.letter for part in default] == ["a", "b", "c", "d"]
+    assert [part.letter for part in every if not part.default] == ["e", "f"]
+    install, archive = gpu.reference.INSTALL.seconds, gpu.reference.ARCHIVE.seconds
+    for chosen in (default, *([part] for part in every if not part.default)):
+        total = install + sum(part.estimate_s for part in chosen) + archive * len(chosen)
+        assert total <= gpu.reference.LIMIT_S, [part.letter for part in chosen]
+    names = [step.name for part in every for step in part.steps]
+    assert len(names) == len(set(names))  # a step's name is its log's and its skip's key
 
 
-def test_unknown_chunks_are_refused(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--chunks", "2,11"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.splitlines()[-1].endswith("--chunks: there are chunks 1 to 10, got 2,11")
+def test_every_parbench_command_of_the_plan_parses_with_parbench_own_parser(gpu):
+    """A misspelt flag or value fails here, on CPU, not on a GPU loan: each command is read
+    by parbench's own parser, a run's into its sweep (its devices made CPU ones here), a
+    verify's strategy options as verify reads them."""
+    from parbench import cli
+    from parbench.commands.arguments import UsageError, strategy_names, strategy_option_sweep
+    from parbench.commands.run_spec import spec_of
+
+    failed = {}
+    commands = gpu.plan.parbench_commands(gpu.plan.parts("cuda:0", None, COMMIT))
+    assert {argv[0] for _, argv in commands} == {"run", "verify", "predict"}
+    [subcommands] = [a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, argv in commands:
+        flags = subcommands.choices[argv[0]]._option_string_actions
+        unknown = [arg for arg in argv if arg.startswith("--") and arg not in flags]
+        if unknown:  # argparse would take a prefix of a flag for the flag
+            failed[name] = f"not parbench {argv[0]}'s own flags: {unknown}"
+            continue
+        try:
+            args = cli.parser().parse_args([arg.replace("{folder}", "x") for arg in argv])
+            if argv[0] == "run":
+                args.devices = [re.sub(r"cuda:\d+", "cpu", spec) for spec in args.devices]
+                spec_of(args)
+            elif argv[0] == "verify":
+                strategy_option_sweep(args, sweep=False)
+                strategy_names(args.strategy or "single")
+        except (UsageError, SystemExit) as error:
+            failed[name] = str(error)
+    assert not failed, failed
 
 
-def test_every_gpu_test_runs_in_one_chunk_each_kept_inside_its_time(gpu):
-    every = gpu.chunks.chunks("cuda:0", None, COMMIT)
-    assert [c.number for c in every] == list(range(1, 11))
-    source = (ROOT / gpu.chunks.GPU_TESTS).read_text()
-    named = gpu.chunks.SLOW_TESTS + gpu.chunks.SUITE_TESTS
-    assert all(re.search(rf"^def {name}\(", source, re.M) for name in named)
-    argv = [c.steps[0].argv for c in every[:3]]
-    deselected = [argv[0][i + 1].split("::")[1] for i, a in enumerate(argv[0])
-                  if a == "--deselect"]
-    assert sorted(deselected) == sorted(named)
-    assert [a.split("::")[1] for a in argv[1] if "::" in a] == list(gpu.chunks.SLOW_TESTS)
-    assert [a.split("::")[1] for a in argv[2] if "::" in a] == list(gpu.chunks.SUITE_TESTS)
-    assert all(c.estimate_s <= gpu.chunks.CHUNK_LIMIT_S for c in every)
-    for chunk in every[:3]:
-        assert int(gpu.chunks.per_test_s(chunk)) < gpu.chunks.CHUNK_LIMIT_S - 15
-    # One test hung to its limit leaves the others their share of the estimate.
-    for chunk, tests in zip(every[1:3], (gpu.chunks.SLOW_TESTS, gpu.chunks.SUITE_TESTS),
-                            strict=True):
-        others_s = chunk.estimate_s * (len(tests) - 1) / len(tests)
-        assert int(gpu.chunks.per_test_s(chunk)) + others_s <= gpu.chunks.CHUNK_LIMIT_S
+def test_every_gpu_test_runs_once_in_the_plan(gpu):
+    names = gpu.plan.gpu_test_names()
+    every = gpu.plan.parts("cuda:0", None, COMMIT)
+    steps = {step.name: step for part in every for step in part.steps}
+    first = steps["gpu-tests"].argv
+    deselected = [first[i + 1].split("::")[1] for i, arg in enumerate(first)
+                  if arg == "--deselect"]
+    later = [arg.split("::")[1] for name in ("gpu-tests-slow", "gpu-tests-suites")
+             for arg in steps[name].argv if "::" in arg]
+    assert sorted(later + list(gpu.plan.AS_STEPS)) == sorted(deselected)
+    assert set(deselected) <= set(names) and len(later) == len(set(later))
+    # the test run as a step of its own is the same command
+    assert "cli.main([\"verify\", \"--devices\", SHARED])" in (ROOT / gpu.plan.GPU_TESTS
+                                                                ).read_text()
 
 
-def test_a_chunk_keeps_each_step_and_stops_a_step_at_its_time_limit(gpu, tmp_path,
-                                                                   child_pids):
-    python = sys.executable
-    write = "import pathlib, sys; pathlib.Path(sys.argv[1], 'found').write_text('64')"
+def test_the_estimates_are_what_the_h200_measured(gpu):
+    estimates = gpu.estimates
+    records = [r for path in estimates.H200.glob("*/*/records.json")
+               for r in json.loads(path.read_text())]
+    for kind, measured in estimates.MEASURED.items():
+        assert any(abs(r["step_time_median_s"] - measured.step_s) < 5e-5
+                   and abs(r["first_step_time_s"] - measured.first_s) < 5e-3
+                   and abs((r.get("compute_time_s") or 0) - measured.compute_s) < 5e-5
+                   for r in records if r.get("step_time_median_s")), kind
+    times = estimates.junit_times()
+    assert len(times) == 30
+    assert times["test_verify_on_one_gpu_emulating_two"] == pytest.approx(3.76, abs=0.005)
+    peak = times["test_peak_memory_per_logical_device_comes_from_each_process_allocator"]
+    ddp, fsdp = (times[f"test_emulated_strategies_run_on_one_gpu[{s}]"] for s in ("ddp", "fsdp"))
+    assert estimates.FORKSERVER_S == pytest.approx(peak - ddp, abs=0.05)
+    assert estimates.SPAWN_TRIAL_S == pytest.approx(((ddp - 0.74) + (fsdp - 2.22)) / 2, abs=0.1)
+    steps = {f"{path.parent.name[0]}/{s['step']}": s["seconds"]
+             for path in estimates.H200.glob("*/steps.json")
+             for s in json.loads(path.read_text()) if "seconds" in s}
+    assert estimates.PYTEST_START_S == pytest.approx(steps["1/gpu-tests"] - 62.551, abs=0.1)
+    # The start and set-up fit: each eager run's seconds less its records' steps.
+    runs = {"4/bf16-channels-last": 1, "4/ablation": 2, "5/largest-batch": 1, "6/tutorial": 20}
+    points = []
+    for step, configs in runs.items():
+        [path] = estimates.H200.glob(f"{step[0]}-*/*-{step[2:]}/records.json")
+        stepped = sum(sum(r["step_times_s"]) + r["first_step_time_s"]
+                      + (r["warmup_steps"] - 1) * r["step_time_median_s"]
+                      for r in json.loads(path.read_text()))
+        points.append((configs, steps[step] - stepped))
+    for configs, overhead in points:
+        fitted = estimates.RUN_START_S + estimates.TRIAL_S * configs
+        assert overhead == pytest.approx(fitted, abs=1.0)
+
+
+def _part(gpu, letter, *steps, summarise=None):
+    return gpu.plan.Part(letter, "test", "the runner", steps, summarise=summarise)
+
+
+def _step(gpu, name, code, **fields):
+    return gpu.plan.Step(name, (sys.executable, "-c", code), gpu.estimates.Estimate(1, ""),
+                         **fields)
+
+
+def test_a_failed_step_ends_only_what_needs_it_and_a_slow_one_only_its_own_time(
+        gpu, tmp_path, child_pids):
     steps = (
-        gpu.chunks.Step("finds", (python, "-c", write, "{folder}"), 1,
-                       finds=("batch", lambda folder: (folder / "found").read_text())),
-        gpu.chunks.Step("uses", (python, "-c", "print('batch', {batch})"), 1),
-        gpu.chunks.Step("elsewhere", (python, "-c", ""), 1, needs="no such tool here"),
-        gpu.chunks.Step("sleeps", (python, "-c", "import time; time.sleep(60)"), 1),
-        gpu.chunks.Step("never", (python, "-c", "print('never')"), 1),
+        _step(gpu, "fails", "raise SystemExit(3)"),
+        _step(gpu, "needs-it", "print('never')", after="fails"),
+        _step(gpu, "elsewhere", "", needs="no such tool here"),
+        _step(gpu, "sleeps", "import time; time.sleep(60)"),
+        _step(gpu, "after-the-sleeper", "import sys; print(sys.argv)", note="runs differently"),
     )
-    chunk = gpu.chunks.Chunk(1, "test", "the runner", steps,
-                            summarise=lambda folder: {"batch": 64})
-    folder = tmp_path / "1-test"
-    gpu.reference.run_chunk(chunk, folder, {}, limit_s=4)
-    entries = json.loads((folder / "steps.json").read_text())
-    assert [e["step"] for e in entries] == ["finds", "uses", "elsewhere", "sleeps"]
-    assert [e["status"] for e in entries[:3]] == ["ok", "ok", "skipped"]
-    assert entries[0]["batch"] == "64"
-    assert (folder / "uses.log").read_text() == "batch 64\n"
-    assert entries[2]["reason"] == "no such tool here"
-    assert entries[3]["status"].startswith("timeout after") and entries[3]["seconds"] < 30
-    assert not (folder / "never.log").exists()
-    assert json.loads((folder / "summary.json").read_text()) == {"batch": 64}
+    now = time.monotonic()
+    deadlines = {"z/fails": now + 30, "z/needs-it": now + 30, "z/elsewhere": now + 30,
+                 "z/sleeps": now + 3, "z/after-the-sleeper": now + 30}
+    folder = tmp_path / "z-test"
+    gpu.reference.run_part(_part(gpu, "z", *steps, summarise=lambda f: {"read": f.name}),
+                           folder, deadlines)
+    entries = {e["step"]: e for e in json.loads((folder / "steps.json").read_text())}
+    assert entries["fails"]["status"] == "exit 3"
+    assert entries["needs-it"] == {"step": "needs-it", "status": "skipped",
+                                   "reason": "it needs fails, which ended: exit 3"}
+    assert entries["elsewhere"]["reason"] == "no such tool here"
+    assert entries["sleeps"]["status"].startswith("timeout after")
+    assert entries["sleeps"]["seconds"] < 20
+    assert entries["after-the-sleeper"]["status"] == "ok"  # the sleeper took only its time
+    assert entries["after-the-sleeper"]["note"] == "runs differently"
+    assert not (folder / "needs-it.log").exists()
+    assert json.loads((folder / "summary.json").read_text()) == {"read": "z-test"}
     assert child_pids() == []
 
 
-def test_a_step_is_not_started_once_the_chunk_has_no_time_left(gpu, tmp_path):
-    steps = (gpu.chunks.Step("late", (sys.executable, "-c", "print('late')"), 1),)
-    folder = tmp_path / "1-late"
-    gpu.reference.run_chunk(gpu.chunks.Chunk(1, "late", "", steps), folder, {}, limit_s=0)
+def test_a_step_is_not_started_once_its_time_has_run_out(gpu, tmp_path):
+    folder = tmp_path / "z-late"
+    gpu.reference.run_part(_part(gpu, "z", _step(gpu, "late", "print('late')")), folder,
+                           {"z/late": time.monotonic()})
     [entry] = json.loads((folder / "steps.json").read_text())
-    assert entry["status"] == "not started: the chunk's time ran out"
+    assert entry["status"] == "not started: its time had run out"
     assert not (folder / "late.log").exists()
 
 
-def test_a_step_is_told_when_it_will_be_killed_and_keeps_its_note(gpu, tmp_path):
-    show = "import os; print(os.environ['PARBENCH_DEADLINE'])"
-    steps = (gpu.chunks.Step("told", (sys.executable, "-c", show), 1, note="runs differently"),)
-    folder = tmp_path / "1-told"
-    gpu.reference.run_chunk(gpu.chunks.Chunk(1, "told", "", steps), folder, {}, limit_s=100)
-    assert abs(int((folder / "told.log").read_text()) - (time.time() + 100)) < 10
-    [entry] = json.loads((folder / "steps.json").read_text())
-    assert entry["note"] == "runs differently"
+def test_a_step_is_told_its_deadline_and_fills_in_its_folder(gpu, tmp_path):
+    show = "import os, sys; print(os.environ['PARBENCH_DEADLINE'], sys.argv[1])"
+    step = gpu.plan.Step("told", (sys.executable, "-c", show, "{folder}/{step}.xml"),
+                         gpu.estimates.Estimate(1, ""))
+    folder = tmp_path / "z-told"
+    gpu.reference.run_part(_part(gpu, "z", step), folder, {"z/told": time.monotonic() + 100})
+    deadline, path = (folder / "told.log").read_text().split()
+    assert abs(int(deadline) - (time.time() + 100)) < 10 and path == f"{folder}/told.xml"
 
 
-def test_the_per_test_limit_is_the_least_of_mark_cap_and_the_deadline(per_test_timeout):
-    limit = per_test_timeout.limit_s
-    assert limit(None, None, None, None, now=0) is None
-    assert limit(None, 300, None, None, now=0) == 300  # the ini value
-    assert limit(600, 300, None, None, now=0) == 600  # a mark wins over the ini value
-    assert limit(600, 300, 180, None, now=0) == 180  # no more than the cap
-    assert limit(600, 0, 180, 100, now=0) == 100 - per_test_timeout.END_MARGIN_S
-    assert limit(None, None, None, 10, now=100) == 1.0  # past the deadline: at once
+def test_each_step_has_until_every_estimate_up_to_its_own_and_none_past_the_limit(gpu):
+    def step(name, seconds):
+        return gpu.plan.Step(name, (), gpu.estimates.Estimate(seconds / 1.2, ""))
+
+    plan = [_part(gpu, "a", step("one", 100), step("two", 50)),
+            _part(gpu, "b", step("three", 300), step("four", 200))]
+    assert gpu.reference.schedule(plan, install_s=20, archive_s=5, limit_s=540) == {
+        "a/one": 120, "a/two": 170, "b/three": 475, "b/four": 535}
 
 
-def _hangs(tmp_path: Path) -> Path:
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # not the repository's configuration
-    path = tmp_path / "test_hangs.py"
-    path.write_text(HANGS)
-    return path
+def test_the_plan_keeps_the_timm_comparison_and_skips_timm_without_its_script(gpu, tmp_path):
+    missing = gpu.plan.parts("cuda:0", tmp_path / "none.py", COMMIT)[2]
+    assert missing.steps[1].needs.startswith("timm's benchmark.py is a script in timm's repo")
+    script = tmp_path / "benchmark.py"
+    script.write_text("")
+    timm = gpu.plan.parts("cuda:1", script, COMMIT)[2].steps[1]
+    assert timm.needs is None and timm.requires == ("timm",)
+    assert timm.argv[1:4] == (str(script), "--device", "cuda:1")
+    (tmp_path / "timm.log").write_text('{"train_samples_per_sec": 2000.0}\n')
+    run = tmp_path / "20261127T000000Z-timm-job"
+    run.mkdir()
+    record = {"status": "ok", "precision": "bf16", "channels_last": True, "global_batch": 256,
+              "compile": False, "cudnn_benchmark": True, "throughput_ips": 3000.0,
+              "strategy": "single", "mfu": 0.1}
+    (run / "records.json").write_text(json.dumps([record]))
+    assert gpu.plan.timm_ratio(tmp_path) == {"parbench_img_s": 3000.0, "timm_img_s": 2000.0,
+                                             "parbench_over_timm": 1.5}
 
 
-def test_a_hung_test_fails_at_its_limit_and_the_chunk_goes_on(gpu, tmp_path, child_pids):
-    # No pytest-timeout, as on the GPU hosts: per_test_timeout keeps the limit.
-    argv = gpu.chunks._pytest(f"{_hangs(tmp_path)}::test_hangs", f"{_hangs(tmp_path)}::test_after",
-                             per_test_s=2)
-    step = gpu.chunks.Step("tests", argv, 1, env={"PYTHONPATH": gpu.chunks._pythonpath(),
-                                                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    folder = tmp_path / "1-tests"
-    [entry] = gpu.reference.run_chunk(gpu.chunks.Chunk(1, "tests", "", (step,)), folder, {},
-                                  limit_s=60)
-    assert entry["status"] == "exit 1" and entry["seconds"] < 20
-    log = (folder / "tests.log").read_text()
-    assert "per-test limit: per_test_timeout, at most 2 s" in log
-    # -v: each test named as it starts and ends (the stack dump may come between the two)
-    assert re.search(r"test_hangs\.py::test_hangs .*?FAILED", log, re.S)
-    assert re.search(r"test_hangs\.py::test_after PASSED", log)
-    assert "test_hangs.py::test_hangs ran past its 2 s limit" in log
-    assert re.search(r'File ".*test_hangs\.py", line \d+ in test_hangs', log)  # its stack
-    cases = ElementTree.parse(folder / "junit.xml").getroot().iter("testcase")
-    failed = {case.get("name"): case.find("failure") is not None for case in cases}
-    assert failed == {"test_hangs": True, "test_after": False}
-    assert child_pids() == []
-
-
-def test_a_test_stuck_past_python_ends_the_process_with_its_stack(tmp_path):
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", f"{_hangs(tmp_path)}::test_stuck_in_c", "-v",
-         "-p", "per_test_timeout", "--per-test-limit", "1", "-p", "no:cacheprovider"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(SCRIPT.parent),
-             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    assert time.monotonic() - start < 20
-    assert done.returncode == 1
-    assert "test_hangs.py::test_stuck_in_c" in done.stdout  # -v named it before it hung
-    assert "Timeout (0:00:06)!" in done.stderr  # faulthandler, GRACE_S past the limit
-    assert re.search(r'File ".*test_hangs\.py", line \d+ in test_stuck_in_c', done.stderr)
-
-
-def _git_dir(root: Path, head: str, refs: dict[str, str], packed: str = "") -> Path:
-    (root / ".git" / "refs" / "heads").mkdir(parents=True)
-    (root / ".git" / "HEAD").write_text(head + "\n")
-    for name, commit in refs.items():
-        (root / ".git" / name).write_text(commit + "\n")
-    if packed:
-        (root / ".git" / "packed-refs").write_text(packed)
-    return root / ".git"
-
-
-def test_the_commit_is_read_from_git_files_without_git(gpu, tmp_path):
-    loose = _git_dir(tmp_path / "loose", "ref: refs/heads/main", {"refs/heads/main": COMMIT})
-    assert gpu.commit.read_head(loose) == COMMIT
-    packed = _git_dir(tmp_path / "packed", "ref: refs/heads/main", {},
-                      f"# pack-refs with: peeled\n{COMMIT} refs/heads/main\n")
-    assert gpu.commit.read_head(packed) == COMMIT
-    assert gpu.commit.read_head(_git_dir(tmp_path / "detached", COMMIT, {})) == COMMIT
-    # A worktree: .git is a file naming its folder, whose refs are in the common one.
-    worktree = loose / "worktrees" / "other"
-    worktree.mkdir(parents=True)
-    (worktree / "HEAD").write_text("ref: refs/heads/main\n")
-    (worktree / "commondir").write_text("../..\n")
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / ".git").write_text(f"gitdir: {worktree}\n")
-    assert gpu.commit.read_head(tmp_path / "other" / ".git") == COMMIT
-    assert gpu.commit.read_head(tmp_path / "nowhere" / ".git") is None
-    assert gpu.commit.read_head(_git_dir(tmp_path / "broken", "ref: refs/heads/x", {})) is None
-
-
-def test_without_git_the_commit_comes_from_files_or_is_given_and_asv_is_not_handed_one(
-        gpu, tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
-    monkeypatch.delenv("PARBENCH_COMMIT", raising=False)
-    copy = tmp_path / "copy"  # a copy of the repository without .git
-    copy.mkdir()
-    assert gpu.commit.source_commit(copy) == (
-        None, "no git, no .git, no --commit and no $PARBENCH_COMMIT")
-    assert gpu.commit.source_commit(copy, "abc") == ("abc", "--commit")
-    monkeypatch.setenv("PARBENCH_COMMIT", "def")
-    assert gpu.commit.source_commit(copy) == ("def", "$PARBENCH_COMMIT")
-    monkeypatch.delenv("PARBENCH_COMMIT")
-    _git_dir(copy, "ref: refs/heads/main", {"refs/heads/main": COMMIT})
-    assert gpu.commit.source_commit(copy) == (COMMIT, ".git's files, without git")
-    assert gpu.commit.asv_commit(copy, COMMIT) is None  # asv reads commits through git
-    every = gpu.chunks.chunks("cuda:0", None, None)
-    asv_run = every[8].steps[1]
-    assert "--set-commit-hash" not in asv_run.argv and "saves no results" in asv_run.note
-    suites = every[2].steps[0]
-    assert not any("test_asv" in arg for arg in suites.argv)
-    assert "asv's test left out" in suites.note and every[2].requires == ("pytest_benchmark",)
-    with_git = gpu.chunks.chunks("cuda:0", None, COMMIT)
-    assert with_git[8].steps[1].argv[-2:] == ("--set-commit-hash", COMMIT)
+def test_unknown_parts_are_refused():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--parts", "a,z"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith("--parts: there are parts a,b,c,d,e,f, got a,z")
 
 
 def test_main_runs_on_a_copy_without_git(tmp_path):
     copy = tmp_path / "copy"
     (copy / "benchmarks" / "gpu").mkdir(parents=True)
+    (copy / "tests" / "gpu").mkdir(parents=True)
     for module in SCRIPT.parent.glob("*.py"):
         (copy / "benchmarks" / "gpu" / module.name).write_text(module.read_text())
+    tests = ROOT / "tests" / "gpu" / "test_gpu.py"
+    (copy / "tests" / "gpu" / "test_gpu.py").write_text(tests.read_text())
     done = subprocess.run(
         [sys.executable, str(copy / "benchmarks" / "gpu" / "reference.py"), "--dry-run",
-         "--chunks", "9"], capture_output=True, text=True, timeout=60,
+         "--parts", "d"], capture_output=True, text=True, timeout=60,
         env={**os.environ, "PATH": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "commit: none (no git, no .git" in done.stdout
     assert "asv run --python=same --quick  [asv reads a commit only through git" in done.stdout
 
 
-def test_a_chunk_whose_module_cannot_start_is_skipped_with_one_line(gpu, tmp_path, capsys,
-                                                                    monkeypatch):
-    # asv's wheel installed with --no-deps: its import fails on what it needs.
-    (tmp_path / "asv").mkdir()
-    (tmp_path / "asv" / "__init__.py").write_text("import json5_not_installed\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    asv_chunk = gpu.chunks.chunks("cuda:0", None, COMMIT)[8]
-    predicted = gpu.chunks.chunks("cuda:0", None, COMMIT)[9]
-    skipped = gpu.host.check([asv_chunk, predicted], set())
-    assert list(skipped) == [9]  # chunk 10 still runs
-    message = skipped[9]
-    assert len(message.splitlines()) == 1
-    assert message.startswith("asv cannot start here: `python -c 'import asv'` failed: "
-                              "ModuleNotFoundError: No module named 'json5_not_installed'")
-    assert "--fetch-wheels DIR" in message and "--python-version 3.12" in message
-    assert capsys.readouterr().out == f"note: chunks 9 skipped: {message}\n"
-
-
 def test_a_step_leaves_nothing_running_in_its_session(gpu, tmp_path):
     """asv runs its benchmark in a process group of its own: the step's killpg misses it,
-    and it would train on the GPU while the next chunk measures. Its session is ended."""
+    and it would train on the GPU while the next step measures. Its session is ended."""
     script = ("import os, subprocess, sys, time\n"
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
               " process_group=0)\n"  # as asv's setpgid
               "time.sleep(0.5)\n")
-    step = gpu.chunks.Step("leaves", (sys.executable, "-c", script), 1)
+    step = gpu.plan.Step("leaves", (sys.executable, "-c", script), gpu.estimates.Estimate(1, ""))
     entry = gpu.reference.run_step(step, list(step.argv), tmp_path, 30)
     assert entry["status"] == "ok" and len(entry["killed_left_over"]) == 1
     time.sleep(0.2)
@@ -342,38 +290,22 @@ def test_a_step_leaves_nothing_running_in_its_session(gpu, tmp_path):
         f"/proc/{entry['killed_left_over'][0]}/stat").read_text().split(")")[1].split()[0]
 
 
-def test_pip_check_names_every_missing_dependency_of_what_was_brought(gpu, monkeypatch):
-    report = ("asv 0.6.6 requires build, which is not installed.\n"
-              "asv 0.6.6 requires json5, which is not installed.\n"
-              "virtualenv 21.0 requires distlib, which is not installed.\n"
-              "unrelated 1.0 requires other, which is not installed.\n")
-    monkeypatch.setattr(gpu.host.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
-        a, 1, stdout=report, stderr=""))
-    assert gpu.host.cannot_start("asv", {"virtualenv"}) == (
-        "build, distlib, json5 not installed (pip check)")
-
-
-def test_fetch_wheels_downloads_for_the_host_and_builds_gputil(gpu, tmp_path,
-                                                              monkeypatch):
-    commands = []
-
-    def run(command, **kwargs):
-        commands.append(command)
-        return subprocess.CompletedProcess(command, 0)
-
-    monkeypatch.setattr(gpu.host.subprocess, "run", run)
-    gpu.host.fetch_wheels(tmp_path / "wheels")
-    download, wheel = (" ".join(command[3:]) for command in commands)
-    assert download.startswith("download asv scipy setuptools tqdm --only-binary=:all: "
-                               "--python-version 3.12 --implementation cp --abi cp312")
-    assert "--platform manylinux_2_28_x86_64" in download
-    assert download.endswith(f"-d {tmp_path / 'wheels'}")
-    assert wheel == f"wheel GPUtil==1.4.0 --no-deps -w {tmp_path / 'wheels'}"
-
-
-def test_wheels_of_what_the_host_has_are_left_alone(gpu, tmp_path):
-    for name in ("numpy-1.0-py3-none-any.whl", "Nothing_Installed.Here-1.0-py3-none-any.whl"):
-        (tmp_path / name).write_bytes(b"")
-    install, kept = gpu.host.split_wheels(tmp_path)
-    assert [path.name for path in install] == ["Nothing_Installed.Here-1.0-py3-none-any.whl"]
-    assert [name.split()[0] for name in kept] == ["numpy"]
+def test_main_runs_the_default_parts_each_into_its_folder_and_the_archive(gpu, tmp_path,
+                                                                         monkeypatch):
+    steps = {"a": _step(gpu, "one", "print('a')"), "b": _step(gpu, "two", "raise SystemExit(1)"),
+             "e": _step(gpu, "later", "print('never')")}
+    plan = [gpu.plan.Part(letter, "test", "", (step,), default=letter != "e")
+            for letter, step in steps.items()]
+    monkeypatch.setattr(gpu.reference, "parts", lambda *args: plan)
+    monkeypatch.setenv("PARBENCH_COMMIT", COMMIT)  # main sets it for its steps: undone after
+    archive = tmp_path / "out" / "run.tar.gz"
+    code = gpu.reference.main(["--no-install", "--commit", COMMIT, "--results-dir",
+                               str(tmp_path), "--archive", str(archive)])
+    assert code == 1  # part b's step failed; part b ran all the same
+    [root] = [path for path in tmp_path.iterdir() if path.name != "out"]
+    assert json.loads((root / "run.json").read_text())["commit"] == COMMIT
+    assert sorted(path.name for path in root.iterdir()) == ["a-test", "b-test", "run.json"]
+    assert json.loads((root / "b-test" / "steps.json").read_text())[0]["status"] == "exit 1"
+    assert (root / "a-test" / "one.log").read_text() == "a\n"
+    with tarfile.open(archive) as tar:
+        assert f"{root.name}/b-test/two.log" in tar.getnames()

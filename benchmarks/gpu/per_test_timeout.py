@@ -1,5 +1,5 @@
 """A per-test time limit for pytest where pytest-timeout is not installed (as on the GPU hosts),
-so a hung test fails with its stack instead of eating its chunk's time:
+so a hung test fails with its stack instead of eating its step's time:
 
     PYTHONPATH=benchmarks/gpu pytest -p per_test_timeout --per-test-limit 180 ...
 

@@ -1,15 +1,18 @@
-"""The GPU reference run in one command: install parbench beside the host's PyTorch, then run
-the reference chunks in priority order, each in a folder of its own and inside 10 minutes.
+"""The GPU reference run in one command of at most 9 minutes: install parbench beside the
+host's PyTorch, then (a) correctness, (b) attribution at 128 px, (c) resnet50 at 224 px in
+bf16 against timm's own loop, (d) asv, each part in a folder of its own.
 
-    python benchmarks/gpu/reference.py --dry-run       # each chunk's commands and time estimate
-    python benchmarks/gpu/reference.py                 # install, then every chunk
-    python benchmarks/gpu/reference.py --chunks 1,2 --archive /tmp/out/gpu-run.tar.gz
-    python benchmarks/gpu/reference.py --fetch-wheels DIR   # with network: the host's wheels
+    python benchmarks/gpu/reference.py --dry-run       # each step, its estimate and its basis
+    python benchmarks/gpu/reference.py --archive $OUT/gpu-run.tar.gz   # the default run
+    python benchmarks/gpu/reference.py --parts e       # a later loan's part
+    python benchmarks/gpu/reference.py --fetch-wheels  # with network: the host's wheels
 
-A chunk's steps write their output under RUN/<chunk>/ as they finish (parbench's own run
-folders, a log per step and steps.json), so a chunk cut short, or a later chunk that fails,
-loses nothing already measured. Estimates are 1.5 times each step's time on an H200, planning
-figures where a step has not run on a GPU yet.
+Each step writes its output under RUN/<part>/ as it finishes (parbench's run folders, a log
+per step, steps.json), and the archive is rewritten after each part, so nothing measured is
+lost when a later step fails or the command is killed. Each step has its own time limit: the
+run's start plus every estimate up to its own (time an earlier step left unused is its too),
+never past --limit-s; a step that fails ends no other, but one whose `after` step failed is
+skipped. Estimates: reference_estimates.py.
 """
 
 from __future__ import annotations
@@ -29,26 +32,30 @@ from pathlib import Path
 
 from reference_chunks import (
     ASV_UNSAVED,
-    CHUNK_LIMIT_S,
+    CARRIED,
     ROOT,
-    TIMM_HELP,
-    Chunk,
+    TIMM_BENCHMARK,
+    Part,
     Step,
-    chunks,
+    parts,
     per_test_s,
 )
 from reference_commit import asv_commit, source_commit
+from reference_estimates import ARCHIVE_S, INSTALL_S, MARGIN, planning
 from reference_host import HOST_PYTHON, check, fetch_wheels, install, install_plan
 
-# A 15-minute loan of device time, less the minutes a bare GPU machine takes to start.
-LEASE_S = 12 * 60
+LIMIT_S = 540  # of a 15-minute loan: the machine's start, and a rerun's room after a fix
+INSTALL = planning(INSTALL_S, "pip install of parbench and the carried wheels, its checks")
+ARCHIVE = planning(ARCHIVE_S, "the run folder written to --archive after each part")
 # When a step will be killed (seconds since the epoch): per_test_timeout ends a test before.
 DEADLINE_ENV = "PARBENCH_DEADLINE"
 PER_TEST_HELP = ("benchmarks/gpu/per_test_timeout.py, loaded with -p as pytest-timeout is not on "
                  "the GPU hosts: a test past its limit fails with every thread's stack and the "
-                 "chunk goes on; one stuck in C code is ended 5 s later, with the process, by "
-                 "faulthandler; no test runs past 15 s before its chunk's end, so pytest still "
+                 "step goes on; one stuck in C code is ended 5 s later, with the process, by "
+                 "faulthandler; no test runs past 15 s before its step's end, so pytest still "
                  "writes junit.xml (pytest-timeout keeps the limits instead where it is installed)")
+
+
 def _fill(argv: tuple[str, ...], values: dict[str, str]) -> list[str]:
     return [arg.format(**values) if "{" in arg else arg for arg in argv]
 
@@ -58,8 +65,6 @@ def run_step(step: Step, argv: list[str], folder: Path, timeout_s: float) -> dic
     timeout, which it is told in $PARBENCH_DEADLINE. Returns what steps.json keeps of it."""
     entry = {"step": step.name, "command": shlex.join(argv), "estimate_s": step.estimate_s,
              **({"note": step.note} if step.note else {})}
-    if step.needs:
-        return {**entry, "status": "skipped", "reason": step.needs}
     start = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            DEADLINE_ENV: f"{time.time() + timeout_s:.0f}", **step.env}
@@ -103,48 +108,58 @@ def end_session(session: int) -> list[int]:
     return left
 
 
-def run_chunk(chunk: Chunk, folder: Path, values: dict[str, str],
-              limit_s: float = CHUNK_LIMIT_S) -> list[dict]:
-    """Every step of `chunk` into `folder`, steps.json rewritten after each; a step that
-    fails or runs out of the chunk's time ends the chunk."""
+def schedule(selected: list[Part], install_s: int = 0, archive_s: int = 0,
+             limit_s: float = LIMIT_S) -> dict[str, float]:
+    """Each step's deadline in seconds from the run's start ('letter/step'): the install, every
+    estimate up to its own and the archives before it; never past `limit_s` less the last
+    archive."""
+    deadlines, total = {}, float(install_s)
+    for part in selected:
+        for step in part.steps:
+            total += step.estimate_s
+            deadlines[f"{part.letter}/{step.name}"] = min(total, limit_s - archive_s)
+        total += archive_s
+    return deadlines
+
+
+def _why_not(step: Step, done: list[dict], skipped: dict[str, str]) -> str | None:
+    if step.needs:
+        return step.needs
+    if step.name in skipped:
+        return skipped[step.name]
+    before = next((e for e in done if e["step"] == step.after), None)
+    if step.after and (before is None or before["status"] != "ok"):
+        return f"it needs {step.after}, which ended: {before['status'] if before else 'not run'}"
+    return None
+
+
+def run_part(part: Part, folder: Path, deadlines: dict[str, float],
+             skipped: dict[str, str] | None = None) -> list[dict]:
+    """Every step of `part` into `folder` until its deadline (time.monotonic()), steps.json
+    rewritten after each; a failed step ends none but those `after` it."""
     folder.mkdir(parents=True, exist_ok=True)
-    values = {**values, "folder": str(folder)}
-    deadline, done = time.monotonic() + limit_s, []
-    for step in chunk.steps:
-        remaining = deadline - time.monotonic()
-        if remaining < 1:
-            entry = {"step": step.name, "status": "not started: the chunk's time ran out"}
-            done.append(entry)
-            (folder / "steps.json").write_text(json.dumps(done, indent=2) + "\n")
-            print(f"  {step.name}: {entry['status']}", flush=True)
-            break
-        entry = run_step(step, _fill(step.argv, values), folder, remaining)
-        if entry["status"] == "ok" and step.finds:
-            name, read = step.finds
-            try:
-                values[name] = read(folder)
-                entry[name] = values[name]
-            except (OSError, RuntimeError, ValueError, KeyError) as error:
-                entry["status"] = f"found no {name}: {error}"
+    done: list[dict] = []
+    for step in part.steps:
+        reason, remaining = _why_not(step, done, skipped or {}), 0.0
+        if reason:
+            entry = {"step": step.name, "status": "skipped", "reason": reason}
+        elif (remaining := deadlines[f"{part.letter}/{step.name}"] - time.monotonic()) < 1:
+            entry = {"step": step.name, "status": "not started: its time had run out"}
+        else:
+            values = {"folder": str(folder), "step": step.name}
+            entry = run_step(step, _fill(step.argv, values), folder, remaining)
         done.append(entry)
         (folder / "steps.json").write_text(json.dumps(done, indent=2) + "\n")
         print(f"  {step.name}: {entry['status']}"
               + (f" in {entry['seconds']} s" if "seconds" in entry else ""), flush=True)
-        if entry["status"] not in ("ok", "skipped"):
-            break
-    if chunk.summarise:
-        summary = chunk.summarise(folder)
+    if part.summarise:
+        try:
+            summary = part.summarise(folder)
+        except (OSError, ValueError, KeyError, IndexError) as error:
+            summary = {"error": f"{type(error).__name__}: {error}"}
         (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         print("  " + json.dumps(summary), flush=True)
     return done
-
-
-def _skip_chunk(chunk: Chunk, folder: Path, reason: str) -> None:
-    """A chunk that cannot run here, recorded as skipped in its steps.json."""
-    folder.mkdir(parents=True, exist_ok=True)
-    steps = [{"step": step.name, "status": "skipped", "reason": reason} for step in chunk.steps]
-    (folder / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
-    print(f"  skipped: {reason}", flush=True)
 
 
 def _device_slug() -> str:
@@ -163,62 +178,77 @@ def _archive(root: Path, path: Path) -> None:
         tar.add(root, arcname=root.name)
 
 
-def _dry_run(selected: list[Chunk], wheels: Path | None, commit: tuple[str | None, str],
-             asv: str | None, limit_s: float = CHUNK_LIMIT_S) -> None:
-    install_plan(selected, wheels)
-    limited = [str(chunk.number) for chunk in selected if per_test_s(chunk)]
-    if limited:
-        print(f"per-test limit (chunks {','.join(limited)}): {PER_TEST_HELP}")
-    print(f"commit: {commit[0] or 'none'} ({commit[1]}); "
-          + ("asv saves its results under it" if asv else ASV_UNSAVED))
-    total, fitting = 0, []
-    for chunk in selected:
-        total += chunk.estimate_s
-        if total <= LEASE_S:
-            fitting.append(str(chunk.number))
-        print(f"chunk {chunk.number} {chunk.name}: {chunk.purpose}")
-        per_test = per_test_s(chunk)
-        print(f"  estimated {chunk.estimate_s} s (limit {limit_s:.0f} s"
-              + (f", each test at most {per_test} s" if per_test else "")
-              + f"), {total} s from the start")
-        values = {"folder": f"RUN/{chunk.folder_name}", "max_batch": "<max-batch's answer>"}
-        for step in chunk.steps:
-            env = [f"{key}={shlex.quote(value)} " for key, value in step.env.items()]
+def _line(estimate_s: int, total: int, what: str) -> str:
+    return f"  ~{estimate_s:>3} s  {total:>3} s  {what}"
+
+
+def dry_run(selected: list[Part], later: list[Part], install_s: int, archive_s: int,
+            limit_s: float = LIMIT_S) -> int:
+    """Print every step, its estimate and basis and the running total; returns the total."""
+    total = install_s
+    print(f"estimate = {MARGIN} x the arithmetic after 'from:'; then the running total")
+    if install_s:
+        print(_line(install_s, total, "install (left out with --no-install)"))
+    for part in selected:
+        print(f"({part.letter}) {part.name}: {part.purpose}")
+        values = {"folder": f"RUN/{part.folder_name}"}
+        for step in part.steps:
+            total += step.estimate_s
+            env = "".join(f"{key}={shlex.quote(value)} " for key, value in step.env.items())
             note = (f"  [skipped: {step.needs}]" if step.needs
                     else f"  [{step.note}]" if step.note else "")
-            print(f"    ~{step.estimate_s:>3} s  {''.join(env)}"
-                  f"{shlex.join(_fill(step.argv, values))}{note}")
-    print(f"total estimated {total} s ({total / 60:.1f} min) for {len(selected)} chunks; "
-          f"within {LEASE_S // 60} minutes: chunks {','.join(fitting) or 'none'}. Estimates "
-          "are 1.5 times what each step took on an H200, planning figures for the steps that have "
-          "not run on a GPU yet (chunks 3 and 9, timm's loop)")
+            limit = f"; each test at most {per_test_s(step)} s" if per_test_s(step) else ""
+            print(_line(step.estimate_s, total, f"{step.name}: {env}"
+                        f"{shlex.join(_fill(step.argv, {**values, 'step': step.name}))}{note}"))
+            print(f"              from: {step.estimate.raw_s:.1f} s = {step.estimate.basis}"
+                  f"{limit}")
+        if archive_s:
+            total += archive_s
+            print(_line(archive_s, total, "archive"))
+    print(f"total estimated {total} s ({total / 60:.1f} min) of the {limit_s:.0f} s limit for "
+          f"parts {','.join(p.letter for p in selected)}"
+          + ("" if total <= limit_s else ": OVER, the last steps will be cut short"))
+    for part in later:
+        print(f"{'later loans' if not part.default else 'not in this run'}: --parts "
+              f"{part.letter} ({part.name}, ~{part.estimate_s} s): {part.purpose}")
+    return total
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunks", help="chunk numbers to run, comma separated (default all)")
+    parser.add_argument("--parts", help="part letters to run, comma separated (default "
+                        "a,b,c,d; e and f are for later loans)")
     parser.add_argument("--device", default="cuda:0", help="the GPU (default cuda:0)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the install, each chunk's commands and estimated time; run "
-                        "nothing")
+                        help="print the install, every step and its estimate; run nothing")
     parser.add_argument("--results-dir", default=str(ROOT / "results"))
-    parser.add_argument("--timm-benchmark", help=TIMM_HELP)
-    parser.add_argument("--wheels", type=Path, help="a folder of wheels to install first "
-                        "(asv with its dependencies, scipy, GPUtil, ...), without their "
-                        "dependencies or an index; those of what the host has are left alone")
-    parser.add_argument("--fetch-wheels", type=Path, metavar="DIR",
-                        help="on a machine with network: download every wheel the host needs "
-                        f"(Python {HOST_PYTHON}) into DIR, build GPUtil's, and stop")
+    parser.add_argument("--timm-benchmark", type=Path, default=TIMM_BENCHMARK,
+                        help=f"timm's benchmark.py (default {TIMM_BENCHMARK.relative_to(ROOT)})")
+    parser.add_argument("--wheels", type=Path, default=CARRIED / "wheels",
+                        help="wheels to install first, without their dependencies or an "
+                        "index, those of what the host has left alone (default "
+                        f"{(CARRIED / 'wheels').relative_to(ROOT)}, where it exists)")
+    parser.add_argument("--fetch-wheels", type=Path, nargs="?", const=CARRIED / "wheels",
+                        metavar="DIR", help="on a machine with network: download the wheels "
+                        f"the host lacks (Python {HOST_PYTHON}) into DIR, build GPUtil's, stop")
     parser.add_argument("--commit", help="the source's commit, where neither git nor .git can "
                         "tell it (also $PARBENCH_COMMIT)")
     parser.add_argument("--no-install", action="store_true", help="parbench is installed")
     parser.add_argument("--archive", type=Path,
-                        help="after each chunk, write the whole run folder to this .tar.gz")
-    parser.add_argument("--chunk-limit-s", type=float, default=CHUNK_LIMIT_S,
-                        help=f"seconds each chunk may run (default {CHUNK_LIMIT_S}); less where "
-                        "the install and the archive must fit the same 10-minute command too")
+                        help="after each part, write the whole run folder to this .tar.gz")
+    parser.add_argument("--limit-s", type=float, default=LIMIT_S,
+                        help=f"seconds the run may take in all (default {LIMIT_S})")
     return parser
+
+
+def _selected(parser: argparse.ArgumentParser, every: list[Part],
+              letters: str | None) -> list[Part]:
+    wanted = [x.strip() for x in letters.split(",")] if letters else None
+    known = [p.letter for p in every]
+    if wanted and any(letter not in known for letter in wanted):
+        parser.error(f"--parts: there are parts {','.join(known)}, got {letters}")
+    return [p for p in every if (p.default if wanted is None else p.letter in wanted)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,23 +257,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.fetch_wheels:
         fetch_wheels(args.fetch_wheels)
         return 0
+    if args.limit_s <= 0:
+        parser.error(f"--limit-s takes a number of seconds above 0, got {args.limit_s:g}")
+    start = time.monotonic()
     commit = source_commit(ROOT, args.commit)
     asv = asv_commit(ROOT, commit[0])
-    every = chunks(args.device, args.timm_benchmark, asv)
-    try:
-        wanted = {int(n) for n in args.chunks.split(",")} if args.chunks else None
-    except ValueError:
-        parser.error(f"--chunks takes chunk numbers like 1,2, got {args.chunks!r}")
-    selected = [c for c in every if wanted is None or c.number in wanted]
-    if wanted and len(selected) < len(wanted):
-        parser.error(f"--chunks: there are chunks 1 to {len(every)}, got {args.chunks}")
-    if args.chunk_limit_s <= 0:
-        parser.error("--chunk-limit-s takes a number of seconds above 0, got "
-                     f"{args.chunk_limit_s:g}")
+    every = parts(args.device, args.timm_benchmark, asv)
+    selected = _selected(parser, every, args.parts)
+    wheels = args.wheels if args.wheels.is_dir() or args.wheels != CARRIED / "wheels" else None
+    install_s = 0 if args.no_install else INSTALL.seconds
+    archive_s = ARCHIVE.seconds if args.archive or args.dry_run else 0
     if args.dry_run:
-        _dry_run(selected, args.wheels, commit, asv, args.chunk_limit_s)
+        install_plan(selected, wheels)
+        if any(per_test_s(step) for part in selected for step in part.steps):
+            print(f"per-test limit: {PER_TEST_HELP}")
+        print(f"commit: {commit[0] or 'none'} ({commit[1]}); "
+              + ("asv saves its results under it" if asv else ASV_UNSAVED))
+        dry_run(selected, [p for p in every if p not in selected], install_s, archive_s,
+                args.limit_s)
         return 0
-    brought = set() if args.no_install else install(args.wheels)
+    brought = set() if args.no_install else install(wheels)
     skipped = check(selected, brought)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = Path(args.results_dir) / f"{stamp}-gpu-reference-{_device_slug()}"
@@ -253,13 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit: {commit[0] or 'none'} ({commit[1]})", flush=True)
     if commit[0]:  # what parbench's records say where git cannot tell them
         os.environ["PARBENCH_COMMIT"] = commit[0]
+    deadlines = {key: start + seconds for key, seconds in
+                 schedule(selected, install_s, archive_s, args.limit_s).items()}
     failed = 0
-    for chunk in selected:
-        print(f"chunk {chunk.number} {chunk.name} -> {root / chunk.folder_name}", flush=True)
-        if chunk.number in skipped:
-            _skip_chunk(chunk, root / chunk.folder_name, skipped[chunk.number])
-            continue
-        steps = run_chunk(chunk, root / chunk.folder_name, {}, args.chunk_limit_s)
+    for part in selected:
+        print(f"({part.letter}) {part.name} -> {root / part.folder_name}", flush=True)
+        steps = run_part(part, root / part.folder_name, deadlines, skipped)
         failed += any(s["status"] not in ("ok", "skipped") for s in steps)
         if args.archive:
             _archive(root, args.archive)

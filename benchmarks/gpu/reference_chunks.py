@@ -1,5 +1,7 @@
-"""The GPU reference run's chunks, in priority order: each a group of commands (steps) that
-fits one 10-minute device command and writes into a folder of its own."""
+"""The GPU reference run's plan: its parts in priority order, (a) correctness, (b) attribution
+at 128 px, (c) resnet50 at 224 px in bf16 against timm's own loop, (d) asv, each a list of
+commands (steps) with their estimates (reference_estimates.py); then the parts for later
+loans, which the default run leaves out."""
 
 from __future__ import annotations
 
@@ -8,57 +10,98 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from reference_estimates import (
+    FORKSERVER_S,
+    PYTEST_START_S,
+    RUN_START_S,
+    SEARCH_S,
+    SPAWN_TRIAL_S,
+    TRIAL_S,
+    Estimate,
+    Trials,
+    planning,
+    pytest_estimate,
+    run_estimate,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CHUNK_LIMIT_S = 570  # each chunk ends well inside a 10-minute command
-# Each step's estimate: its time on an H200 on 2026-11-26 (results/20261126T004029Z-gpu-
-# reference-h200) times 1.5, rounded up; chunks 3 and 9 and timm's loop have not run on a GPU
-# yet, and keep the planning figures they were written with.
-SPLITS = "1,3,5,8,10,12,20,40,60"  # the tutorial's split-size sweep
-TIMM_HELP = ("timm's benchmark.py is a script in timm's repository, not in its wheel: pass "
-             "--timm-benchmark PATH to a copy of it at the host's timm version")
+# What a session carries to the GPU host beside the working tree, ignored by git (the folder's
+# own .gitignore ignores everything in it; a dot folder, so mypy leaves timm's script alone).
+CARRIED = HERE / ".carried"
+TIMM_BENCHMARK = CARRIED / "timm-benchmark.py"
+TIMM_VERSION = "1.0.28"  # benchmark.py is the same from timm 1.0.23 to 1.0.29.dev0
+TIMM_HELP = (f"timm's benchmark.py is a script in timm's repository, not in its wheel: put "
+             f"v{TIMM_VERSION}'s at {TIMM_BENCHMARK.relative_to(ROOT)} (or pass "
+             "--timm-benchmark PATH)")
 GPU_TESTS = "tests/gpu/test_gpu.py"
-# The GPU tests past the first chunk's time: a cold torch.compile, the max-batch search and
-# torchrun; then the nested runs of the benchmark suites.
+# The GPU tests the default run leaves to a later loan (part e): the slowest on the H200 (a
+# cold torch.compile 39.6 s, the max-batch search 35.2 s, torchrun 24.6 s, the sampler's cost,
+# a timing, 6.1 s) and hsdp and pipeline-fsdp on four emulated devices (hsdp's verify is step
+# a/verify-4-hsdp; the test adds pipeline-fsdp's refusal); the benchmark suites' nested runs
+# are part f's; the verify test is step a/verify-2.
 SLOW_TESTS = ("test_compile_is_kept_out_of_the_measured_steps",
               "test_max_batch_finds_the_limit_under_a_cap",
-              "test_torchrun_measures_each_configuration_in_a_worker_on_the_gpu")
+              "test_torchrun_measures_each_configuration_in_a_worker_on_the_gpu",
+              "test_sampling_costs_less_than_one_percent",
+              "test_the_two_dimensional_layouts_on_one_gpu_emulating_four")
 SUITE_TESTS = ("test_pytest_benchmark_measures_the_gpu",
                "test_asv_runs_on_the_gpu_in_the_existing_environment")
-ASV_NO_GIT = "asv reads a commit only through git and the repository's .git, missing here"
+AS_STEPS = ("test_verify_on_one_gpu_emulating_two",)  # step a/verify-2, its table in its log
+# PLANNING seconds of the GPU tests the H200 did not run (others: UNMEASURED_TEST_S).
+PLANNED_TESTS = {
+    "test_the_two_dimensional_layouts_on_four_gpus_over_nccl": 0.0,  # skipped below 4 GPUs
+    "test_the_two_dimensional_layouts_on_one_gpu_emulating_four": 15.0,  # as verify-4-hsdp
+    "test_pytest_benchmark_measures_the_gpu": 30.0,  # 2 of the 6 H200 pytest-benchmark's 42.8 s
+    "test_asv_runs_on_the_gpu_in_the_existing_environment": 80.0,  # as step d/asv-run
+}
+ASV_NO_GIT = ("asv reads a commit only through git and the repository's .git, which lack it "
+              "here")
 ASV_UNSAVED = (f"{ASV_NO_GIT}: it measures and prints every value into asv-run.log but saves "
                "no results")
+# (b)'s measurement: 3 trials in interleaved rounds of 2 warm-up + 30 measured steps.
+ROUNDS, WARMUP, STEPS = 3, 2, 30
+TUTORIAL = ("--model", "resnet50", "--batch-size", "120", "--image-size", "128")
+RESNET50_224 = ("--strategy", "single", "--model", "resnet50", "--image-size", "224",
+                "--batch-size", "256", "--precision", "bf16")
+
+
 @dataclass(frozen=True)
 class Step:
-    """One command of a chunk. `{name}` in its arguments is filled from what earlier steps
-    found (`finds`: a name and how to read it from the step's folder)."""
+    """One command of a part: its own log and time limit; `after` names an earlier step of
+    its part that must have succeeded for it to run."""
 
     name: str
     argv: tuple[str, ...]
-    estimate_s: int
-    env: dict = field(default_factory=dict)
-    finds: tuple[str, Callable[[Path], str]] | None = None
+    estimate: Estimate
+    env: dict[str, str] = field(default_factory=dict)
     needs: str | None = None  # why it cannot run here, if it cannot (recorded as skipped)
     note: str | None = None  # how it runs differently here (printed and recorded)
+    after: str | None = None
+    requires: tuple[str, ...] = ()  # modules beyond parbench's, checked before running
+
+    @property
+    def estimate_s(self) -> int:
+        return self.estimate.seconds
 
 
 @dataclass(frozen=True)
-class Chunk:
-    """A group of steps that runs inside CHUNK_LIMIT_S, into a folder of its own."""
+class Part:
+    """A group of steps in a folder of its own; `default` parts make the default run."""
 
-    number: int
+    letter: str
     name: str
     purpose: str
     steps: tuple[Step, ...]
-    summarise: Callable[[Path], dict] | None = None  # what the chunk's records say, to print
-    requires: tuple[str, ...] = ()  # modules it needs beyond parbench's, checked before running
+    summarise: Callable[[Path], dict] | None = None  # what its records say, to print
+    default: bool = True
 
     @property
     def folder_name(self) -> str:
-        return f"{self.number}-{self.name}"
+        return f"{self.letter}-{self.name}"
 
     @property
     def estimate_s(self) -> int:
@@ -69,35 +112,206 @@ def _parbench(*args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "parbench", *args)
 
 
-def _run(tag: str, *args: str, steps: int = 20, warmup: int = 5) -> tuple[str, ...]:
-    return _parbench("run", *args, "--steps", str(steps), "--warmup", str(warmup),
-                     "--results-dir", "{folder}", "--tag", tag, "--progress", "off")
+def _run(tag: str, *args: str, steps: int = STEPS, warmup: int = WARMUP,
+         repeats: int = ROUNDS) -> tuple[str, ...]:
+    return _parbench("run", *args, "--repeats", str(repeats), "--steps", str(steps), "--warmup",
+                     str(warmup), "--results-dir", "{folder}", "--tag", tag, "--progress", "off")
 
 
-def _largest_batch(folder: Path) -> str:
-    """max-batch's answer: the largest batch among its trials that trained."""
-    trials = [r for records in (folder / "max-batch").glob("*/records.json")
-              for r in json.loads(records.read_text())]
-    batches = [r["global_batch"] for r in trials if r["status"] == "ok"]
-    if not batches:
-        raise RuntimeError(f"max-batch found no batch that trains (trials in {folder})")
-    return str(max(batches))
+def _pythonpath() -> str:
+    """PYTHONPATH with this folder first, where pytest's `-p per_test_timeout` finds it."""
+    return os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+
+
+def _pytest(*args: str, per_test_s: int) -> tuple[str, ...]:
+    """pytest naming every test as it ends (-v), each kept to `per_test_s`, junit per part."""
+    return (sys.executable, "-m", "pytest", *args, "-v", "-p", "no:cacheprovider",
+            "-p", "per_test_timeout", "--per-test-limit", str(per_test_s),
+            "--junitxml", "{folder}/{step}-junit.xml")
+
+
+def gpu_test_names() -> list[str]:
+    """Every test function of the GPU tests, in file order."""
+    return re.findall(r"^def (test_\w+)\(", (ROOT / GPU_TESTS).read_text(), re.M)
+
+
+def _gpu_tests(name: str, tests: tuple[str, ...] | None, per_test_s: int,
+               leave_out: tuple[str, ...] = ()) -> Step:
+    """pytest -m gpu on `tests` (None: all but `leave_out`), its estimate from junit.xml."""
+    names = gpu_test_names()
+    if tests is None:
+        chosen = [n for n in names if n not in leave_out]
+        args = [a for n in leave_out for a in ("--deselect", f"{GPU_TESTS}::{n}")]
+        argv = _pytest("-m", "gpu", GPU_TESTS, *args, per_test_s=per_test_s)
+    else:
+        chosen = list(tests)
+        argv = _pytest("-m", "gpu", *(f"{GPU_TESTS}::{n}" for n in tests), per_test_s=per_test_s)
+    return Step(name, argv, pytest_estimate(names, chosen, PLANNED_TESTS),
+                env={"PYTHONPATH": _pythonpath()})
+
+
+def _correctness(shared: str, four: str) -> Part:
+    verify_2 = Estimate(PYTEST_START_S + 3.76 + FORKSERVER_S + 2 * (SPAWN_TRIAL_S + 0.1),
+                        f"a process's start {PYTEST_START_S} s + the H200's verify test up to "
+                        f"fsdp's crash 3.76 s + forkserver {FORKSERVER_S} s + fsdp and hsdp "
+                        f"spawned, {SPAWN_TRIAL_S} s and one step each")
+    verify_4 = Estimate(PYTEST_START_S + FORKSERVER_S + TRIAL_S + 2 * SPAWN_TRIAL_S,
+                        f"a process's start {PYTEST_START_S} s + forkserver {FORKSERVER_S} s "
+                        f"+ the baseline {TRIAL_S} s + hsdp's four ranks, twice a spawned "
+                        f"trial's {SPAWN_TRIAL_S} s (PLANNING: four ranks, not two)")
+    return Part("a", "correctness", "every CUDA path (pytest -m gpu, less the slowest), then "
+                f"parbench verify of every strategy on {shared} and of hsdp on {four}", (
+                    _gpu_tests("gpu-tests", None, 60, SLOW_TESTS + SUITE_TESTS + AS_STEPS),
+                    Step("verify-2", _parbench("verify", "--devices", shared), verify_2),
+                    Step("verify-4-hsdp", _parbench("verify", "--strategy", "hsdp",
+                                                    "--devices", four), verify_4)))
+
+
+def _pipelines(shared: str) -> Step:
+    """single whole and accumulating the same micro-batches (parbench adds it), model-parallel
+    and the pipelines at splits 20 and 60, each eager and compiled; the process-per-stage
+    schedules are recorded as skipped where ranks share a GPU."""
+    eager = [Trials("single", 2), Trials("model-parallel", extra_steps=1),
+             *(Trials(kind, extra_steps=2 * kind.startswith("pipeline")) for kind in
+               ("single acc=20", "single acc=60", "pipeline split=20", "pipeline split=60"))]
+    compiled = [Trials(t.kind, compiled=True, extra_steps=t.extra_steps) for t in eager]
+    argv = _run("pipelines", "--strategy",
+                "single,model-parallel,pipeline,pipeline-gpipe,pipeline-1f1b", *TUTORIAL,
+                "--devices", shared, "--split-size", "20,60", "--compile", "on,off")
+    # Each block compiled in place: the whole model, model-parallel's stages (batch 120) and
+    # a split's micro-batches and pipeline stages share their blocks' graphs.
+    return Step("pipelines", argv, run_estimate(eager + compiled, ROUNDS, WARMUP, STEPS,
+                                                compiles=3),
+                note="pipeline-gpipe and pipeline-1f1b are recorded as skipped on one GPU (gloo "
+                     "cannot send CUDA tensors point to point)")
+
+
+def _data_parallel(shared: str) -> Step:
+    """ddp and fsdp on one rank, torch's defaults against the tuned settings (each on/off or
+    value pair a configuration of its own), against single."""
+    trials = [Trials("single", 2), Trials("ddp N=1", 4, spawned=True),
+              Trials("fsdp N=1", 4, spawned=True)]
+    return Step("data-parallel", _run(
+        "data-parallel", "--strategy", "single,ddp,fsdp", *TUTORIAL, "--devices", shared,
+        "--world-size", "1", "--gradient-as-bucket-view", "on,off", "--static-graph", "on,off",
+        "--fsdp-units", "block,group", "--reshard-after-forward", "yes,except-last"),
+        run_estimate(trials, ROUNDS, WARMUP, STEPS))
+
+
+def _timm_step(device: str, timm_benchmark: Path) -> Step:
+    found = timm_benchmark.is_file()
+    argv = (sys.executable, str(timm_benchmark), "--device", device, "--bench", "train",
+            "--model", "resnet50", "--img-size", "224", "-b", "256", "--amp", "--amp-dtype",
+            "bfloat16", "--channels-last", "--num-warm-iter", str(WARMUP + 3),
+            "--num-bench-iter", str(STEPS))
+    estimate = planning(PYTEST_START_S + SEARCH_S + (WARMUP + 3 + STEPS) * 0.0555,
+                        f"a process's start {PYTEST_START_S} s + cuDNN's search {SEARCH_S} s + "
+                        "35 steps at parbench's 55.5 ms on the same job (H200, 4 "
+                        "bf16-channels-last)")
+    return Step("timm", argv, estimate, needs=None if found else TIMM_HELP, requires=("timm",))
+
+
+def _resnet50_224(device: str, timm_benchmark: Path) -> Part:
+    job = [Trials("bf16 channels_last search")]
+    return Part("c", "resnet50-224px-bf16", "single resnet50 at 224 px, batch 256, bf16 + "
+                "channels_last + cuDNN's search, as timm's benchmark.py trains it, against "
+                "timm's own loop on the same job", (
+                    Step("timm-job", _run("timm-job", *RESNET50_224, "--devices", device,
+                                          "--channels-last", "--cudnn-benchmark",
+                                          warmup=WARMUP + 3, repeats=1),
+                         run_estimate(job, 1, WARMUP + 3, STEPS, searches=1)),
+                    _timm_step(device, timm_benchmark)),
+                summarise=lambda folder: {**timm_ratio(folder), **throughputs(folder)})
+
+
+def _asv(device: str, asv_commit: str | None) -> Part:
+    commit = ("--set-commit-hash", asv_commit) if asv_commit else ()
+    setup = RUN_START_S + FORKSERVER_S + 12 * (SPAWN_TRIAL_S + 0.7) + 9 * 1.0
+    return Part("d", "asv", "the asv suite (--quick) on the GPU, in the host's environment "
+                "(launch_method spawn, timeouts of 3600 s: asv.conf.json)", (
+                    Step("asv-machine", (sys.executable, "-m", "asv", "machine", "--yes"),
+                         planning(3, "asv writes its machine file"), requires=("asv",)),
+                    Step("asv-run", (sys.executable, "-m", "asv", "run", "--python=same",
+                                     "--quick", *commit),
+                         planning(setup + 5 + 49 * 0.3, f"setup_cache measures the suite on "
+                                  f"{device} (single, ddp, fsdp and ddp, fsdp's scaling, 3 "
+                                  f"trials: start {RUN_START_S} s + forkserver {FORKSERVER_S} "
+                                  f"s + 12 spawned trials x {SPAWN_TRIAL_S + 0.7:.1f} s + 9 "
+                                  "in-process x 1 s) + discovery 5 s + 49 benchmark processes "
+                                  "x 0.3 s"), env={"PARBENCH_ASV_DEVICES": device},
+                         note=None if asv_commit else ASV_UNSAVED, after="asv-machine",
+                         requires=("asv",))))
+
+
+def _later(device: str, shared: str, asv_commit: str | None) -> list[Part]:
+    """Parts for later loans (--parts e, --parts f): not in the default run."""
+    apart = [Step(f"bf16-{name}", _run(f"bf16-{name}", *RESNET50_224, "--devices", device,
+                                       *flags, warmup=WARMUP + 3, repeats=1),
+                  run_estimate([Trials("bf16")], 1, WARMUP + 3, STEPS,
+                               searches=int("--cudnn-benchmark" in flags)))
+             for name, flags in (("nchw", ()), ("nchw-search", ("--cudnn-benchmark",)),
+                                 ("channels-last", ("--channels-last",)))]
+    suites = _gpu_tests("gpu-tests-suites", tuple(n for n in SUITE_TESTS
+                                                  if asv_commit or "asv" not in n), 270)
+    suites = replace(suites, requires=("pytest_benchmark", "asv")[:2 if asv_commit else 1],
+                     note=None if asv_commit else "asv's test left out: it runs `git rev-parse "
+                     f"HEAD`, and {ASV_NO_GIT}")
+    env = {"PARBENCH_BENCH_DEVICES": shared, "PYTHONPATH": _pythonpath()}
+    return [
+        Part("e", "data-parallel-and-slow", "(b)'s ddp and fsdp on one rank at torch's "
+             "defaults and tuned, (c)'s channels_last and cuDNN's search apart, and the slow "
+             "GPU tests", (_data_parallel(shared), *apart,
+                           _gpu_tests("gpu-tests-slow", SLOW_TESTS, 120)), default=False),
+        Part("f", "suites", "the benchmark suites' GPU tests, the pytest-benchmark suite, and "
+             "the tutorial's job PREDICTED on 2, 4 and 8 such GPUs over NVLink", (
+            suites,
+            Step("pytest-benchmark", _pytest("benchmarks", "--benchmark-only",
+                                             "--benchmark-json", "{folder}/benchmark.json",
+                                             per_test_s=240),
+                 Estimate(42.8, "the H200's 8 pytest-benchmark step"), env=env,
+                 requires=("pytest_benchmark",)), _predicted()), default=False),
+    ]
+
+
+def _predicted() -> Step:
+    """The tutorial's job PREDICTED on 2, 4 and 8 such GPUs over NVLink from a profile of
+    this one: each schedule's best split, ddp and fsdp, labelled predicted."""
+    return Step("predicted-sweep", _parbench(
+        "predict", "--profile-device", "cuda", "--model", "resnet50", "--image-size", "128",
+        "--batch-size", "120", "--devices", "2,4,8", "--split-size", "1,3,5,8,10,12,20,40,60",
+        "--link", "nvlink4", "--profile-cache", "{folder}/profiles", "--csv",
+        "{folder}/predicted-sweep.csv", "--figure", "{folder}/predicted-sweep.png"),
+        Estimate(31.9, "the H200's 10 predicted-sweep step"))
+
+
+def parts(device: str = "cuda:0", timm_benchmark: Path | None = None,
+          asv_commit: str | None = None) -> list[Part]:
+    """Every part, in priority order: the default run's (a) to (d), then the later ones;
+    `asv_commit` is what asv can save its results under (None: no git, or no .git)."""
+    shared, four = f"{device},{device}", ",".join([device] * 4)
+    return [_correctness(shared, four),
+            Part("b", "attribution-128px", "the tutorial's job (resnet50, batch 120, 128 px, "
+                 f"fp32) on {shared}, {ROUNDS} interleaved trials of {STEPS} steps: single "
+                 "against model-parallel, and the pipelines at splits 20 and 60 against single "
+                 "accumulating the same micro-batches, each eager and compiled (ddp and fsdp: "
+                 "part e)", (_pipelines(shared),)),
+            _resnet50_224(device, timm_benchmark or TIMM_BENCHMARK),
+            _asv(device, asv_commit), *_later(device, shared, asv_commit)]
 
 
 def _records(folder: Path) -> list[dict]:
-    """The records of the parbench runs a chunk's steps wrote (max-batch's trials apart)."""
+    """The records of the parbench runs a part's steps wrote."""
     return [r for path in sorted(folder.glob("*/records.json"))
             for r in json.loads(path.read_text())]
 
 
-def _timm_ratio(chunk_folder: Path) -> dict:
+def timm_ratio(folder: Path) -> dict:
     """parbench `single` against timm's own training loop on the same job (bf16 autocast,
-    channels_last, batch 256, 224 px, cuDNN's algorithm search on), both measured in this
-    chunk."""
-    ours = [r for r in _records(chunk_folder) if r["status"] == "ok" and r["precision"] == "bf16"
+    channels_last, batch 256, 224 px, cuDNN's algorithm search on), both measured here."""
+    ours = [r for r in _records(folder) if r["status"] == "ok" and r["precision"] == "bf16"
             and r["channels_last"] and r["global_batch"] == 256 and not r["compile"]
             and r.get("cudnn_benchmark")]
-    log = chunk_folder / "timm.log"
+    log = folder / "timm.log"
     found = re.findall(r'"(?:train_)?samples_per_sec":\s*([0-9.]+)',
                        log.read_text() if log.exists() else "")
     summary = {"parbench_img_s": ours[0]["throughput_ips"] if ours else None,
@@ -107,159 +321,23 @@ def _timm_ratio(chunk_folder: Path) -> dict:
     return summary
 
 
-def _throughputs(chunk_folder: Path) -> dict:
+def throughputs(folder: Path) -> dict:
     """Each measured configuration's img/s and MFU, by its label."""
     return {f"{r['strategy']} {r['precision']}{' channels_last' if r['channels_last'] else ''}"
+            f"{' cudnn_search' if r.get('cudnn_benchmark') else ''}"
             f"{' compiled' if r['compile'] else ''} batch {r['global_batch']}":
             {"img_s": r["throughput_ips"], "mfu": r.get("mfu")}
-            for r in _records(chunk_folder) if r["status"] == "ok"}
+            for r in _records(folder) if r["status"] == "ok"}
 
 
-def chunks(device: str, timm_benchmark: str | None, asv_commit: str | None = None) -> list[Chunk]:
-    """The reference run, in priority order; `asv_commit` is what asv can save its results
-    under (None where it cannot read a commit: no git, or no .git)."""
-    return (_gpu_test_chunks(asv_commit is not None) + _one_gpu_chunks(device, timm_benchmark)
-            + _emulated_chunks(f"{device},{device}", asv_commit) + [_prediction_chunk()])
-
-
-def _pythonpath() -> str:
-    """PYTHONPATH with this folder first, where pytest's `-p per_test_timeout` finds it."""
-    return os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-
-
-def _pytest(*args: str, per_test_s: int) -> tuple[str, ...]:
-    """pytest naming every test as it ends (-v), each kept to `per_test_s`, junit per chunk."""
-    return (sys.executable, "-m", "pytest", *args, "-v", "-p", "no:cacheprovider",
-            "-p", "per_test_timeout", "--per-test-limit", str(per_test_s),
-            "--junitxml", "{folder}/junit.xml")
-
-
-def _gpu_test_chunks(asv_can_save: bool) -> list[Chunk]:
-    """Chunks 1-3: `pytest -m gpu` in three parts that each fit a chunk: every CUDA path; the
-    slow tests; the benchmark suites' nested runs."""
-    deselect = [arg for name in SLOW_TESTS + SUITE_TESTS
-                for arg in ("--deselect", f"{GPU_TESTS}::{name}")]
-    suites = [f"{GPU_TESTS}::{name}" for name in SUITE_TESTS
-              if asv_can_save or "asv" not in name]
-    asv_note = None if asv_can_save else ("asv's test left out: it runs `git rev-parse HEAD`, "
-                                          f"and {ASV_NO_GIT}")
-    env = {"PYTHONPATH": _pythonpath()}
-    return [
-        Chunk(1, "gpu-tests", "every CUDA path (pytest -m gpu), less the tests of chunks 2 and 3", (
-            Step("gpu-tests", _pytest("-m", "gpu", GPU_TESTS, *deselect, per_test_s=150), 110,
-                 env=env),)),
-        Chunk(2, "gpu-tests-slow", "the slow GPU tests: a cold torch.compile, the max-batch "
-              "search and torchrun", (
-                  Step("gpu-tests", _pytest("-m", "gpu", *(f"{GPU_TESTS}::{name}"
-                                                           for name in SLOW_TESTS),
-                                            per_test_s=300), 180, env=env),)),
-        Chunk(3, "gpu-tests-suites", "the GPU tests of the benchmark suites: nested runs of "
-              "pytest-benchmark and asv", (
-                  Step("gpu-tests", _pytest("-m", "gpu", *suites, per_test_s=270), 450,
-                       env=env, note=asv_note),),
-              requires=("pytest_benchmark", "asv") if asv_can_save else ("pytest_benchmark",)),
-    ]
-
-
-def _prediction_chunk() -> Chunk:
-    """Chunk 10: from this GPU's profile, the tutorial's job PREDICTED on 2, 4 and 8 such GPUs
-    over NVLink: each schedule's best split, ddp and fsdp (issue 24's part 6), and what
-    `parbench recommend` picks there within 80 GB a GPU (issue 35's part 4; its log is the
-    recommendation, the profiles the predicted sweep's)."""
-    recommend = [Step(f"recommend-{count}-gpus", _parbench(
-        "recommend", "--profile-device", "cuda", "--model", "resnet50", "--image-size", "128",
-        "--batch-size", "120", "--devices", str(count), "--split-size", "5,10,20",
-        "--link", "nvlink4", "--memory-mib", "80000", "--top", "8", "--profile-cache",
-        "{folder}/profiles"), 20) for count in (2, 4, 8)]
-    return Chunk(10, "predicted", "the tutorial's job (resnet50, batch 120, 128 px) PREDICTED "
-                 f"on 2, 4 and 8 of this GPU over nvlink4 at splits {SPLITS}, from a "
-                 "profile of this GPU, and recommend's pick on each", (
-                     Step("predicted-sweep", _parbench(
-                         "predict", "--profile-device", "cuda", "--model", "resnet50",
-                         "--image-size", "128", "--batch-size", "120", "--devices", "2,4,8",
-                         "--split-size", SPLITS, "--link", "nvlink4", "--profile-cache",
-                         "{folder}/profiles", "--csv", "{folder}/predicted-sweep.csv",
-                         "--figure", "{folder}/predicted-sweep.png"), 50), *recommend))
-
-
-def _one_gpu_chunks(device: str, timm_benchmark: str | None) -> list[Chunk]:
-    """Chunks 4-5: single resnet50 at 224 px beside timm's loop, then at its largest batch."""
-    resnet50_224 = ("--strategy", "single", "--model", "resnet50", "--image-size", "224",
-                    "--devices", device)
-    timm = (sys.executable, timm_benchmark or "<timm benchmark.py>", "--bench", "train",
-            "--model", "resnet50", "--img-size", "224", "-b", "256", "--amp", "--amp-dtype",
-            "bfloat16", "--channels-last", "--num-warm-iter", "5", "--num-bench-iter", "20")
-    return [
-        Chunk(4, "resnet50-224", "single resnet50 at 224 px: bf16 + channels_last at batch "
-              "256 beside timm's own loop on the same job, and the fp32 / bf16 ablation", (
-                  # cuDNN's algorithm search on, as timm's benchmark.py sets it.
-                  Step("bf16-channels-last", _run("bf16-channels-last", *resnet50_224,
-                                                  "--batch-size", "256", "--precision", "bf16",
-                                                  "--channels-last", "--cudnn-benchmark"), 40),
-                  Step("ablation", _run("ablation", *resnet50_224, "--batch-size", "256",
-                                        "--precision", "fp32,bf16"), 30),
-                  # Last: a timm that fails (another version, not installed) ends the chunk.
-                  Step("timm", timm, 60, needs=None if timm_benchmark else TIMM_HELP)),
-              summarise=lambda folder: {**_timm_ratio(folder), **_throughputs(folder)}),
-        Chunk(5, "resnet50-224-large", "bf16 + channels_last at the largest batch max-batch "
-              "finds (up to 2048), and compiled at 256", (
-                  Step("max-batch", _parbench("max-batch", *resnet50_224, "--precision",
-                                              "bf16", "--channels-last", "--start", "256",
-                                              "--limit", "2048", "--results-dir",
-                                              "{folder}/max-batch"),
-                       30, finds=("max_batch", _largest_batch)),
-                  Step("largest-batch", _run("largest-batch", *resnet50_224, "--batch-size",
-                                             "{max_batch}", "--precision", "bf16",
-                                             "--channels-last"), 40),
-                  Step("compiled", _run("compiled", *resnet50_224, "--batch-size", "256",
-                                        "--precision", "bf16", "--channels-last",
-                                        "--compile"), 75)),
-              summarise=_throughputs),
-    ]
-
-
-def _asv_steps(shared: str, asv_commit: str | None) -> tuple[Step, ...]:
-    """asv in the host's environment, its results saved under `asv_commit` where there is one."""
-    commit = ("--set-commit-hash", asv_commit) if asv_commit else ()
-    return (Step("asv-machine", (sys.executable, "-m", "asv", "machine", "--yes"), 10),
-            Step("asv-run", (sys.executable, "-m", "asv", "run", "--python=same", "--quick",
-                             *commit), 480, env={"PARBENCH_ASV_DEVICES": shared},
-                 note=None if asv_commit else ASV_UNSAVED))
-
-
-def _emulated_chunks(shared: str, asv_commit: str | None) -> list[Chunk]:
-    """Chunks 6-9: one GPU emulating two (`shared`), then the benchmark suites on it."""
-    return [
-        Chunk(6, "tutorial", "the tutorial's experiment on one GPU emulating two: resnet50, "
-              "batch 120, 128 px, single (whole and accumulating), model-parallel, pipeline at "
-              f"splits {SPLITS}", (
-                  Step("tutorial", _run("tutorial", "--strategy",
-                                        "single,model-parallel,pipeline", "--model",
-                                        "resnet50", "--batch-size", "120", "--image-size", "128",
-                                        "--devices", shared, "--split-size", SPLITS,
-                                        steps=10, warmup=3), 220),)),
-        Chunk(7, "data-parallel", "ddp and fsdp on one GPU emulating two (gloo), world sizes "
-              "1 and 2, against single", (
-                  Step("data-parallel", _run("data-parallel", "--strategy", "single,ddp,fsdp",
-                                             "--model", "resnet50", "--batch-size", "128",
-                                             "--image-size", "128", "--devices", shared,
-                                             "--world-size", "1,2", steps=10, warmup=3),
-                       60),)),
-        Chunk(8, "pytest-benchmark", "the pytest-benchmark suite on the GPU", (
-            Step("pytest-benchmark", _pytest("benchmarks", "--benchmark-only", "--benchmark-json",
-                                             "{folder}/benchmark.json", per_test_s=240), 65,
-                 env={"PARBENCH_BENCH_DEVICES": shared, "PYTHONPATH": _pythonpath()}),),
-              requires=("pytest_benchmark",)),
-        Chunk(9, "asv", "the asv suite on the GPU, in the host's environment",
-              _asv_steps(shared, asv_commit), requires=("asv",)),
-    ]
-
-
-def per_test_s(chunk: Chunk) -> str | None:
-    """The per-test limit a chunk's pytest step passes, if it has one."""
-    for step in chunk.steps:
-        if "--per-test-limit" in step.argv:
-            return step.argv[step.argv.index("--per-test-limit") + 1]
+def per_test_s(step: Step) -> str | None:
+    """The per-test limit a pytest step passes, if it has one."""
+    if "--per-test-limit" in step.argv:
+        return step.argv[step.argv.index("--per-test-limit") + 1]
     return None
 
 
+def parbench_commands(every: list[Part]) -> list[tuple[str, list[str]]]:
+    """(step name, parbench's own arguments) of every step that runs parbench."""
+    return [(step.name, list(step.argv[3:])) for part in every for step in part.steps
+            if step.argv[1:3] == ("-m", "parbench")]

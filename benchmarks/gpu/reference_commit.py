@@ -81,8 +81,13 @@ def source_commit(root: Path, given: str | None = None) -> tuple[str | None, str
 
 
 def asv_commit(root: Path, commit: str | None) -> str | None:
-    """The commit asv can save results under: it reads one only through git and .git."""
-    usable = shutil.which("git") is not None and (root / ".git").exists()
-    return commit if usable else None
-
-
+    """The commit asv can save results under: it reads one only through git and .git, and
+    only one that .git holds (a device's copy of .git may be older than the tree it came with)."""
+    if commit is None or shutil.which("git") is None or not (root / ".git").exists():
+        return None
+    try:
+        known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root,
+                               capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return commit if known else None

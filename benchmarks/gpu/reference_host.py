@@ -1,6 +1,6 @@
-"""A GPU host without network made ready for the reference run: the wheels it needs (fetched
+"""A GPU host without network made ready for the reference run: the wheels it lacks (fetched
 where there is network), parbench installed beside the host's torch, and a check, before any
-chunk, that what the chosen chunks need starts."""
+step, that what the chosen steps need starts."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reference_chunks import ROOT, Chunk
+from reference_chunks import ROOT, Part
 
 HOST_PYTHON = "3.12"
 # Fetched with every runtime dependency for the host (asv's: asv_runner, build,
-# importlib_metadata, json5, packaging, pympler, pyyaml, tabulate, virtualenv and theirs).
-FETCHED = ("asv", "scipy", "setuptools", "tqdm")
+# importlib_metadata, json5, packaging, pympler, pyyaml, tabulate, virtualenv and theirs), about
+# 9 MB; setuptools for GPUtil's distutils. numpy, scipy (with which the H200's pytest-benchmark
+# step computed its intervals) and tqdm (timm's huggingface_hub needs it) are on the hosts: 50 MB
+# of wheels more would not fit the 64 MiB that travel with the working tree.
+FETCHED = ("asv", "setuptools")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64")
 GPUTIL = "GPUtil==1.4.0"  # on PyPI only as a source archive: built into a wheel by --fetch-wheels
@@ -75,25 +78,33 @@ CHECK_HINTS = {
     "GPUtil": "GPUtil 1.4.0 imports distutils, which Python 3.12 has only from setuptools: "
               + FETCH_HINT,
     "pytest_benchmark": "bring pytest-benchmark and its dependencies as wheels in --wheels DIR",
+    "timm": "timm's benchmark.py needs timm itself: bring its wheel in --wheels DIR",
 }
 
 
 def fetch_wheels(folder: Path) -> None:
     """Every wheel the host needs, for Python HOST_PYTHON, into `folder`; needs network."""
     folder.mkdir(parents=True, exist_ok=True)
+    if folder.parent.name == ".carried":  # git ignores the folder, its .gitignore included
+        (folder.parent / ".gitignore").write_text("*\n")
     for args in (_download_args(str(folder)), _gputil_args(str(folder))):
         if subprocess.run([sys.executable, "-m", "pip", *args]).returncode:
             raise SystemExit(f"pip {shlex.join(args)} failed (above): --fetch-wheels needs PyPI")
-    wheels = sorted(path.name for path in folder.glob("*.whl"))
-    print(f"{len(wheels)} wheels in {folder}: {', '.join(wheels)}\ncarry the folder to the GPU "
-          "host and run: python benchmarks/gpu/reference.py --wheels DIR")
+    wheels = sorted(folder.glob("*.whl"))
+    size = sum(path.stat().st_size for path in wheels) / 2**20
+    print(f"{len(wheels)} wheels, {size:.1f} MiB, in {folder}: "
+          f"{', '.join(path.name for path in wheels)}\ncarry the folder to the GPU host and run: "
+          "python benchmarks/gpu/reference.py --wheels DIR")
 
 
 def install(wheels: Path | None) -> set[str]:
-    """parbench (and the wheels in `wheels` of what the host lacks) into this Python, never
-    replacing its torch; returns the distributions the wheels folder holds."""
+    """parbench (after the wheels in `wheels` of what the host lacks) into this Python, never
+    replacing its torch; returns the distributions the wheels folder holds. Only a changed
+    torch stops the run: a wheel or an import that fails is a note, and the steps that need
+    it are skipped by `check` (parbench itself also runs from the source tree)."""
     before = _torch_version()
-    commands = [["-e", str(ROOT)]]
+    # The wheels first: setuptools among them builds parbench's editable install.
+    commands: list[list[str]] = []
     brought: set[str] = set()
     if wheels:
         if not wheels.is_dir():
@@ -104,17 +115,21 @@ def install(wheels: Path | None) -> set[str]:
             print(f"kept the host's {', '.join(kept)} (their wheels left alone)", flush=True)
         if new:
             commands.append([str(path) for path in new])
+    commands.append(["-e", str(ROOT)])
     for command in commands:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                        "--no-build-isolation", *command], check=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                               "--no-index", "--no-build-isolation", *command])
+        if done.returncode:
+            what = "parbench" if command[0] == "-e" else f"{len(command)} wheels"
+            print(f"note: pip install of {what} failed (above); the steps that need it are "
+                  "skipped", flush=True)
     after = _torch_version()
     if after != before:
         raise SystemExit(f"installing parbench changed torch from {before} to {after}")
     missing = subprocess.run([sys.executable, "-c", "import scipy, pandas, matplotlib, tqdm"],
                              capture_output=True, text=True)
     if missing.returncode:
-        raise SystemExit(f"parbench needs {missing.stderr.strip().splitlines()[-1]}: "
-                         + FETCH_HINT)
+        print(f"note: parbench needs {_last_line(missing)}: {FETCH_HINT}", flush=True)
     print(f"parbench installed beside torch {after}", flush=True)
     return brought
 
@@ -147,32 +162,32 @@ def cannot_start(module: str, brought: set[str]) -> str | None:
     return None
 
 
-def checked_modules(selected: list[Chunk], brought: set[str]) -> dict[str, list[int]]:
-    """Each module to check, with the selected chunks that need it."""
-    needed: dict[str, list[int]] = {}
-    for chunk in selected:
-        for module in chunk.requires:
-            needed.setdefault(module, []).append(chunk.number)
+def checked_modules(selected: list[Part], brought: set[str]) -> dict[str, list[str]]:
+    """Each module to check, with the selected steps that need it."""
+    needed: dict[str, list[str]] = {}
+    for step in (step for part in selected for step in part.steps if not step.needs):
+        for module in step.requires:
+            needed.setdefault(module, []).append(step.name)
     if "gputil" in brought:  # parbench's fallback sampler; brought, it must work
         needed.setdefault("GPUtil", [])
     return needed
 
 
-def check(selected: list[Chunk], brought: set[str]) -> dict[int, str]:
-    """Why each selected chunk that needs a module which cannot start here cannot run, by
-    chunk number; a line for each such module says so. Those chunks are skipped and the others
+def check(selected: list[Part], brought: set[str]) -> dict[str, str]:
+    """Why each selected step that needs a module which cannot start here cannot run, by
+    step name; a line for each such module says so. Those steps are skipped and the others
     run: a GPU loan is not spent on nothing for want of asv."""
-    skipped: dict[int, str] = {}
-    for module, numbers in checked_modules(selected, brought).items():
+    skipped: dict[str, str] = {}
+    for module, names in checked_modules(selected, brought).items():
         problem = cannot_start(module, brought)
         if problem is None:
             continue
         reason = f"{module} cannot start here: {problem}; {CHECK_HINTS[module]}"
-        which = (f"chunks {','.join(map(str, numbers))} skipped" if numbers
+        which = (f"{', '.join(names)} skipped" if names
                  else "parbench samples the GPUs through NVML, or not at all")
         print(f"note: {which}: {reason}", flush=True)
-        for number in numbers:
-            skipped.setdefault(number, reason)
+        for name in names:
+            skipped.setdefault(name, reason)
     return skipped
 
 
@@ -190,7 +205,7 @@ def wheels_plan(wheels: Path | None) -> list[str]:
             f"  lacks {', '.join(lacks) or 'none of ' + ', '.join((*FETCHED, 'GPUtil'))}"]
 
 
-def install_plan(selected: list[Chunk], wheels: Path | None) -> None:
+def install_plan(selected: list[Part], wheels: Path | None) -> None:
     """The install and its checks, as the dry run prints them."""
     print("install (left out with --no-install): pip install -q --no-deps --no-index "
           f"--no-build-isolation -e {ROOT}; stops if torch changes")
@@ -198,15 +213,15 @@ def install_plan(selected: list[Chunk], wheels: Path | None) -> None:
         print(f"  {line}")
     print(f"  a wheels folder for the host (Python {HOST_PYTHON}) holds asv with its runtime "
           "dependencies (asv_runner, build, importlib_metadata, json5, packaging, pympler, "
-          "pyyaml, tabulate, virtualenv and theirs), scipy (with numpy), setuptools, tqdm and "
-          "GPUtil 1.4.0 (a wheel built from its source archive): on a machine with network, "
-          "python benchmarks/gpu/reference.py --fetch-wheels DIR")
+          "pyyaml, tabulate, virtualenv and theirs), setuptools and GPUtil 1.4.0 (a wheel "
+          "built from its source archive), about 9 MB: on a machine with network, "
+          "python benchmarks/gpu/reference.py --fetch-wheels [DIR]")
     checks = ["import scipy, pandas, matplotlib, tqdm (after installing)"]
-    for module, numbers in checked_modules(selected, {"gputil"}).items():
+    for module, names in checked_modules(selected, {"gputil"}).items():
         probes = "pip check, import" + (", python -m asv --version" if module == "asv" else "")
-        where = f"chunks {','.join(map(str, numbers))}" if numbers else "if its wheel is given"
+        where = ", ".join(names) if names else "if its wheel is given"
         checks.append(f"{module} ({where}): {probes}")
-    print(f"  checks before any chunk (a chunk that needs what cannot start is skipped, with "
+    print(f"  checks before any step (a step that needs what cannot start is skipped, with "
           f"the reason; the others run): {'; '.join(checks)}")
 
 
