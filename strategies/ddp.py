@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -21,6 +22,12 @@ __all__ = ["DDP", "DDPOptions"]
 # --comm-hook -> the relative error its compression allows on one step's update (verify's
 # tolerance; None: exact on the steps verify takes, PowerSGD compressing from the third).
 HOOKS = {"fp16": 2**-10, "bf16": 2**-7, "powersgd": None}
+# DDP's logging data (`_get_ddp_logging_data`): the times of the one iteration it sampled last,
+# in nanoseconds -> the record's fields, in seconds.
+SAMPLED_TIMES = {"forward_compute_time": "ddp_forward_time_s",
+                 "backward_compute_time": "ddp_backward_compute_time_s",
+                 "backward_comm_time": "ddp_backward_comm_time_s",
+                 "backward_compute_comm_overlap_time": "ddp_overlap_time_s"}
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,16 @@ class DDPOptions(ReplicaOptions):
 
     bucket_cap_mb: float | None = option(above=0, sweep=False, help="gradient bucket size in "
                                          "MB (DDP's default 25)")
-    gradient_as_bucket_view: bool = option(False, help="gradients are views into the "
-                                           "all-reduce buckets (less memory)")
-    static_graph: bool = option(False, help="declare the graph static (DDP may then skip "
-                                "per-step checks)")
+    gradient_as_bucket_view: bool = option(True, help=(
+        "gradients are views into the all-reduce buckets: no copy of each gradient into its "
+        "bucket and back, and no second copy of the gradients in memory (torch's default is "
+        "off)"))
+    static_graph: bool = option(True, help=(
+        "declare the graph static, as it is for every model here (the same parameters get a "
+        "gradient every step): torch's DDP docs advise it for such a graph; DDP then never "
+        "looks for unused parameters. It works with the other ddp options (the hooks, "
+        "--zero, --sync-batchnorm) and --compile, and needs its first step synchronised, "
+        "which every run's is (torch's default is off)"))
     sync_batchnorm: bool = option(False, help="BatchNorm statistics over the global batch "
                                   "(CUDA only)")
     comm_hook: str | None = option(choices=tuple(HOOKS), sweep=True, label="hook", help=(
@@ -52,13 +65,25 @@ class DDPOptions(ReplicaOptions):
         if self.powersgd_rank is not None and self.comm_hook != "powersgd":
             raise StrategyError("--powersgd-rank is PowerSGD's; add --comm-hook powersgd")
 
+    def settings(self, devices) -> dict:
+        # bucket_cap_mb None: DDP's own buckets (25 MiB, the first 1 MiB), not 25 given.
+        return {**super().settings(devices), "world_size": self.world_size or len(devices),
+                "powersgd_rank": (self.powersgd_rank or 1) if self.comm_hook == "powersgd"
+                else None}
+
 
 class DDP(RankDataParallel):
     """One process per device; NCCL where each rank has its own GPU, else gloo.
 
     Options are DistributedDataParallel's own: `bucket_cap_mb`, `gradient_as_bucket_view`,
-    `static_graph`, `sync_batchnorm` (BatchNorm statistics over the global batch, GPUs
-    only, as torch's SyncBatchNorm is) and a communication hook (`comm_hook`).
+    `static_graph` (both on by default, as torch's DDP docs advise for a graph that does not
+    change from step to step, against torch's own defaults), `sync_batchnorm` (BatchNorm
+    statistics over the global batch, GPUs only, as torch's SyncBatchNorm is) and a
+    communication hook (`comm_hook`).
+
+    static_graph needs DDP's first iteration to synchronise gradients (a first step under
+    no_sync trips the reducer's `expect_autograd_hooks_` assert): the harness times its
+    compute-only steps, under `without_communication`, after the measured ones.
     """
 
     summary = "one process per device, DistributedDataParallel (NCCL or gloo)"
@@ -111,6 +136,36 @@ class DDP(RankDataParallel):
             wrapped.register_comm_hook(self._powersgd, powerSGD_hook.powerSGD_hook)
         return wrapped
 
+    def setup(self) -> None:
+        # DDP's iterations (its reducer's count: forwards that will synchronise gradients),
+        # whether the harness measured each, and the times DDP sampled of measured ones.
+        self._iterations = 0
+        self._measured: dict[int, bool] = {}
+        self._sampled_iteration: int | None = None
+        self._samples: list[dict[str, float]] = []
+        super().setup()
+
+    def train_step(self, images, labels):
+        if torch.is_grad_enabled() and self._wrapped.require_backward_grad_sync:
+            self._iterations += 1  # DDP counts this forward (not one under no_sync)
+        return super().train_step(images, labels)
+
+    def after_step(self, measured: bool) -> None:
+        """Keep DDP's own times of a measured iteration, where it sampled one. DDP logs an
+        iteration's times at the start of the next forward (`set_runtime_stats_and_log`,
+        labelled `iteration` n: the times of iteration n-1, counted from 0), and only the
+        first 10 and then every 100th: so these are the measured steps', less the last one
+        (logged by a later step) and those it did not sample. Its sample rate is left as it
+        is, so that no timed step carries more of DDP's instrumentation than usual."""
+        self._measured[self._iterations - 1] = measured
+        data = self._wrapped._get_ddp_logging_data()
+        label = data.get("iteration")
+        if not isinstance(label, int) or label == self._sampled_iteration:
+            return
+        self._sampled_iteration = label
+        if self._measured.get(label - 1) and all(key in data for key in SAMPLED_TIMES):
+            self._samples.append({field: data[key] / 1e9 for key, field in SAMPLED_TIMES.items()})
+
     def prepare_training(self, parameters, loss_device) -> None:
         parameters = list(parameters)
         super().prepare_training(parameters, loss_device)
@@ -137,13 +192,14 @@ class DDP(RankDataParallel):
 
     def communication(self) -> dict[str, float | int | None]:
         """Bytes all-reduced per step (the gradient of every parameter that receives one), and
-        DDP's own averages over the iterations it sampled (the first 10, then every 100):
-        forward, backward compute, backward communication and their overlap, in seconds."""
+        DDP's own times (forward, backward compute, backward communication and their
+        overlap, in seconds) as means over the measured steps it sampled (see `after_step`;
+        None where it sampled none: never its running averages, which take in the warm-up)."""
         data = self._wrapped._get_ddp_logging_data()
+        samples = self._samples
 
-        def seconds(key: str) -> float | None:
-            value = data.get(key)
-            return value / 1e9 if value else None
+        def mean(field: str) -> float | None:
+            return sum(s[field] for s in samples) / len(samples) if samples else None
 
         gradient = data["total_parameter_size_bytes"] - data.get("unused_parameter_size", 0)
         if self.options.comm_hook in ("fp16", "bf16"):
@@ -151,13 +207,8 @@ class DDP(RankDataParallel):
         elif self._powersgd is not None:  # its own compression rate (its counts add up steps)
             rate = self._powersgd.compression_stats()[0]
             gradient = round(gradient / rate) if rate else gradient
-        return dict(
-            allreduce_bytes=gradient,
-            ddp_forward_time_s=seconds("avg_forward_compute_time"),
-            ddp_backward_compute_time_s=seconds("avg_backward_compute_time"),
-            ddp_backward_comm_time_s=seconds("avg_backward_comm_time"),
-            ddp_overlap_time_s=seconds("avg_backward_compute_comm_overlap_time"),
-        )
+        return dict(allreduce_bytes=gradient,
+                    **{field: mean(field) for field in SAMPLED_TIMES.values()})
 
     def trained_parameters(self):
         return list(self.model.parameters()) if self.rank == 0 else []

@@ -1,11 +1,12 @@
 """Fully sharded data parallel (FSDP2, `fully_shard`): parameters, gradients and optimiser
-state sharded over ranks, each residual block gathered only while it runs."""
+state sharded over ranks, each unit (a layer group or a block of the model family) gathered
+only while it runs, configured as torchtitan configures it."""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.distributed as dist
@@ -14,70 +15,149 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
+from typing_extensions import Self  # typing's from Python 3.11
 
 from strategies.base import Layout
 from strategies.errors import StrategyError
 from strategies.options import option
 from strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
-__all__ = ["FSDP", "FSDPOptions", "gathered_through_cpu", "reduce_by_sum_on_gloo"]
+if TYPE_CHECKING:
+    from parbench.families.workloads import Workload
+
+__all__ = ["FSDP", "FSDPOptions", "Unit", "gathered_through_cpu", "mesh_of_groups",
+           "reduce_by_sum_on_gloo", "resharded_after_forward"]
+
+UNITS = ("block", "group")
+RESHARD = ("yes", "no", "except-last")
 
 
 @dataclass(frozen=True)
 class FSDPOptions(ReplicaOptions):
-    """fully_shard's own settings."""
+    """fully_shard's own settings: its units, when they reshard, its mixed precision."""
 
-    reshard_after_forward: str | None = option(choices=("yes", "no"), label="reshard", help=(
-        "free each block's gathered parameters after its forward and gather them again for "
-        "backward (yes, FSDP2's default: less memory), or keep them until backward (no: one "
-        "all-gather per block per step)"))
-    mixed_precision: bool = option(False, label="mp", help=(
-        "FSDP2's MixedPrecisionPolicy in the --precision dtype (bf16 or fp16): parameters "
-        "all-gathered in it (half the bytes), gradients reduce-scattered in fp32, BatchNorm "
-        "gathered and computed in fp32 (FSDP1's default); autocast runs as for every strategy"))
+    fsdp_units: str | None = option(choices=UNITS, label="units", help=(
+        "the FSDP units besides the root (which holds the stem and the head): block, each "
+        "block of the model family (a ResNet's residual block, a ViT's encoder layer), or "
+        "group, the family's layer groups (a ResNet's layer1..layer4; a ViT's encoder layers "
+        "in four runs); default: the family's, group for ResNets (a few large all-gathers), "
+        "block for ViTs (as torchtitan shards each transformer block)"))
+    reshard_after_forward: str = option("except-last", choices=RESHARD, label="reshard", help=(
+        "which units free their gathered parameters after forward and gather them again for "
+        "backward: except-last (the default, torchtitan's: all but the last unit of the "
+        "forward, which backward needs at once), yes (all: FSDP2's default, the least "
+        "memory) or no (none: each unit gathered once a step, the most memory); the root is "
+        "kept gathered from forward to backward, as FSDP2 does by default"))
+    mixed_precision: bool | None = option(label="mp", help=(
+        "FSDP2's MixedPrecisionPolicy in the --precision dtype: parameters all-gathered and "
+        "used in it (half the bytes), gradients reduce-scattered in fp32, the sharded "
+        "parameters kept in fp32, BatchNorm gathered and computed in fp32 (FSDP1's default); "
+        "autocast runs as for every strategy. Default: on under --precision bf16 or fp16 "
+        "(torchtitan's bf16 parameters with fp32 reduction), off in fp32"))
 
     def check(self, workload, global_batch, devices) -> None:
         if self.mixed_precision and workload.autocast_dtype is None:
             raise StrategyError("--mixed-precision gathers parameters in the --precision dtype; "
-                                "give --precision bf16 or fp16")
+                                "give --precision bf16 or fp16, or drop --mixed-precision")
+
+    def for_workload(self, workload: Workload) -> Self:
+        """The defaults that depend on the workload resolved: the family's units, and the
+        mixed-precision policy on where the workload computes in bf16 or fp16 (None, off, in
+        fp32, where off is all there is)."""
+        mixed = self.mixed_precision
+        if workload.autocast_dtype is None:
+            mixed = None if mixed is False else mixed  # True is refused by `check`
+        elif mixed is None:
+            mixed = True
+        return replace(self, fsdp_units=self.fsdp_units or workload.family.fsdp_units,
+                       mixed_precision=mixed)
+
+    def settings(self, devices) -> dict:
+        return {**super().settings(devices), "world_size": self.world_size or len(devices),
+                "mixed_precision": bool(self.mixed_precision)}
+
+
+def resharded_after_forward(policy: str, units: int) -> list[bool]:
+    """Whether each of `units` units (in forward order, the root left out) reshards after
+    forward under `policy` (--reshard-after-forward). torchtitan's apply_fsdp keeps the last
+    unit of the forward gathered: FSDP would prefetch it again at once for backward."""
+    if policy == "except-last":
+        return [index < units - 1 for index in range(units)]
+    return [policy == "yes"] * units
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One FSDP unit: the modules fully_shard grouped (their parameters not held by a unit
+    inside), whether it reshards after forward, and whether it gathers in fp32 under the
+    mixed-precision policy (BatchNorm's)."""
+
+    handle: FSDPModule  # the first module: every module of a unit shares its state
+    modules: tuple[nn.Module, ...]
+    reshard: bool
+    float32: bool = False
+
+
+def _shard(modules: list[nn.Module], mesh: DeviceMesh, reshard: bool,
+           policy: MixedPrecisionPolicy, float32: bool = False) -> Unit:
+    """fully_shard one module, or several as one unit (one all-gather for them all)."""
+    sharded = fully_shard(modules[0] if len(modules) == 1 else modules, mesh=mesh,
+                          reshard_after_forward=reshard, mp_policy=policy)
+    handle = sharded[0] if isinstance(sharded, list) else sharded
+    return Unit(handle, tuple(modules), reshard, float32)
 
 
 class FSDP(RankDataParallel):
-    """One process per device; each residual block is its own FSDP unit, then the whole model
-    (stem and head), so at most one block's parameters are gathered at a time (unless
-    `reshard_after_forward` is "no")."""
+    """One process per device; each of the family's layer groups (or blocks: `fsdp_units`) is
+    an FSDP unit, then the whole model (stem and head), so that a unit's parameters are
+    gathered only while it runs, except where `reshard_after_forward` keeps them."""
 
-    summary = "one process per device, fully_shard (FSDP2) per block of the model family"
+    summary = ("one process per device, fully_shard (FSDP2) per layer group or block of the "
+               "model family")
     layout = Layout.SHARDED_REPLICAS
     Options = FSDPOptions
     options: FSDPOptions
 
     @classmethod
+    def make_plan(cls, name, workload, global_batch, used, options, backend=None):
+        assert isinstance(options, FSDPOptions)
+        return super().make_plan(name, workload, global_batch, used,
+                                 options.for_workload(workload), backend)
+
+    @classmethod
     def verify_rounds_elsewhere(cls, plan) -> bool:
         # Under the policy, the layers after each BatchNorm compute in fp32.
-        return plan.options.mixed_precision or super().verify_rounds_elsewhere(plan)
+        return bool(plan.options.mixed_precision) or super().verify_rounds_elsewhere(plan)
+
+    def unit_groups(self, model: nn.Module) -> list[list[nn.Module]]:
+        """The modules of each unit besides the root, in forward order, as `fsdp_units` asks."""
+        family = self.workload.family
+        if self.options.fsdp_units == "group":
+            return family.layer_groups(model)
+        return [[block] for block in family.sharded_blocks(model)]
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        reshard = self.options.reshard_after_forward != "no"
+        options = self.options
         self._mesh = self.device_mesh()
+        groups = self.unit_groups(model)
+        reshard = resharded_after_forward(options.reshard_after_forward, len(groups))
         policy = MixedPrecisionPolicy()
         # Units from the innermost out: a parameter belongs to the first unit that holds it.
-        self._float32_units: list[FSDPModule] = []
-        if self.options.mixed_precision:  # gradients reduced in fp32: gloo has no bf16 sum
+        units: list[Unit] = []
+        if options.mixed_precision:  # gradients reduced in fp32: gloo has no bf16 sum
             policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
                                           reduce_dtype=torch.float32)
-            self._float32_units = self._batchnorm_units(model, reshard)
-        # The family's blocks but the stem and the head (the root unit holds those).
-        units = [*self._float32_units,
-                 *(fully_shard(block, mesh=self._mesh, reshard_after_forward=reshard,
-                               mp_policy=policy)
-                   for block in self.workload.family.sharded_blocks(model)),
-                 fully_shard(model, mesh=self._mesh, mp_policy=policy)]
-        reduce_by_sum_on_gloo(units)
+            units += self._batchnorm_units(model, groups, reshard)
+        units += [_shard(group, self._mesh, flag, policy)
+                  for group, flag in zip(groups, reshard, strict=True)]
+        # The root (stem and head) is kept gathered from forward to backward, as FSDP2 keeps a
+        # root by default and torchtitan's `fully_shard(model)` does.
+        units.append(_shard([model], self._mesh, False, policy))
+        reduce_by_sum_on_gloo([unit.handle for unit in units])
         self._units = units
         # fully_shard's result is its module, of a class deriving from FSDPModule and the
         # module's own; typed as FSDPModule alone.
-        return units[-1]  # type: ignore[return-value]
+        return units[-1].handle  # type: ignore[return-value]
 
     def device_mesh(self) -> DeviceMesh:
         """Every rank shards the model (HSDP lays them out in two dimensions). On the devices
@@ -93,17 +173,30 @@ class FSDP(RankDataParallel):
         """The ranks whose shards (in rank order) make up one whole copy of the parameters."""
         return dist.get_world_size()
 
-    def _batchnorm_units(self, model: nn.Module, reshard: bool) -> list[FSDPModule]:
-        """Under the mixed-precision policy, each BatchNorm a unit of its own in fp32, its
-        input cast up, as FSDP1 did by default: with its weight in bf16 the CPU kernel refuses
-        fp32 running statistics, and statistics kept in bf16 would round every update of them
-        to 8 significant bits. Autocast casts the output back down for the next
-        convolution."""
+    def _batchnorm_units(self, model: nn.Module, groups: list[list[nn.Module]],
+                         reshard: list[bool]) -> list[Unit]:
+        """Under the mixed-precision policy, BatchNorm in fp32 units of their own, its input
+        cast up, as FSDP1 did by default: with its weight in bf16 the CPU kernel refuses fp32
+        running statistics, and statistics kept in bf16 would round every update of them to
+        8 significant bits (verify needs them in fp32). Autocast casts the output back down
+        for the next convolution. Each unit's BatchNorms are one fp32 unit, resharded as that
+        unit is, and the root's (the stem's) another: not one unit per BatchNorm, which would
+        add two or three small collectives a step for each of resnet50's 53 where a few
+        layer-group units are the point (a unit of several modules is gathered before the
+        first of them runs and freed after the last)."""
         float32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-        return [fully_shard(module, mesh=self._mesh, reshard_after_forward=reshard,
-                            mp_policy=float32)
-                for module in model.modules()
-                if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+
+        def batchnorms(modules) -> list[nn.Module]:
+            return [m for module in modules for m in module.modules()
+                    if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+        inside = [batchnorms(group) for group in groups]
+        held = {id(m) for norms in inside for m in norms}
+        root = [m for m in batchnorms([model]) if id(m) not in held]
+        root_reshard = self.options.reshard_after_forward != "no"
+        return [_shard(norms, self._mesh, flag, float32, float32=True)
+                for norms, flag in [*zip(inside, reshard, strict=True), (root, root_reshard)]
+                if norms]
 
     def prepare_training(self, parameters, loss_device: torch.device) -> None:
         super().prepare_training(parameters, loss_device)
@@ -121,7 +214,7 @@ class FSDP(RankDataParallel):
         either: forward and backward as a DDP replica's. The sharded parameters then get no
         gradient, so the optimiser step updates nothing: fsdp's compute time leaves out the
         update."""
-        root = self._units[-1]
+        root = self._units[-1].handle
         root.set_requires_gradient_sync(False)
         root.set_reshard_after_forward(False)
         root.set_reshard_after_backward(False)
@@ -130,33 +223,29 @@ class FSDP(RankDataParallel):
         finally:
             root.set_requires_gradient_sync(True)
             root.set_reshard_after_backward(True)
-            reshard = self.options.reshard_after_forward != "no"
-            for block in self._units[:-1]:  # the root stays gathered after forward, as it was
-                block.set_reshard_after_forward(reshard, recurse=False)
+            for unit in self._units[:-1]:  # the root stays gathered after forward, as it was
+                unit.handle.set_reshard_after_forward(unit.reshard, recurse=False)
             for unit in self._units:
-                unit.reshard()
+                unit.handle.reshard()
 
     def communication(self) -> dict[str, float | int | None]:
         """Bytes per step counted from the model's FSDP units: the whole gradient is
         reduce-scattered in fp32 (`allreduce_bytes`, the payload an all-reduce of it would
         carry); each unit's own parameters are all-gathered for forward and again for
-        backward (once where they are not resharded after forward), the root's (stem and
-        head) once, as FSDP2 keeps the root gathered between the two; in the autocast dtype
-        under the mixed-precision policy, BatchNorm's in fp32."""
-        gathers = 1 if self.options.reshard_after_forward == "no" else 2
+        backward where it reshards after forward, else once (the root, stem and head, is
+        kept gathered between the two); in the autocast dtype under the mixed-precision
+        policy, BatchNorm's in fp32."""
         mixed = self.workload.autocast_dtype if self.options.mixed_precision else None
         counted: set[int] = set()
         reduced = gathered = 0
         for unit in self._units:  # innermost first
-            own = [p for p in unit.parameters()  # type: ignore[attr-defined]  # a Module too
+            own = [p for module in unit.modules for p in module.parameters()
                    if id(p) not in counted]
             counted |= {id(p) for p in own}
             values = sum(p.numel() for p in own)
-            gather_dtype = (mixed if mixed is not None and unit not in self._float32_units
-                            else torch.float32)
-            times = 1 if unit is self._units[-1] else gathers
+            gather_dtype = mixed if mixed is not None and not unit.float32 else torch.float32
             reduced += values * torch.float32.itemsize
-            gathered += times * values * gather_dtype.itemsize
+            gathered += (2 if unit.reshard else 1) * values * gather_dtype.itemsize
         return dict(allreduce_bytes=reduced, allgather_bytes=gathered)
 
     def trained_parameters(self):
@@ -166,6 +255,25 @@ class FSDP(RankDataParallel):
             return gathered_through_cpu(parameters, self.rank, self.gathered_shards())
         full = [parameter.full_tensor() for parameter in parameters]
         return full if self.rank == 0 else []
+
+
+def mesh_of_groups(device_type: str, shape: tuple[int, ...],
+                   names: tuple[str, ...]) -> DeviceMesh:
+    """A DeviceMesh of every rank in rank order laid out as `shape` (row-major), built from
+    process groups made on the ranks' own backend, as fsdp's mesh is from theirs:
+    `DeviceMesh(...)` may make its groups on the device type's default backend (NCCL for
+    CUDA), which refuses ranks that share a GPU, where those ranks run gloo. Every rank makes
+    every group, in the same order, as `dist.new_group` requires."""
+    backend = dist.get_backend()
+    layout = torch.arange(dist.get_world_size()).view(shape)
+    rank = dist.get_rank()
+    mine: list[dist.ProcessGroup] = []
+    for dim, size in enumerate(shape):
+        for ranks in layout.movedim(dim, -1).reshape(-1, size).tolist():  # the other dims fixed
+            group = dist.new_group(ranks, backend=backend)
+            if rank in ranks:  # a member gets the group itself (others a placeholder)
+                mine.append(cast(dist.ProcessGroup, group))
+    return DeviceMesh.from_group(mine, device_type, mesh=layout, mesh_dim_names=names)
 
 
 def reduce_by_sum_on_gloo(units: list[FSDPModule]) -> None:

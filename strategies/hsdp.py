@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from strategies.base import Layout
 from strategies.errors import StrategyError
-from strategies.fsdp import FSDP, FSDPOptions
+from strategies.fsdp import FSDP, FSDPOptions, mesh_of_groups
 from strategies.options import option
 
 __all__ = ["HSDP", "HSDPOptions"]
@@ -63,11 +63,11 @@ class HSDP(FSDP):
     min_devices = 4  # two replicas of two shards
 
     def device_mesh(self) -> DeviceMesh:
-        ranks = dist.get_world_size()
-        replicas, shard = self.options.mesh_shape(ranks)
-        # Its sub-groups on the backend of the ranks' own group (gloo where ranks share a GPU).
-        return DeviceMesh(self.input_device.type, torch.arange(ranks).view(replicas, shard),
-                          mesh_dim_names=("replicate", "shard"))
+        # Its groups made on the backend of the ranks' own group (gloo where ranks share a GPU,
+        # which must never open NCCL groups), as fsdp's mesh is made from that group.
+        return mesh_of_groups(self.input_device.type,
+                              self.options.mesh_shape(dist.get_world_size()),
+                              ("replicate", "shard"))
 
     def gathered_shards(self) -> int:
         """The ranks whose shards make up one whole copy: the first sharding group."""

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
     from parbench.families.workloads import Workload
 
-__all__ = ["OptionSpec", "Options", "option"]
+__all__ = ["SWITCH", "OptionSpec", "Options", "option"]
+
+# A switch's values on the command line.
+SWITCH = {"on": True, "off": False, "true": True, "false": False}
 
 
 def option(default: Any = None, *, help: str, choices: tuple = (), minimum: float | None = None,
@@ -64,7 +67,15 @@ class OptionSpec:
         return None
 
     def parse(self, text: str) -> Any:
-        """One value from command-line text (StrategyError saying what is wrong)."""
+        """One value from command-line text (StrategyError saying what is wrong): a switch
+        takes `on` or `off` (`true` and `false` too, as Python writes a bool)."""
+        if self.type is bool:
+            value = SWITCH.get(text.strip().lower())
+            if value is None:
+                raise StrategyError(f"{self.flag} {text!r} is not on or off (give {self.flag} "
+                                    f"on, {self.flag} off, or {self.flag} on,off to measure "
+                                    "both)")
+            return value
         try:
             value = self.type(text)
         except ValueError:
@@ -76,9 +87,22 @@ class OptionSpec:
         return value
 
     def text(self, value: Any) -> str:
-        """The option as a figure or table shows it: `split=8`, `N=2`, `static_graph`."""
+        """The option as a figure or table shows it: `split=8`, `N=2`, `static_graph`, and a
+        switch turned off `no static_graph`."""
         name = self.label or self.name
-        return name if value is True else f"{name}={value}"
+        if self.type is bool and isinstance(value, bool):
+            return name if value else f"no {name}"
+        return f"{name}={value}"
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as the command line gives it (`on`, `off`, `25`), or None where it has
+        none of its own (it then depends on the other options, as the help says)."""
+        if self.default is None:
+            return None
+        if self.type is bool:
+            return "on" if self.default else "off"
+        return str(self.default)
 
 
 def _value_type(hint: Any) -> type:
@@ -128,6 +152,12 @@ class Options:
         """The options that differ from their defaults, by name (what a record shows)."""
         return {spec.name: getattr(self, spec.name) for spec in self.specs()
                 if getattr(self, spec.name) != spec.default and not spec.preset}
+
+    def settings(self, devices: tuple[torch.device, ...]) -> dict:
+        """Every option's value as the strategy runs it on `devices`, defaults included (a
+        record's `strategy_settings`; `given` is what its label shows): None where the library
+        decides, as the option's help says. Subclasses fill in the defaults they know."""
+        return {spec.name: getattr(self, spec.name) for spec in self.specs()}
 
     def micro_batch_size(self) -> int | None:
         """The size of the micro-batches the global batch is cut into, where it is (pipelines,

@@ -127,7 +127,13 @@ class PipelineFSDP(ScheduledPipeline):
         return self._mesh.get_group("pp")
 
     def replicated(self, stage: nn.Module) -> nn.Module:
-        unit = fully_shard(stage, mesh=self._mesh["dp"])
+        # Not resharded after forward, as torchtitan shards under pipeline parallelism
+        # (`reshard_after_forward=not pp_enabled`): a stage runs several micro-batches' forwards
+        # before their backwards, and resharding would all-gather it again for each backward.
+        # A stage is its own root unit, which FSDP2 keeps gathered by default anyway; said
+        # here so that it holds whatever the default. It is resharded after the step's last
+        # backward (PipelineStage sets that), its gradient reduce-scattered once.
+        unit = fully_shard(stage, mesh=self._mesh["dp"], reshard_after_forward=False)
         reduce_by_sum_on_gloo([unit])
         return cast(nn.Module, unit)
 

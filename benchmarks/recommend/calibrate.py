@@ -12,14 +12,27 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import experiment
 
 from parbench.predict.calibration import CALIBRATION_FILE
+from parbench.predict.layouts import MODELLED_SETTINGS
 from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
+from parbench.sweep.config import Config
+
+
+def _keys(key: str, configs: list[Config]) -> set[str]:
+    """A candidate's key, and the key it had before candidates were pinned to the settings
+    the models model (MODELLED_SETTINGS and resharding after forward: then the strategies'
+    defaults, left out), which the published tuning records carry."""
+    config = next(c for c in configs if c.key() == key)
+    unpinned = {k: v for k, v in config.options.items() if k not in MODELLED_SETTINGS
+                and (k, v) != ("reshard_after_forward", "yes")}
+    return {key, replace(config, options=unpinned).key()}
 
 
 def ratios(folder: Path) -> tuple[dict[tuple[int, str], list[float]], set[tuple[int, int]]]:
@@ -32,8 +45,9 @@ def ratios(folder: Path) -> tuple[dict[tuple[int, str], list[float]], set[tuple[
     for spec in experiment.TUNING:
         configs = experiment._configs(spec)
         table, _ = experiment._predicted(spec, configs, folder)
-        predicted = {row["config_key"]: row["throughput_ips"] / row["calibration"]
-                     for row in table.to_dict("records")}
+        predicted = {key: row["throughput_ips"] / row["calibration"]
+                     for row in table.to_dict("records")
+                     for key in _keys(row["config_key"], configs)}
         run = folder / measured[spec.name]["run"]
         cores = json.loads((run / "env.json").read_text())["cpu_cores_available"]
         for record in RunFolder(run).read_records():

@@ -120,18 +120,20 @@ def add_strategy_options(parser: argparse._ActionsContainer, sweep: bool = True)
     """A flag for every option a registered strategy takes, saying which strategies take it."""
     for spec in strategies.option_specs().values():
         text = f"{', '.join(strategies.takers(spec.name))}: {spec.help}"
-        if spec.type is bool:
-            parser.add_argument(spec.flag, action="store_true", help=text)
-            continue
-        value = "|".join(spec.choices) if spec.choices else spec.type.__name__.upper()
         listed = sweep and spec.sweep
+        value = "|".join(spec.choices) if spec.choices else spec.type.__name__.upper()
+        switch: dict[str, Any] = {}
+        if spec.type is bool:  # a switch: the flag alone turns it on, as it always did
+            value, switch = "on|off", dict(nargs="?", const="on")
+            default = spec.default_text
+            text += f"; default {default}" if default else ""
         parser.add_argument(spec.flag, metavar=f"{value}[,...]" if listed else value,
-                            help=text + (" (comma list sweeps)" if listed else ""))
+                            help=text + (" (comma list sweeps)" if listed else ""), **switch)
 
 
 def _values(spec: strategies.OptionSpec, raw, sweep: bool) -> list:
     """The values of one option flag: [None] where it is not set (or at its default)."""
-    if spec.type is bool:
+    if isinstance(raw, bool):  # a switch as flags saved before it took on/off: given or not
         return [True] if raw else [None]
     if raw is None:
         return [None]

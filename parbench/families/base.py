@@ -14,8 +14,9 @@ class ModelFamily(ABC):
     """A family of torchvision image classifiers, described once for every strategy.
 
     Strategies never name a model: they cut it into the family's `blocks`, the tutorial's
-    two stages at `tutorial_cut`, FSDP's units at its `sharded_blocks`, and verify compares
-    them against the reference its normalisation asks for (`batch_statistics`).
+    two stages at `tutorial_cut`, FSDP's units at its `sharded_blocks` or `layer_groups`
+    (`fsdp_units` says which by default), and verify compares them against the reference its
+    normalisation asks for (`batch_statistics`).
     """
 
     # The torchvision builders this family answers for (`torchvision.models.<name>`).
@@ -28,6 +29,9 @@ class ModelFamily(ABC):
     # The smallest image side the family trains on, and the step sizes must come in.
     min_image_size: ClassVar[int]
     image_size_step: ClassVar[int] = 1
+    # FSDP's units by default (--fsdp-units): "block", each of `sharded_blocks` a unit, or
+    # "group", each of `layer_groups`.
+    fsdp_units: ClassVar[str] = "block"
 
     @abstractmethod
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
@@ -51,6 +55,12 @@ class ModelFamily(ABC):
         """FSDP's units besides the root: every block but the first (the stem) and the last
         (the head), which the root unit holds."""
         return [block for _, block in self.blocks(model)[1:-1]]
+
+    def layer_groups(self, model: nn.Module) -> list[list[nn.Module]]:
+        """FSDP's units besides the root under `--fsdp-units group`: runs of consecutive
+        blocks, in forward order, each the modules of one unit (several are gathered as one).
+        By default each of `sharded_blocks` alone."""
+        return [[block] for block in self.sharded_blocks(model)]
 
     def smallest_batch(self, image_size: int) -> int:
         """The fewest images a micro-batch or a replica's shard can train on at this size."""

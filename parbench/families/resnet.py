@@ -18,6 +18,9 @@ class ResNetFamily(ModelFamily):
     batch_statistics = True
     # BatchNorm needs more than one value per channel: layer4 downsamples by 32.
     min_image_size = 32
+    # FSDP shards layer1..layer4, four units (resnet50's 16 blocks made 17 units with the
+    # root, each a small all-gather a GPU waits for).
+    fsdp_units = "group"
 
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
         return getattr(torchvision.models, model)(weights=None, num_classes=num_classes)
@@ -32,6 +35,11 @@ class ResNetFamily(ModelFamily):
                 blocks.append((f"{layer_name}.{index}", block))
         blocks.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
         return blocks
+
+    def layer_groups(self, model: nn.Module) -> list[list[nn.Module]]:
+        """layer1, layer2, layer3, layer4 (the stem and the head are the root's)."""
+        assert isinstance(model, ResNet), type(model).__name__
+        return [[model.layer1], [model.layer2], [model.layer3], [model.layer4]]
 
     def tutorial_cut(self, block_names: list[str]) -> str:
         return "layer3.0"  # the tutorial's conv1..layer2 | layer3..fc

@@ -12,6 +12,7 @@ from parbench.families.base import ModelFamily
 __all__ = ["VisionTransformerFamily"]
 
 _PATCH = 16
+_GROUPS = 4  # the encoder's layer groups under --fsdp-units group
 
 
 class _PositionEmbedding(nn.Module):
@@ -62,6 +63,8 @@ class VisionTransformerFamily(ModelFamily):
     batch_statistics = False
     min_image_size = _PATCH
     image_size_step = _PATCH
+    # FSDP shards each encoder layer, as torchtitan shards each transformer block.
+    fsdp_units = "block"
 
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
         # torchvision's dropout and attention dropout default to 0: no random layer.
@@ -72,6 +75,15 @@ class VisionTransformerFamily(ModelFamily):
         """No tutorial cuts a ViT: its encoder layers halved (vit_b_16's 12 at encoder.6)."""
         layers = sum(name.startswith("encoder.") for name in block_names)
         return f"encoder.{layers // 2}"
+
+    def layer_groups(self, model: nn.Module) -> list[list[nn.Module]]:
+        """The encoder layers in four runs of consecutive layers, as a ResNet has four layer
+        groups (vit_b_16's 12: 3 each); the patch embedding and the head are the root's."""
+        assert isinstance(model, VisionTransformer), type(model).__name__
+        layers = list(model.encoder.layers)
+        groups = min(_GROUPS, len(layers))
+        cuts = [len(layers) * index // groups for index in range(groups + 1)]
+        return [layers[begin:end] for begin, end in zip(cuts[:-1], cuts[1:], strict=True)]
 
     def blocks(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
         """`embed`, every encoder layer (`encoder.5`), `head`."""

@@ -32,7 +32,7 @@ from parbench.launch.worker import Trained
 from parbench.measure.measurement import Measurement
 from parbench.sweep.config import Config
 
-__all__ = ["Rendezvous", "spawn", "spawn_rank"]
+__all__ = ["Rendezvous", "group_device", "spawn", "spawn_rank"]
 
 LOOPBACK = "127.0.0.1"
 # Workers are forked from a server process that imported torch, torchvision and parbench once,
@@ -94,6 +94,16 @@ class Rendezvous:
     size: int
 
 
+def group_device(backend: str | None, device: torch.device) -> torch.device | None:
+    """The device a rank's process group is bound to (init_process_group's `device_id`): its
+    own GPU where the ranks run NCCL, each on a GPU of its own (NCCL refuses ranks sharing
+    one, which run gloo), as torchtitan binds it: NCCL then starts its communicator at once,
+    on that GPU, rather than at the first collective on a device it guesses. None for gloo."""
+    if backend != "nccl" or device.type != "cuda" or device.index is None:
+        return None
+    return torch.device("cuda", device.index)
+
+
 def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.device:
     """Take rank's device and join the configuration's process group through the store."""
     device = config.used_devices.logical[rank]
@@ -105,7 +115,8 @@ def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.devi
         store = dist.PrefixStore(rendezvous.prefix, store)
     dist.init_process_group(config.plan.backend,
                             store=store, rank=rank, world_size=rendezvous.size,
-                            timeout=timeout)
+                            timeout=timeout,
+                            device_id=group_device(config.plan.backend, device))
     return device
 
 

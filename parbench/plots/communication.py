@@ -44,11 +44,27 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
     for ax, (name, group) in zip(axes[:, 0], panels, strict=True):
         y = np.arange(len(group))[::-1]  # the first measured on top
         compute = group["compute_time_s"].to_numpy(dtype=float)
+        # One rank (records with `wrapper_overhead_fraction`): no byte crosses a link, and the
+        # rest of the step is the wrapper's overhead, drawn apart at its mean share over
+        # trials (older records have none).
+        share = (group["wrapper_overhead_fraction"].to_numpy(dtype=float)
+                 if "wrapper_overhead_fraction" in group else np.full(len(group), np.nan))
+        one_rank = ~np.isnan(share)
+        step = group["step_time_median_s"].to_numpy(dtype=float)
+        overhead = share * step
+        if one_rank.any():
+            compute = np.where(one_rank, step - overhead, compute)
         exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
         ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
                 label="compute (communication off)")
-        ax.barh(y, np.clip(exposed, 0, None), 0.6, left=compute, color="white",
-                edgecolor="black", hatch="//", label="exposed communication")
+        if (~one_rank).any():
+            ax.barh(y[~one_rank], np.clip(exposed[~one_rank], 0, None), 0.6,
+                    left=compute[~one_rank], color="white", edgecolor="black", hatch="//",
+                    label="exposed communication")
+        if one_rank.any():
+            ax.barh(y[one_rank], np.clip(overhead[one_rank], 0, None), 0.6,
+                    left=compute[one_rank], color="white", edgecolor="grey", hatch="..",
+                    label="wrapper overhead (one rank: no communication)")
         longest = max(np.nanmax(compute), group["step_time_median_s"].max())
         for yi, (_, record) in zip(y, group.iterrows(), strict=True):
             allreduce = (measured_allreduce_s(list(collectives), record)
@@ -61,9 +77,14 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
                 ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
                           colors="black", linestyles=":", label="ideal: full overlap")
             gathered = record.get("allgather_bytes")
-            text = (f"{with_interval(record, 'exposed_comm_fraction', '.0%')} exposed, "
-                    f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
-                    + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
+            spent = record.get("wrapper_overhead_fraction")
+            if spent is not None and pd.notna(spent):
+                text = (f"{with_interval(record, 'wrapper_overhead_fraction', '.0%')} wrapper "
+                        "overhead (one rank: no byte crosses a link)")
+            else:
+                text = (f"{with_interval(record, 'exposed_comm_fraction', '.0%')} exposed, "
+                        f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
+                        + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
             # Past the bar's end: compute can read longer than the step within the noise.
             end = max(record["step_time_median_s"], record["compute_time_s"])
             ax.annotate(text, (end, yi), textcoords="offset points", xytext=(4, 0),
@@ -80,11 +101,14 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
         handles, labels = ax.get_legend_handles_labels()
         legend.update(zip(labels, handles, strict=True))
     axes[0, 0].legend(legend.values(), legend.keys(), fontsize=8, loc="lower right")
-    fig.suptitle(title(measured, "Where a data-parallel step goes: compute, measured with "
-                                  "communication off in the same run, and the communication "
-                                  "it leaves exposed (the step: geometric mean over trials; "
-                                  "the exposed share: mean over trials [95% interval])"),
-                 fontsize=10)
+    what = ("Where a data-parallel step goes: compute, measured with communication off in the "
+            "same run, and the communication it leaves exposed (the step: geometric mean over "
+            "trials; the exposed share: mean over trials [95% interval])")
+    if ("wrapper_overhead_fraction" in measured
+            and measured["wrapper_overhead_fraction"].notna().any()):
+        what += ("; on one rank, where no byte crosses a link, the rest is the wrapper's "
+                 "overhead, not communication")
+    fig.suptitle(title(measured, what), fontsize=10)
     return fig
 
 

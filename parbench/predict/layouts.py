@@ -21,7 +21,15 @@ from parbench.sweep.config import Config, expand_sweep
 from parbench.sweep.runner import planned_fields
 from strategies import layout_of
 
-__all__ = ["candidate_configs", "option_grid", "predicted_layouts"]
+__all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_layouts"]
+
+
+# The data-parallel settings the timing and memory models (version 6) model: torch's own
+# defaults, not the tuned ones ddp and fsdp now default to (bucket views, a static graph,
+# layer-group units resharded but the last, bf16 parameters under bf16). Every candidate is
+# pinned to them, so that what recommend predicts is what it measures.
+MODELLED_SETTINGS = dict(gradient_as_bucket_view=False, static_graph=False, fsdp_units="block",
+                         mixed_precision=False)
 
 
 def option_grid(devices: int, splits: Sequence[int]) -> list[dict]:
@@ -32,7 +40,7 @@ def option_grid(devices: int, splits: Sequence[int]) -> list[dict]:
                                 if devices % size == 0] or [None]
     sizes: list[int | None] = [None, *splits]  # None: the whole batch at once
     return [dict(split_size=split, accumulation_split=split, pipelines=group, shard_size=group,
-                 zero=zero, reshard_after_forward=reshard)
+                 zero=zero, reshard_after_forward=reshard, **MODELLED_SETTINGS)
             for split, group, zero, reshard in itertools.product(
                 sizes, groups, (False, True), ("yes", "no"))]
 
@@ -41,7 +49,8 @@ def candidate_configs(workload: Workload, global_batch: int, devices: DeviceSet,
                       splits: Sequence[int], strategies: Sequence[str],
                       **common) -> list[Config]:
     """Each layout of `strategies` on `devices` (and single on the first alone) that the plan
-    runs here, once: defaults where an option does not apply to it."""
+    runs here, once: defaults where an option does not apply to it, MODELLED_SETTINGS where it
+    does."""
     configs = expand_sweep(
         strategy=strategies, model=[workload.model], global_batch=[global_batch],
         image_size=[workload.image_size], precision=[workload.precision],
@@ -50,7 +59,7 @@ def candidate_configs(workload: Workload, global_batch: int, devices: DeviceSet,
     runnable, seen = [], set()
     for config in configs:
         options = {k: v for k, v in config.options.items()
-                   if v not in (None, False) and not (k == "reshard_after_forward" and v == "yes")}
+                   if k in MODELLED_SETTINGS or v not in (None, False)}
         config = replace(config, options=options)
         if config.key() in seen or not config.plan.runs:
             continue

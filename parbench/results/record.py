@@ -54,6 +54,9 @@ class Record:
     strategy: str | None = None  # a registered name
     # As planned, defaults resolved (Options.given); as given where no plan could be made.
     strategy_options: dict | None = None
+    # Every option's value as the strategy ran it, defaults included (Options.settings):
+    # which DDP or FSDP settings a record used even where its label names none.
+    strategy_settings: dict | None = None
     model: str | None = None
     image_size: int | None = None
     num_classes: int | None = None
@@ -162,12 +165,19 @@ class Record:
     compute_time_s: float | None = None
     exposed_comm_time_s: float | None = None
     exposed_comm_fraction: float | None = declared(per_trial="linear")  # of the median step
+    # One rank (world size 1): no byte crosses a link, so the measured median minus the compute
+    # is the wrapper's own work (DDP's reducer and its one-rank collective calls; FSDP's hooks,
+    # DTensors and copies), recorded here and the exposed communication left None; and its
+    # share of the median step (each trial's, for the mean over trials the figures show).
+    wrapper_overhead_time_s: float | None = None
+    wrapper_overhead_fraction: float | None = declared(per_trial="linear")
     # Bytes per step per rank: the gradient reduced (DDP: from its logging data; FSDP: counted
     # from its units), and the parameters all-gathered (FSDP).
     allreduce_bytes: int | None = None
     allgather_bytes: int | None = None
-    # DDP's own averages (_get_ddp_logging_data; it samples the first 10 iterations, warm-up
-    # included, then every 100), seconds.
+    # DDP's own times (_get_ddp_logging_data), seconds: means over the measured steps it
+    # sampled (the first 10 iterations, then every 100th; the warm-up left out, and the last
+    # measured step, whose times DDP logs at a later forward); None where it sampled none.
     ddp_forward_time_s: float | None = None
     ddp_backward_compute_time_s: float | None = None
     ddp_backward_comm_time_s: float | None = None

@@ -65,14 +65,22 @@ def _measured_bubble(measured: Measurement) -> dict:
 def _communication_split(measured: Measurement, step_s: float) -> dict:
     """A data-parallel step split into compute (the same steps with communication off,
     measured in the same run) and the communication it leaves exposed (the rest), with the
-    bytes communicated per step and the library's own timings."""
+    bytes communicated per step and the library's own timings. On one rank (one process: the
+    merged measurement has no per-rank times) no byte crosses a link, so the rest is the
+    wrapper's own work (DDP's reducer and its one-rank collectives; FSDP's hooks, DTensors and
+    copies): recorded as `wrapper_overhead_time_s` (and its share of the step), never as
+    exposed communication."""
     compute_times = measured.compute_step_times_s
-    split = {}
+    split: dict = {}
     if compute_times:
         compute = float(np.percentile(compute_times, 50))
-        split = dict(compute_step_times_s=compute_times, compute_time_s=compute,
-                     exposed_comm_time_s=step_s - compute,
-                     exposed_comm_fraction=(step_s - compute) / step_s)
+        split = dict(compute_step_times_s=compute_times, compute_time_s=compute)
+        if measured.rank_step_times_s is None:  # one rank
+            split.update(wrapper_overhead_time_s=step_s - compute,
+                         wrapper_overhead_fraction=(step_s - compute) / step_s)
+        else:
+            split.update(exposed_comm_time_s=step_s - compute,
+                         exposed_comm_fraction=(step_s - compute) / step_s)
     return {**split, **measured.communication}
 
 
@@ -200,8 +208,11 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
         measured_steps=config.steps,
     )
     if not config.plan.refusal:
-        options = config.plan.strategy_plan.options
-        base.update(strategy_options=options.given(), split_size=options.micro_batch_size())
+        plan = config.plan.strategy_plan
+        options = plan.options
+        base.update(strategy_options=options.given(),
+                    strategy_settings=options.settings(plan.devices),
+                    split_size=options.micro_batch_size())
     return base
 
 

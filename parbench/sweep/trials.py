@@ -129,7 +129,8 @@ def with_trial(previous: Record | None, measured: Record, trial: Trial, repeats:
 def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     """The figures each ok trial measured, as means with intervals, and what follows from
     them: throughput-based rates rescaled, step-time spread over every trial's steps, and the
-    step split into compute and exposed communication at the mean share."""
+    step split into compute and exposed communication (or, on one rank, the wrapper's
+    overhead) at the mean share."""
     assert record.intervals is not None  # set by with_trial
     for name, kind in PER_TRIAL.items():
         if kind == "kept":
@@ -153,3 +154,7 @@ def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     if record.exposed_comm_fraction is not None and record.step_time_median_s:
         record.exposed_comm_time_s = record.step_time_median_s * record.exposed_comm_fraction
         record.compute_time_s = record.step_time_median_s - record.exposed_comm_time_s
+    if record.wrapper_overhead_fraction is not None and record.step_time_median_s:
+        record.wrapper_overhead_time_s = (record.step_time_median_s
+                                          * record.wrapper_overhead_fraction)
+        record.compute_time_s = record.step_time_median_s - record.wrapper_overhead_time_s

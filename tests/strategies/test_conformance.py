@@ -27,18 +27,18 @@ NAMES = strategies.names()
 OPTIONS = {"split_size": 2}
 
 
-def _bad_value(spec: strategies.OptionSpec) -> tuple[list[str], str] | None:
-    """Command-line arguments giving `spec` a value it refuses, and what the refusal quotes;
-    None for a plain switch (its refusals depend on devices: REFUSED_HERE)."""
+def _bad_value(spec: strategies.OptionSpec) -> tuple[list[str], str]:
+    """Command-line arguments giving `spec` a value it refuses, and what the refusal quotes
+    (a switch's other refusals depend on devices: REFUSED_HERE)."""
+    if spec.type is bool:
+        return [spec.flag, "maybe"], f"{spec.flag} 'maybe' is not on or off"
     if spec.choices:
         return [spec.flag, "random"], "'random'"
     if spec.minimum is not None:
         return [spec.flag, f"{spec.minimum - 1:g}"], f"{spec.flag} must be at least"
     if spec.above is not None:
         return [spec.flag, f"{spec.above:g}"], f"{spec.flag} must be above"
-    if spec.type is not bool:
-        return [spec.flag, "x"], f"{spec.flag} 'x' is not"
-    return None
+    return [spec.flag, "x"], f"{spec.flag} 'x' is not"
 
 
 # Options refused on two CPU devices whatever their value.

@@ -38,12 +38,14 @@ def test_the_mesh_is_two_replicas_by_default_and_each_dimension_needs_two_ranks(
 def test_its_record_splits_the_step_into_compute_and_communication(tiny_workload, child_pids):
     record = run_config(Config("hsdp", tiny_workload, 8, CPU4, warmup=1, steps=1))
     assert record.status == "ok", record.reason
-    assert record.world_size == 4 and record.strategy_options == {"shard_size": 2}
+    assert record.world_size == 4
+    assert record.strategy_options == {"fsdp_units": "group", "shard_size": 2}
     assert len(record.peak_memory_mib) == 4 and len(record.compute_step_times_s) == 1
     assert record.exposed_comm_time_s == pytest.approx(
         record.step_time_median_s - record.compute_time_s)
     # Counted as fsdp counts them: the whole fp32 gradient reduced (within a group, then
-    # across the groups), each block's parameters gathered for forward and for backward.
+    # across the groups), each layer group's parameters gathered for forward and for
+    # backward, but the last's (layer4's, most of them) and the root's, gathered once.
     parameters = sum(p.numel() for p in tiny_workload.build_model().parameters())
     assert record.allreduce_bytes == 4 * parameters
     assert 4 * parameters < record.allgather_bytes < 2 * 4 * parameters

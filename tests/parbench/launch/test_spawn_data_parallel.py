@@ -53,10 +53,11 @@ def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
     and fsdp's at 2^13 as well: started at 2^14, both of verify's halvings still happen (the
     reference skipped, then the strategy alone), with two skipped fp16 baseline steps fewer.
     Two threads per device: fp16 on a CPU is slow, and the baseline's three steps here would
-    leave a core idle."""
+    leave a core idle. Without the mixed-precision policy (on by default in fp16), whose fp16
+    gradients overflow sooner: the scaler is what this checks."""
     fp16 = replace(tiny_workload, precision="fp16", initial_loss_scale=2.0**14)
-    [verdict] = verify(fp16, CPU3, ["fsdp"], 8, {"world_size": 2}, tolerance=1e-5,
-                       threads_per_device=2)
+    [verdict] = verify(fp16, CPU3, ["fsdp"], 8, {"world_size": 2, "mixed_precision": False},
+                       tolerance=1e-5, threads_per_device=2)
     assert verdict.baseline_update > 1e-3
     assert verdict.ok, verdict
     # Halved until neither step was skipped.
@@ -68,9 +69,10 @@ def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
 def test_fsdp_mixed_precision_differs_from_autocast_by_less_than_bf16_moves_the_step(
         tiny_workload, child_pids):
     bf16 = replace(tiny_workload, image_size=64, precision="bf16")
+    # The policy is fsdp's default in bf16; off, autocast alone.
     [autocast, policy] = [verify(bf16, CPU3, ["fsdp"], 8, {"world_size": 2, **options},
                                  tolerance=1e-5)[0]
-                          for options in ({}, {"mixed_precision": True})]
+                          for options in ({"mixed_precision": False}, {})]
     assert autocast.max_abs_difference == 0 and autocast.tolerance == 1e-5
     # Its tolerance: twice as far as bf16 autocast moves the baseline's own step from fp32's;
     # still below the step itself, so gradients summed instead of averaged would fail it.
@@ -233,3 +235,18 @@ def test_a_hanging_rank_is_stopped_at_the_timeout_naming_the_ranks(tiny_workload
     assert result["record"].status == "error"
     assert "timed out after 4 s; ranks still running: [0, 1]" in result["record"].reason
     assert child_pids() == []
+
+
+@pytest.mark.parametrize("backend, device, bound", [
+    ("nccl", "cuda:1", "cuda:1"),  # a GPU of its own: NCCL bound to it at once
+    ("gloo", "cuda:0", None),  # ranks sharing a GPU run gloo: nothing to bind
+    ("gloo", "cpu", None),
+    (None, "cpu", None),
+])
+def test_a_rank_binds_its_process_group_to_its_gpu_under_nccl_only(backend, device, bound):
+    import torch
+
+    from parbench.launch.spawn import group_device
+
+    found = group_device(backend, torch.device(device))
+    assert found == (torch.device(bound) if bound else None)

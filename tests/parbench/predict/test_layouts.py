@@ -32,11 +32,13 @@ def test_each_layout_that_runs_here_is_a_configuration_once_with_only_the_option
     configs = candidate_configs(WORKLOAD, 16, CPU4, [2], ["single", "ddp", "hsdp",
                                                           "pipeline-fsdp", "pipeline-1f1b"])
     labels = sorted((c.strategy, tuple(sorted(c.options.items()))) for c in configs)
+    ddp = (("gradient_as_bucket_view", False), ("static_graph", False))
+    sharded = (("fsdp_units", "block"), ("mixed_precision", False))
     assert labels == sorted([
         ("single", ()), ("single", (("accumulation_split", 2),)),
-        ("ddp", ()), ("ddp", (("zero", True),)),
-        ("hsdp", (("shard_size", 2),)),
-        ("hsdp", (("reshard_after_forward", "no"), ("shard_size", 2))),
+        ("ddp", ddp), ("ddp", (*ddp, ("zero", True))),
+        ("hsdp", (*sharded, ("reshard_after_forward", "yes"), ("shard_size", 2))),
+        ("hsdp", (*sharded, ("reshard_after_forward", "no"), ("shard_size", 2))),
         ("pipeline-fsdp", (("pipelines", 2), ("split_size", 2))),
         ("pipeline-1f1b", (("split_size", 2),))])
     assert len({c.key() for c in configs}) == len(configs)
@@ -48,8 +50,8 @@ def test_each_is_predicted_fastest_first_with_its_own_options_and_memory():
     table = predicted_layouts(configs, _profiles, FREE)
     assert list(table["throughput_ips"]) == sorted(table["throughput_ips"], reverse=True)
     assert set(table["config_key"]) == {c.key() for c in configs}
-    hsdp = table[(table["strategy"] == "hsdp")
-                 & (table["options"].map(len) == 1)].iloc[0]
+    resharded = table["options"].map(lambda o: o.get("reshard_after_forward") == "yes")
+    hsdp = table[(table["strategy"] == "hsdp") & resharded].iloc[0]
     # 4 MiB of parameters sharded 2 ways, 4 images' activations (4 blocks of 4 MiB)
     assert hsdp["counted_memory_max_mib"] == 3 * 4 / 2 + 16
     single = table[(table["strategy"] == "single") & (table["options"] == {})].iloc[0]

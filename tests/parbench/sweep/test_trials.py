@@ -128,6 +128,21 @@ def test_a_failed_trial_is_recorded_and_the_others_still_count(tiny_workload):
     assert record.repeats == 3 and record.interval_method == stats.METHOD
 
 
+def test_one_ranks_overhead_is_split_at_its_mean_share_over_trials(tiny_workload):
+    key = Config("ddp", tiny_workload, 8, CPU2, options={"world_size": 1}).key()
+    record = None
+    for round_, (step, compute) in enumerate([(0.10, 0.08), (0.125, 0.075)]):
+        measured = Record(status="ok", strategy="ddp", throughput_ips=8 / step,
+                          step_time_median_s=step, step_times_s=[step], config_key=key,
+                          compute_time_s=compute, wrapper_overhead_time_s=step - compute,
+                          wrapper_overhead_fraction=(step - compute) / step)
+        record = with_trial(record, measured, trial_of(measured, round_), repeats=2, seed=0)
+    assert record.wrapper_overhead_fraction == pytest.approx(0.3)  # (0.2 + 0.4) / 2
+    assert record.wrapper_overhead_time_s == pytest.approx(0.3 * record.step_time_median_s)
+    assert record.compute_time_s == pytest.approx(0.7 * record.step_time_median_s)
+    assert record.exposed_comm_time_s is None  # no byte crossed a link
+
+
 def _measured(status, throughput=None, reason=None):
     return Record(status=status, reason=reason, strategy="single", throughput_ips=throughput,
                   step_time_median_s=8 / throughput if throughput else None,
