@@ -38,8 +38,12 @@ class DataParallel(SplitBatch):
 
     summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
     layout = Layout.REPLICAS_IN_ONE_PROCESS
-    compile_refusal = ("torch.compile does not support nn.DataParallel (it replicates the "
-                       "module every step); drop --compile, or use ddp, which compiles")
+    # replicate() copies each module's attributes into its replicas every step, the compiled
+    # call of a block compiled in place (and the model's blockwise forward) included, and those
+    # stay bound to the original on the first GPU, where the replicas' inputs are not.
+    compile_refusal = ("nn.DataParallel copies each compiled block into its replicas still "
+                       "bound to the original on the first GPU; drop --compile, or use ddp, "
+                       "which compiles each block of its replica")
 
     @classmethod
     def unavailable_reason(cls, devices) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,13 +69,18 @@ class Pipeline(ModelParallel):
                                            initializer=torch.set_num_threads,
                                            initargs=(threads,))
                         for k in range(len(self.stages))]
+        # Each worker runs its stage's work in a copy of this thread's context: what torch
+        # sets per thread in context variables (dynamo's settings, which --compile's blocks
+        # raise: `Workload.compiled`) holds on the stage threads too.
+        self._contexts = [contextvars.copy_context() for _ in self.stages]
 
     def close(self) -> None:
         for worker in getattr(self, "workers", []):
             worker.shutdown(wait=True)
 
     def _run_tick(self, tasks) -> None:
-        futures = [self.workers[k].submit(fn, i, k) for fn, i, k in tasks]
+        futures = [self.workers[k].submit(self._contexts[k].run, fn, i, k)
+                   for fn, i, k in tasks]
         for future in futures:
             future.result()  # re-raises a stage's exception here
 

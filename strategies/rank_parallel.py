@@ -90,21 +90,23 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
             raise StrategyError(f"{len(self.devices)} replicas need {len(self.devices)} "
                                 f"processes, got {dist.get_world_size()}")
         device = self.input_device
-        self._module = self.workload.build_model_on(device)
+        # Under --compile each block is compiled in place before it is wrapped, as torchtitan
+        # compiles each transformer block before FSDP2 shards it or DDP replicates it: the
+        # wrapper's hooks and collectives run around compiled blocks, and DDP's buckets still
+        # overlap backward.
+        self._module = self.workload.compiled(self.workload.build_model_on(device))
         self._wrapped = self.wrap(self._module)
-        # Compiled around the wrapper, as DDP and FSDP2 recommend (DDP's buckets still overlap).
-        self._forward = self.workload.compiled(self._wrapped)
         self.prepare_training(self._wrapped.parameters(), device)
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One update from this rank's shard; gradients are averaged over ranks in backward."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.workload.autocast(self.input_device):
-            loss = self.loss_fn(self._forward(images), labels)
+            loss = self.loss_fn(self._wrapped(images), labels)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
 
     def placed_modules(self) -> list[nn.Module]:
-        return [self._forward]
+        return [self._wrapped]

@@ -55,8 +55,8 @@ class SingleDevice(Strategy):
 
     def setup(self) -> None:
         device = self.devices[0]
-        self._model = self.workload.build_model_on(device)
-        self._forward = self.workload.compiled(self._model)
+        # Under --compile, each of its blocks compiled in place (the model is what it was).
+        self._model = self.workload.compiled(self.workload.build_model_on(device))
         self.prepare_training(self._model.parameters(), device)
 
     @property
@@ -71,7 +71,7 @@ class SingleDevice(Strategy):
         total = torch.zeros((), device=self.devices[0])
         for chunk, chunk_labels in zip(images.split(sizes), labels.split(sizes), strict=True):
             with self.workload.autocast(self.devices[0]):
-                loss = self.loss_fn(self._forward(chunk), chunk_labels)
+                loss = self.loss_fn(self._model(chunk), chunk_labels)
                 loss = loss * (len(chunk) / global_batch) if len(sizes) > 1 else loss
             self.scaler.scale(loss).backward()
             total += loss.detach().float()
@@ -80,4 +80,4 @@ class SingleDevice(Strategy):
         return total
 
     def placed_modules(self) -> list[nn.Module]:
-        return [self._forward]
+        return [self._model]

@@ -46,10 +46,14 @@ def _add_workload_arguments(group) -> None:
     group.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)} "
                        "(autocast; fp16 adds gradient scaling)")
     group.add_argument("--channels-last", action="store_true", help="NHWC memory format")
-    group.add_argument("--compile", action="store_true",
-                       help="torch.compile the model (each stage, each replica); the first "
-                            "warm-up step compiles, its time is recorded apart "
-                            "(compile_time_s), so --warmup must be at least 1")
+    group.add_argument("--compile", nargs="?", const="on", default="off", metavar="on|off[,...]",
+                       help="torch.compile each block of the model in place, for every "
+                            "strategy (a ResNet's stem, residual blocks and head; a ViT's "
+                            "embedding, encoder layers and head); `--compile` alone is on, "
+                            "`--compile on,off` measures both, each a configuration of its "
+                            "own in the same rounds (default off). The first warm-up step "
+                            "compiles, its time is recorded apart (compile_time_s), so "
+                            "--warmup must be at least 1")
     group.add_argument("--cudnn-benchmark", action="store_true",
                        help="let cuDNN time its convolution algorithms for each input shape "
                             "and keep the fastest (torch.backends.cudnn.benchmark, on in "

@@ -27,7 +27,11 @@ from parbench.machine.devices import DeviceSet
 from parbench.results.folder import ResultsError, RunFolder
 from parbench.sweep import SpecError, SweepSpec, suite
 
-__all__ = ["job_device_sets", "read_spec", "refuse_a_changed_sweep", "spec_of"]
+__all__ = ["compile_values", "job_device_sets", "read_spec", "refuse_a_changed_sweep",
+           "spec_of"]
+
+# A switch's words on the command line (Python's, as a run folder's flags may hold, too).
+_SWITCH = {"on": True, "off": False, "true": True, "false": False}
 
 
 def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
@@ -35,7 +39,8 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
     torchrun or srun started, each process drives one device: the job's own."""
     requested = args.strategy is not None
     repeats = args.repeats if args.repeats is not None else (1 if requested else suite.REPEATS)
-    if args.compile and args.warmup < 1:
+    compiles = compile_values(args.compile)
+    if any(compiles) and args.warmup < 1:
         raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
                          "model, and that step must not be measured")
     models = choice_list("--model", args.model, MODELS)
@@ -50,7 +55,7 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
         options=tuple(strategy_option_sweep(args)),
         scaling=args.scaling,
         num_classes=at_least("--num-classes", args.num_classes, 1),
-        channels_last=args.channels_last, compile=args.compile,
+        channels_last=args.channels_last, compiles=compiles,
         cudnn_benchmark=args.cudnn_benchmark, seed=args.seed, data=args.data,
         loader_workers=at_least("--loader-workers", args.loader_workers, 0),
         warmup=at_least("--warmup", args.warmup, 0), steps=at_least("--steps", args.steps, 1),
@@ -63,6 +68,21 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
                            if args.device_memory_mib is not None else None),
         experiment=args.experiment,
         experiment_flags=tuple(args.experiment_flags or ()))
+
+
+def compile_values(given: str | bool) -> tuple[bool, ...]:
+    """--compile's values: `on`, `off` or a list of both (a run folder's flags from before
+    the list kept a bool)."""
+    if isinstance(given, bool):
+        return (given,)
+    values = []
+    for text in given.split(","):
+        value = _SWITCH.get(text.strip().lower())
+        if value is None:
+            raise UsageError(f"--compile {given!r}: give on, off, or on,off to measure both")
+        if value not in values:
+            values.append(value)
+    return tuple(values)
 
 
 def _device_lists(specs: list[str]) -> tuple[str, ...]:
@@ -110,12 +130,13 @@ def read_spec(folder: RunFolder, parse_run: Callable[[list[str]], argparse.Names
 # The flag that sets each field, where it is not the field's name.
 _FLAGS = dict(strategies="--strategy", models="--model", batch_sizes="--batch-size",
               image_sizes="--image-size", precisions="--precision", options="a strategy option",
-              timeout_s="--timeout")
+              timeout_s="--timeout", compiles="--compile")
 
 
 def _text(value) -> str:
     if isinstance(value, tuple) and all(not isinstance(v, dict) for v in value):
-        return ",".join(map(str, value))
+        return ",".join(("on" if v else "off") if isinstance(v, bool) else str(v)
+                        for v in value)
     return str(value)
 
 

@@ -45,13 +45,21 @@ def command_verify(args: argparse.Namespace) -> int:
     workload = Workload(model=model, image_size=image_sizes(args.image_size, [model])[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
-                        seed=args.seed)
+                        compile=args.compile, seed=args.seed)
     steps = at_least("--steps", args.steps, 1)
     if steps > 1 and workload.precision != "fp32":
         raise UsageError(MULTI_STEP_PRECISION)
-    if names is None:  # every strategy its plan finds available here
-        names = [name for name in strategies.names() if name != strategies.BASELINE and Config(
-            name, workload, batch, devices, options=options_for(name, options)).plan.available]
+    if names is None:  # every strategy its plan finds available here and training this
+        names = []
+        for name in strategies.names():
+            plan = Config(name, workload, batch, devices,
+                          options=options_for(name, options)).plan
+            refused = plan.reason("workload")
+            if refused:  # --compile or fp16, which it says why it cannot train
+                print(f"note: left out {refused}")
+            # Compiled, the baseline is checked too: against itself eager.
+            elif plan.available and (name != strategies.BASELINE or workload.compile):
+                names.append(name)
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     tolerance = positive("--tolerance", args.tolerance)
@@ -67,13 +75,19 @@ def command_verify(args: argparse.Namespace) -> int:
               f"{v.baseline_update:>15.3e}  {v.tolerance:>9.1e}  " + _worst_loss(v, steps)
               + f"{'ok' if v.ok else 'FAILED'}" + (f" ({v.error})" if v.error else "")
               + (f" (fp16 loss scale {v.loss_scale:g})" if v.loss_scale else ""))
+    loose = [v.strategy for v in verdicts if v.tolerance >= v.baseline_update]  # NaN: failed
+    if loose:
+        print(f"note: {', '.join(loose)}: rounding alone moves the reference step as far as the "
+              "step itself, so the check tells little there; give a larger --image-size or "
+              "micro-batch (--split-size), whose BatchNorm statistics rounding moves less")
     return 0 if all(v.ok for v in verdicts) else 1
 
 
 def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> str:
     what = "one SGD step" if steps == 1 else f"{steps} SGD steps"
     text = (f"{what} of {workload.model} on batch {batch} ({workload.image_size}px, "
-            f"{workload.precision}) from seed {seed}, against {strategies.BASELINE} on "
+            f"{workload.precision}{', compiled' if workload.compile else ''}) from seed {seed}, "
+            f"against {strategies.BASELINE}{' eager' if workload.compile else ''} on "
             f"{devices.logical[0]}")
     if workload.family.batch_statistics:
         text += ("; micro-batched strategies against the baseline accumulating gradients over "
@@ -82,6 +96,10 @@ def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> s
     else:
         text += (f"'s whole-batch step for every strategy ({workload.model} normalises each "
                  "sample on its own, so splitting the batch changes nothing but rounding)")
+    if workload.compile:
+        text += (f". Compiled code rounds otherwise than eager in every operation: each "
+                 f"strategy may differ from its reference up to {DRIFT_ALLOWANCE}x as much as "
+                 "that reference differs from the same steps in float64")
     if steps > 1:
         text += (f". Rounding differences grow over steps: each strategy may drift up to "
                  f"{DRIFT_ALLOWANCE}x as far as the baseline does from the farthest of its "
@@ -125,6 +143,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                        "down at which neither its step nor the baseline's overflows)")
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
+    check.add_argument("--compile", action="store_true",
+                       help="each strategy with every block of the model compiled "
+                       "(torch.compile, as `parbench run --compile`), against the baseline "
+                       "eager; single compiled is checked too (against itself eager), and a "
+                       "strategy that refuses --compile is left out with its reason")
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--steps", type=int, default=1,
                        help="steps to train on the batch; above 1 the loss of every "

@@ -10,7 +10,7 @@ from torch import nn
 
 from parbench.families import FAMILIES, MODELS, ModelFamily, family_of
 
-__all__ = ["MIN_IMAGE_SIZE", "MODELS", "PRECISIONS", "Workload"]
+__all__ = ["MIN_IMAGE_SIZE", "MODELS", "PRECISIONS", "Workload", "compile_in_place", "is_compiled"]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -27,7 +27,8 @@ class Workload:
     num_classes: int = 1000
     precision: str = "fp32"
     channels_last: bool = False
-    # torch.compile each module a strategy runs (compiled by the first warm-up step).
+    # torch.compile each of the model family's blocks, in place (`compiled`), for every
+    # strategy; they compile in the first warm-up step.
     compile: bool = False
     # cuDNN picks the fastest convolution algorithm for each new input shape by timing them
     # (torch.backends.cudnn.benchmark; timm's benchmark.py turns it on): off by default, as in
@@ -103,15 +104,34 @@ class Workload:
         return model
 
     def compiled(self, module: nn.Module) -> nn.Module:
-        """`module` under torch.compile when the workload asks for it (it compiles on its first
-        call, which the harness keeps in the warm-up); else `module` itself. The compiled
-        module shares the original's parameters."""
+        """`module` with each of its model family's blocks compiled in place where the workload
+        asks for it (else untouched), and returned: a whole model of the family, or a stage
+        (an nn.Sequential of its blocks, as `strategies.partition` cuts one).
+
+        Per block, as torchtitan compiles each transformer block (`apply_compile`): every
+        strategy runs the same compiled blocks, whole, cut into stages or wrapped, and a
+        strategy that wraps a model or a block (DDP, FSDP2's fully_shard) compiles it first,
+        as torchtitan does, so the wrapper's hooks and communication run around compiled code.
+        `nn.Module.compile` keeps each block the module it was, its parameters, hooks and
+        place in the model the same objects. A whole model's forward then runs its blocks in
+        order (`ModelFamily.blocks` promises they compute it): a ResNet's stem and head are
+        containers made for the cut, which its own forward never calls. Compiling happens on
+        a block's first call, which the harness keeps in the warm-up; compiling twice
+        compiles nothing more.
+        """
         if not self.compile:
             return module
-        # Static shapes: stages and micro-batches of other shapes each get their own graph
-        # (the stages share nn.Sequential.forward, which dynamo would otherwise make dynamic).
-        # Typed as the callable it wraps; a Module's is an OptimizedModule (a Module).
-        return torch.compile(module, dynamic=False)  # type: ignore[return-value]
+        if isinstance(module, nn.Sequential):  # a stage: its children are the blocks
+            compile_in_place(list(module))
+            return module
+        if isinstance(vars(module).get("forward"), _Blocks):  # compiled already
+            return module
+        blocks = [block for _, block in self.family.blocks(module)]
+        compile_in_place(blocks)
+        # An attribute, not a module: the model's parameters, state and submodules stay as
+        # they are.
+        module.forward = _Blocks(_calls(module, blocks))
+        return module
 
     def loss_fn(self) -> nn.Module:
         return nn.CrossEntropyLoss()
@@ -134,3 +154,74 @@ class Workload:
         """Loss scaling is needed for fp16 only; a disabled scaler passes calls straight through."""
         return torch.amp.GradScaler(torch.device(device).type, init_scale=self.initial_loss_scale,
                                     enabled=self.precision == "fp16")
+
+
+# Graphs kept per compiled code object before dynamo falls back to eager: its own cap across
+# every code object's regions (`accumulated_recompile_limit`, 256 in torch 2.8 to 2.14).
+_GRAPHS_PER_CODE = 256
+
+
+class _Blocks:
+    """A model's forward as its family's blocks called in order (a plain callable: set on the
+    model as `forward`, it adds no module to it)."""
+
+    def __init__(self, calls: list[nn.Module]) -> None:
+        self.calls = tuple(calls)
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        for module in self.calls:
+            inputs = module(inputs)
+        return inputs
+
+
+def _calls(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
+    """The modules that compute `model`'s forward from its blocks, in order: each block, but
+    for a run of them that an nn.Sequential of the model holds and nothing else (a ResNet's
+    layer1, a ViT's encoder layers), that Sequential, which calls them in order itself, so
+    that whatever wraps it (an FSDP unit of a layer group) still sees its call. The
+    outermost such Sequential, where several hold the same run."""
+    where = {id(block): index for index, block in enumerate(blocks)}
+    runs: dict[int, tuple[int, nn.Module]] = {}  # first block -> (blocks held, Sequential)
+    for container in model.modules():
+        children = list(container.children())
+        if (container is model or not isinstance(container, nn.Sequential) or not children
+                or any(id(child) not in where for child in children)):
+            continue
+        first = where[id(children[0])]
+        if ([where[id(child)] for child in children] == list(range(first, first + len(children)))
+                and len(children) > runs.get(first, (0, container))[0]):
+            runs[first] = (len(children), container)
+    calls, index = [], 0
+    while index < len(blocks):
+        count, module = runs.get(index, (1, blocks[index]))
+        calls.append(module)
+        index += count
+    return calls
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether `module` was compiled in place (`nn.Module.compile`)."""
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def compile_in_place(blocks: list[nn.Module]) -> None:
+    """Compile each block in place with static shapes (a micro-batch of another size gets a
+    graph of its own), once: a block compiled already is left as it is.
+
+    Dynamo keeps its graphs on the code object, and the blocks of one class share their
+    forward's: resnet50's 16 Bottlenecks make 8 graphs (one per shape) at one micro-batch
+    size, and at a second size the ninth would reach dynamo's default limit of 8 graphs and
+    run every Bottleneck eager from then on, without an error (measured on torch 2.14). The
+    graphs a block class needs are its shapes times the micro-batch sizes, however many
+    blocks share them, so the limit is raised to dynamo's own cap, and reaching it fails the
+    run rather than timing eager blocks as compiled ones. Set in this thread: torch 2.14 keeps
+    dynamo's settings per thread (context variables), so a strategy that runs its blocks on
+    threads of its own runs them in copies of this thread's context (`Pipeline`)."""
+    import torch._dynamo  # only where something compiles
+
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, _GRAPHS_PER_CODE)
+    config.fail_on_recompile_limit_hit = True
+    for block in blocks:
+        if not is_compiled(block):
+            block.compile(dynamic=False)

@@ -17,11 +17,10 @@ import pandas as pd  # noqa: E402
 
 import strategies  # noqa: E402
 
-__all__ = ["best_settings", "compared_batch", "config_label", "has_intervals", "interval_errors",
-           "interval_of", "make_axes", "options_text", "panel_groups", "plot_with_interval",
-           "save_figure",
-           "strategy_colour", "strategy_marker", "throughput_spread", "title", "with_interval",
-           "workload_text"]
+__all__ = ["best_settings", "compared_batch", "compiled_column", "config_label", "has_intervals",
+           "interval_errors", "interval_of", "is_compiled", "make_axes", "options_text",
+           "panel_groups", "plot_with_interval", "save_figure", "strategy_colour",
+           "strategy_marker", "throughput_spread", "title", "with_interval", "workload_text"]
 
 
 def strategy_colour(name: str):
@@ -38,18 +37,39 @@ def strategy_marker(name: str) -> str:
 
 def options_text(options: dict | None) -> str:
     """A record's strategy options as each strategy's Options name them: `K=2, split=4`
-    (switches by name; keys no strategy takes, from older records, left out)."""
+    (switches by name, `no static_graph` where one is turned off; keys no strategy takes,
+    from older records, left out)."""
     specs = strategies.option_specs()
     return ", ".join(specs[k].text(v) for k, v in (options or {}).items()
-                     if k in specs and v not in (None, False))
+                     if k in specs and v is not None)
+
+
+def _true(value) -> bool:
+    """True, numpy's too; not None, NaN or False (a record from before --compile)."""
+    return bool(value == True)  # noqa: E712
+
+
+def is_compiled(record: pd.Series) -> bool:
+    """Whether the record's model ran compiled (--compile)."""
+    return _true(record.get("compile"))
+
+
+def compiled_column(frame: pd.DataFrame) -> pd.Series:
+    """Per record, whether it ran compiled (False where a record does not say)."""
+    if "compile" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["compile"].map(_true)
 
 
 def config_label(record: pd.Series) -> str:
-    """`strategy (options)` for axis ticks, the options wrapped at 24 characters."""
+    """`strategy (options)` for axis ticks, the options wrapped at 24 characters; `strategy
+    compiled` where the record ran compiled, so that it is told apart from the same strategy
+    eager."""
+    name = record["strategy"] + (" compiled" if is_compiled(record) else "")
     options = options_text(record.get("strategy_options"))
     if not options:
-        return record["strategy"]
-    return record["strategy"] + "\n" + textwrap.fill(f"({options})", 24)
+        return name
+    return name + "\n" + textwrap.fill(f"({options})", 24)
 
 
 def workload_text(frame: pd.DataFrame) -> str:
@@ -62,6 +82,8 @@ def workload_text(frame: pd.DataFrame) -> str:
     precision = frame["precision"].dropna().unique()
     if len(precision) == 1:
         parts.append(str(precision[0]))
+    if len(frame) and compiled_column(frame).all():
+        parts.append("compiled")
     return ", ".join(parts)
 
 
@@ -90,21 +112,25 @@ def compared_batch(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def panel_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per workload (model, batch, image size, precision) present; under weak
-    scaling the batch per device, so that its records on N devices share a panel."""
+    """One panel per workload (model, batch, image size, precision, eager or compiled)
+    present; under weak scaling the batch per device, so that its records on N devices share a
+    panel. Eager and compiled records of a run that measured both (--compile on,off) are
+    panels side by side, each with its own baselines."""
     compared = compared_batch(frame)
     frame = frame.assign(batch=[f"{b} per device" if weak else b
                                 for b, weak in zip(compared["batch"], compared["weak"],
-                                                   strict=True)])
-    keys = ["model", "batch", "image_size", "precision"]
+                                                   strict=True)],
+                         compiled=compiled_column(frame).map({True: "compiled",
+                                                              False: "eager"}))
+    keys = ["model", "batch", "image_size", "precision", "compiled"]
     varying = [k for k in keys if frame[k].nunique() > 1]
     if not varying:
         return [("", frame)]
     panels = []
     for values, group in frame.groupby(varying, sort=False):
         values = values if isinstance(values, tuple) else (values,)
-        panels.append((", ".join(f"{k} {v}" for k, v in zip(varying, values, strict=True)),
-                       group))
+        panels.append((", ".join(str(v) if k == "compiled" else f"{k} {v}"
+                                 for k, v in zip(varying, values, strict=True)), group))
     return panels
 
 
@@ -176,9 +202,11 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Each strategy once per workload and number of devices: its fastest setting (sweeps
     have figures of their own), in the order first measured, with `settings_tried` (how many
     it was the fastest of). The baseline on the whole batch, every speedup's reference, is
-    kept beside the baseline's fastest accumulating setting."""
+    kept beside the baseline's fastest accumulating setting; a strategy compiled beside
+    itself eager."""
     keys = [frame[column].astype(str) for column in ("model", "global_batch", "image_size",
                                                      "precision")]
+    keys.append(compiled_column(frame))
     whole = (frame["strategy"] == strategies.BASELINE) & frame["strategy_options"].map(
         lambda options: not options)
     groups = [*keys, frame["strategy"], frame["devices"].astype(str).str.count(","), whole]

@@ -11,7 +11,7 @@ import strategies
 from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
-from parbench.plots.common import interval_of
+from parbench.plots.common import interval_of, is_compiled
 from parbench.results import stats
 from parbench.results.record import columns, has_interval, heading, is_number, optional
 
@@ -24,7 +24,8 @@ def _format_number(value: float) -> str:
 
 def _named(record: pd.Series) -> str:
     options = options_text(record.get("strategy_options"))
-    return f"{record['strategy']} ({options})" if options else record["strategy"]
+    named = f"{record['strategy']} ({options})" if options else record["strategy"]
+    return named + (" compiled" if is_compiled(record) else "")
 
 
 def _from_ideal(record: pd.Series, devices: int) -> str:
@@ -89,11 +90,10 @@ def _host_bound_lines(ok: pd.DataFrame) -> list[str]:
         return []
     judged = ok[ok["host_bound"].notna()]
     bound = judged[judged["host_bound"].astype(bool)]
-    compiled = bound.get("compile", pd.Series(False, index=bound.index)).fillna(False)
-    named = [f"{_named(row)} on {row['devices']}{' compiled' if compiled[i] else ''}, "
+    named = [f"{_named(row)} on {row['devices']}, "
              f"batch {row['global_batch']} (host "
              f"{row['host_time_median_s'] / row['step_time_median_s']:.0%} of the step)"
-             for i, row in bound.iterrows()]
+             for _, row in bound.iterrows()]
     share = f"{HOST_BOUND_SHARE:.0%}"
     if not named:
         return [f"host-bound: none of the {len(judged)} GPU configurations (the host queued "
@@ -204,16 +204,29 @@ def noise_floor(frame: pd.DataFrame) -> list[str]:
 
 
 def _communication_lines(frame: pd.DataFrame) -> list[str]:
-    """Each data-parallel record's step split into compute and exposed communication."""
+    """Each data-parallel record's step split into compute and exposed communication; on one
+    rank (a record with `wrapper_overhead_fraction`), where no byte crosses a link, into
+    compute and the wrapper's overhead (at its mean share over trials, as the exposed
+    communication is)."""
     if "compute_time_s" not in frame:
         return []
     lines = []
     for _, row in frame[frame["compute_time_s"].notna()].iterrows():
+        step = (f"  {_named(row)} on {row['devices']}: step "
+                f"{_format_number(row['step_time_median_s'])}")
+        share = row.get("wrapper_overhead_fraction")
+        if share is not None and pd.notna(share):  # one rank: the step at the mean share
+            overhead = share * row["step_time_median_s"]
+            lines.append(
+                f"{step} s = compute {_format_number(row['step_time_median_s'] - overhead)} s "
+                f"+ wrapper overhead {_format_number(overhead)} s ({share:.0%}); one rank: no "
+                "byte crosses a link, so this is the wrapper's own work (DDP's reducer, "
+                "FSDP's hooks and copies), not communication")
+            continue
         gathered = (f", {row['allgather_bytes'] / 1e6:.1f} MB all-gathered"
                     if pd.notna(row.get("allgather_bytes")) else "")
         lines.append(
-            f"  {_named(row)} on {row['devices']}: step {_format_number(row['step_time_median_s'])}"
-            f" s = compute {_format_number(row['compute_time_s'])} s + exposed communication "
+            f"{step} s = compute {_format_number(row['compute_time_s'])} s + exposed communication "
             f"{_format_number(row['exposed_comm_time_s'])} s "
             f"({row['exposed_comm_fraction']:.0%}); {row['allreduce_bytes'] / 1e6:.1f} MB of "
             f"gradient reduced{gathered} per step")
@@ -240,7 +253,9 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
     """What is printed after a run: the columns a reader compares (those that fit 120
     characters, every one with `wide`), why each configuration that is not ok is not, every
     steady memory rise, the answers, and where the rest is."""
-    table = frame.assign(options=frame["strategy_options"].map(options_text))
+    compiled = frame.apply(lambda row: ", compiled" if is_compiled(row) else "", axis=1)
+    table = frame.assign(options=(frame["strategy_options"].map(options_text) + compiled)
+                         .str.lstrip(", "))
     shown = _columns(frame, wide)
     if not wide:  # a count: a list of GPUs would not fit
         table["devices"] = frame["devices"].astype(str).str.count(",") + 1

@@ -108,7 +108,7 @@ def _swept(spec: SweepSpec,
         strategy=names, model=spec.models, global_batch=spec.batch_sizes,
         image_size=spec.image_sizes, precision=spec.precisions, devices=sets,
         options=spec.options, num_classes=spec.num_classes, channels_last=spec.channels_last,
-        compile=spec.compile, cudnn_benchmark=spec.cudnn_benchmark, seed=spec.seed,
+        compiled=spec.compiles, cudnn_benchmark=spec.cudnn_benchmark, seed=spec.seed,
         warmup=spec.warmup, steps=spec.steps, threads_per_device=spec.threads_per_device,
         timeout_s=spec.timeout_s, backend=spec.backend, loader_workers=spec.loader_workers,
         memory_cap_mib=spec.memory_cap_mib, device_memory_mib=spec.device_memory_mib)
@@ -120,7 +120,7 @@ def _swept(spec: SweepSpec,
         configs = [weakly_scaled(c) for c in configs]
     if spec.data:
         configs = [replace(c, workload=replace(c.workload, data_dir=spec.data)) for c in configs]
-    _check(configs, spec.data, not spec.compares_every_strategy)
+    _check(configs, spec.data)
     skipped = _refused_or_skipped(configs, not spec.compares_every_strategy)
     if not spec.accumulates:
         configs = _with_accumulation_baselines(configs)
@@ -134,15 +134,15 @@ def _swept(spec: SweepSpec,
     return configs, left_out, skipped
 
 
-def _check(configs: list[Config], data: str | None, requested: bool) -> None:
+def _check(configs: list[Config], data: str | None) -> None:
     """Refuse what must not run (its plan says why) and an image folder that cannot feed it;
-    the quick comparison (nothing `requested`) records a strategy that cannot train the
-    workload as skipped, and a refused combination of options is left to
-    `_refused_or_skipped`."""
+    a workload a strategy cannot train (fp16, --compile) and a refused combination of options
+    are left to `_refused_or_skipped`, as --precision fp32,fp16 or --compile on,off may give
+    it others it trains."""
     checked_data = set()
     for config in configs:
         try:
-            config.plan.check(check_workload=requested)
+            config.plan.check(check_workload=False)
         except PlanRefused:
             pass
         if data and (config.workload, config.global_batch) not in checked_data:
@@ -178,11 +178,13 @@ def _left_out(configs: list[Config]) -> dict[str, str]:
 
 def _refused_or_skipped(configs: list[Config], requested: bool) -> list[str]:
     """A strategy that refuses every combination of the sweep is a ConfigError; one that
-    refuses only some (a schedule's micro-batch count, a batch too small, say) has those
-    recorded as skipped, with its reason (a note says so), and the sweep measures the rest.
-    In the quick comparison (nothing `requested`) a batch too small is only skipped."""
+    refuses only some (a schedule's micro-batch count, a batch too small, the compiled half
+    of --compile on,off, say) has those recorded as skipped, with its reason (a note says
+    so), and the sweep measures the rest. In the quick comparison (nothing `requested`) a
+    batch too small or a workload it cannot train is only skipped."""
     def refusal(config: Config) -> str | None:
-        return config.refusal() or (config.plan.reason("batch") if requested else None)
+        return config.refusal() or (config.plan.reason("batch", "workload") if requested
+                                     else None)
 
     notes = []
     for name in dict.fromkeys(c.strategy for c in configs if refusal(c)):

@@ -98,30 +98,34 @@ class Config:
         w = self.workload
         options = "".join(f" {k}={v}" for k, v in self.options.items() if v is not None)
         return (f"{self.strategy}{options} {w.model} batch {self.global_batch} "
-                f"{w.image_size}px {w.precision} on {self.used_devices.describe()}")
+                f"{w.image_size}px {w.precision}{' compiled' if w.compile else ''} on "
+                f"{self.used_devices.describe()}")
 
 
 def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: Iterable[int],
                  image_size: Iterable[int], precision: Iterable[str],
                  devices: Iterable[DeviceSet], options: Iterable[dict] = ({},),
-                 **common) -> list[Config]:
+                 compiled: Iterable[bool] = (False,), **common) -> list[Config]:
     """The cartesian product of the swept values, strategies varying fastest.
 
     `options` lists the strategy-option combinations to sweep; each strategy receives only the
     options it takes (its `Options` fields), and a combination that differs only in options a
-    strategy ignores is measured once for it.
+    strategy ignores is measured once for it. `compiled` sweeps eager (False) and compiled
+    (True), as `precision` sweeps precisions.
     """
-    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last", "compile",
+    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last",
                                                   "cudnn_benchmark", "seed") if k in common}
     configs, seen = [], set()
-    for dev, mdl, size, prec, batch, opts, name in itertools.product(
-            devices, model, image_size, precision, global_batch, list(options), strategy):
+    for dev, mdl, size, prec, comp, batch, opts, name in itertools.product(
+            devices, model, image_size, precision, compiled, global_batch, list(options),
+            strategy):
         kept = options_for(name, opts)
-        key = (dev, mdl, size, prec, batch, name, tuple(sorted(kept.items())))
+        key = (dev, mdl, size, prec, comp, batch, name, tuple(sorted(kept.items())))
         if key in seen:
             continue
         seen.add(key)
-        workload = Workload(model=mdl, image_size=size, precision=prec, **workload_fields)
+        workload = Workload(model=mdl, image_size=size, precision=prec, compile=comp,
+                            **workload_fields)
         configs.append(Config(strategy=name, workload=workload, global_batch=batch,
                               devices=dev, options=kept, **common))
     return configs

@@ -39,7 +39,8 @@ class SweepSpec:
     scaling: str = "strong"
     num_classes: int = 1000
     channels_last: bool = False
-    compile: bool = False
+    # Eager (False) and under torch.compile (True): each a configuration of its own.
+    compiles: tuple[bool, ...] = (False,)
     cudnn_benchmark: bool = False
     seed: int = 0
     data: str | None = None  # an image folder instead of synthetic data
@@ -98,4 +99,6 @@ class SweepSpec:
         known = {f.name for f in fields(cls)}
         kept: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                 for k, v in values.items() if k in known}
+        if "compile" in values and "compiles" not in values:  # before --compile on,off
+            kept["compiles"] = (bool(values["compile"]),)
         return cls(**kept)

@@ -11,6 +11,7 @@ import torch
 import strategies
 from parbench import launch
 from parbench.families.workloads import Workload
+from parbench.launch.ranks import in_process_threads
 from parbench.launch.worker import Trained
 from parbench.machine.devices import DeviceSet
 from parbench.sweep.config import Config, options_for
@@ -80,7 +81,9 @@ def verify(workload: Workload, devices: DeviceSet, names: list[str], global_batc
     to floating-point summation order. Those rounding differences grow as training amplifies
     them; how much, the baseline's rounding twins measure (`_Verifier.twins`): a strategy may
     drift DRIFT_ALLOWANCE times as far as they do, and never less than `tolerance` (absolute for
-    parameters, relative for the loss).
+    parameters, relative for the loss). Under a compiled workload (`Workload.compile`) every
+    strategy runs its blocks compiled and the baseline stays eager; the baseline's steps in
+    float64 are then one more twin (compiled code rounds otherwise in every operation).
     """
     if steps > 1 and workload.precision != "fp32":
         raise ValueError(MULTI_STEP_PRECISION)
@@ -109,11 +112,36 @@ class _Verifier:
     def baseline(self, split: int | None, workload: Workload,
                  nudge_seed: int | None = None) -> Trained:
         """The baseline's run, accumulating over micro-batches of `split` (None: the whole
-        batch at once); with `nudge_seed`, a rounding twin of it."""
+        batch at once); with `nudge_seed`, a rounding twin of it. Always eager: a compiled
+        strategy is checked against the step torch.compile must not change."""
+        workload = replace(workload, compile=False)
         key = (split, workload, nudge_seed)
         if key not in self.runs:
             config = self.config(strategies.BASELINE, workload, accumulating(split))
             self.runs[key] = launch.verify_training(config, self.batches, nudge_seed)
+        return self.runs[key]
+
+    def exact(self, split: int | None) -> Trained:
+        """The baseline's steps in float64 (eager, without autocast): the steps the fp32 ones
+        round, to measure how far rounding alone moves them."""
+        key = (split, "float64")
+        if key not in self.runs:
+            workload = replace(self.workload, compile=False, precision="fp32",
+                               initial_loss_scale=Workload.initial_loss_scale)
+            config = self.config(strategies.BASELINE, workload, accumulating(split))
+            strategy = strategies.create(config.plan.strategy_plan)
+            try:
+                with in_process_threads(config):
+                    strategy.setup()
+                    strategy.model.double()  # the parameters the optimiser holds, in place
+                    device = strategy.input_device
+                    losses = [float(strategy.train_step(images.to(device, torch.float64),
+                                                        labels.to(device)))
+                              for images, labels in self.batches]
+                self.runs[key] = Trained(losses, [p.detach().cpu() for p in
+                                                  strategy.model.parameters()])
+            finally:
+                strategy.close()
         return self.runs[key]
 
     def twins(self, split: int | None, workload: Workload) -> list[Trained]:
@@ -157,6 +185,13 @@ class _Verifier:
                 plan.reference_split, replace(self.workload, precision="fp32")).parameters)
                 if strategy.verify_rounds_elsewhere(plan) else 0.0)
             twins = self.twins(plan.reference_split, config.workload)
+            if config.workload.compile:
+                # Compiled code rounds otherwise in every operation (inductor's fused kernels
+                # sum in other orders, and the same steps compiled in float64 equal eager's
+                # to 2e-14), so the exact steps are one more twin: a strategy may stand
+                # DRIFT_ALLOWANCE times as far from its reference as they do (compiled
+                # resnet18 in fp32 stood 1.1 to 3.4 times as far from them as eager).
+                twins = [*twins, self.exact(plan.reference_split)]
         except Exception as error:  # one failing strategy is one row; the rest are checked
             return Verdict(name, kept, float("nan"), float("nan"), tolerance,
                            error=f"{error.__class__.__name__}: {error}"[:300])

@@ -112,6 +112,51 @@ def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
     assert traces == ["003-model-parallel.json", "004-pipeline.json", "005-pipeline.json"]
 
 
+def _switches(*argv: str, command: str = "run") -> list[tuple]:
+    """(static_graph, gradient_as_bucket_view) of each option combination the flags give."""
+    from parbench.cli import parser
+    from parbench.commands.arguments import strategy_option_sweep
+
+    args = parser().parse_args([command, *argv])
+    return [(o["static_graph"], o["gradient_as_bucket_view"])
+            for o in strategy_option_sweep(args, sweep=command == "run")]
+
+
+def test_a_switch_alone_is_on_and_takes_off_or_a_list_of_both():
+    assert _switches() == [(None, None)]  # not given: the option's default
+    assert _switches("--static-graph") == [(True, None)]  # as the flag always meant
+    assert _switches("--static-graph", "off") == [(False, None)]
+    assert _switches("--static-graph", "on,off", "--gradient-as-bucket-view", "OFF") == [
+        (True, False), (False, False)]
+    assert _switches("--static-graph", "off", command="verify") == [(False, None)]
+    assert _switches("--strategy", "ddp", "--gradient-as-bucket-view", "--static-graph",
+                     "false", command="max-batch") == [(False, True)]
+
+
+def test_torch_defaults_against_the_tuned_ones_are_distinct_labelled_configurations():
+    """The comparisons docs/strategies.md gives, planned (not measured): one configuration
+    per combination, each label naming what it turns off or sets."""
+    from parbench.cli import parser
+    from parbench.commands.run_spec import spec_of
+    from parbench.plots import options_text
+    from parbench.sweep import Sweep
+    from parbench.sweep.runner import planned_fields
+
+    def labels(*flags: str) -> list[str]:
+        argv = ["run", *flags, "--devices", "cpu,cpu", *TINY_FLAGS, "--batch-size", "8"]
+        configs = Sweep.build(spec_of(parser().parse_args(argv))).configs
+        assert len({config.key() for config in configs}) == len(configs)
+        return [options_text(planned_fields(config)["strategy_options"]) for config in configs]
+
+    assert labels("--strategy", "ddp", "--world-size", "1", "--gradient-as-bucket-view",
+                  "on,off", "--static-graph", "on,off") == [
+        "N=1", "N=1, no static_graph", "N=1, no gradient_as_bucket_view",
+        "N=1, no gradient_as_bucket_view, no static_graph"]
+    assert labels("--strategy", "fsdp", "--fsdp-units", "block,group",
+                  "--reshard-after-forward", "yes,except-last") == [
+        "units=block, reshard=yes", "units=block", "units=group, reshard=yes", "units=group"]
+
+
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     import parbench.commands.verify
     from parbench.sweep.verify import Verdict
@@ -241,8 +286,18 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--strategy", "fsdp", "--devices", "cpu,cpu", "--mixed-precision"],
      "fsdp: --mixed-precision gathers parameters in the --precision dtype; give --precision "
      "bf16 or fp16"),
+    (["run", "--strategy", "ddp", "--static-graph", "maybe"],
+     "--static-graph 'maybe' is not on or off"),
+    (["verify", "--strategy", "ddp", "--static-graph", "on,off"],
+     "--static-graph 'on,off' is not on or off"),
+    (["run", "--strategy", "fsdp", "--fsdp-units", "layer"],
+     "unknown fsdp units 'layer' for --fsdp-units; available: block, group"),
+    (["run", "--strategy", "fsdp", "--reshard-after-forward", "sometimes"],
+     "available: yes, no, except-last"),
     (["run", "--strategy", "data-parallel", "--compile"],
-     "data-parallel: torch.compile does not support nn.DataParallel"),
+     "data-parallel: nn.DataParallel copies each compiled block into its replicas"),
+    (["run", "--compile", "yes"], "--compile 'yes': give on, off, or on,off"),
+    (["run", "--compile", "on,off", "--warmup", "0"], "--compile needs --warmup 1 or more"),
     (["run", "--compile", "--warmup", "0"], "--compile needs --warmup 1 or more"),
     (["run", "--strategy", "data-parallel", "--devices", "cpu,cpu"],
      "data-parallel cannot run here: nn.DataParallel replicates onto CUDA devices only"),
@@ -340,6 +395,7 @@ def compiling_here(monkeypatch):
     import torch._inductor.config
 
     monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
+    torch._dynamo.reset()  # graphs an earlier test compiled in this process would be reused
     yield
     torch._dynamo.reset()
 
@@ -347,17 +403,26 @@ def compiling_here(monkeypatch):
 @pytest.mark.timeout(600)
 def test_compile_compiles_in_the_warm_up_and_records_its_time_apart(capsys, tmp_path,
                                                                      compiling_here, child_pids):
-    status, out, err = _run(capsys, "run", "--strategy", "single", "--compile", "--devices",
-                            "cpu", "--batch-size", "4", "--results-dir", str(tmp_path), *TINY)
+    """`--compile on,off`: the model compiled block by block (a graph per block shape, not
+    one), and eager, each a record of its own."""
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    status, out, err = _run(capsys, "run", "--strategy", "single", "--compile", "on,off",
+                            "--devices", "cpu", "--batch-size", "4", "--results-dir",
+                            str(tmp_path), *TINY)
     assert status == 0, err[-2000:]
     assert child_pids() == []  # no pool of compile workers left behind
-    record = load_records(_run_folder(out)).iloc[0]
-    assert record["status"] == "ok", record["reason"]
-    assert record["compile"]
+    # resnet18's stem, head and 7 shapes of residual block.
+    assert counters["stats"]["unique_graphs"] - graphs == 9
+    compiled, eager = (row for _, row in load_records(_run_folder(out)).iterrows())
+    assert (compiled["status"], eager["status"]) == ("ok", "ok"), err[-2000:]
+    assert compiled["compile"] and not eager["compile"]
     # The first warm-up step compiled (seconds, on a CPU); the measured ones did not.
-    assert record["first_step_time_s"] > 5 * record["step_time_max_s"]
-    assert record["compile_time_s"] == pytest.approx(
-        record["first_step_time_s"] - record["step_time_median_s"])
+    assert compiled["first_step_time_s"] > 5 * compiled["step_time_max_s"]
+    assert compiled["compile_time_s"] == pytest.approx(
+        compiled["first_step_time_s"] - compiled["step_time_median_s"])
+    assert eager["compile_time_s"] != eager["compile_time_s"]  # none: NaN
 
 
 def _sweep(args):
@@ -383,6 +448,24 @@ def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
     assert "needs at least as many micro-batches as stages (4), got 2" in record.reason
     args.split_size = "4"  # refused in every combination: a usage error
     with pytest.raises(cli.UsageError, match="got 2; use a smaller --split-size"):
+        _sweep(args)
+
+
+def test_a_strategy_that_refuses_compile_is_measured_eager_under_compile_on_and_off(capsys):
+    from parbench import cli
+    from parbench.sweep import runner
+
+    args = cli.parser().parse_args(["run", "--strategy", "pipeline-zbv", "--devices", "cpu,cpu",
+                                    "--batch-size", "8", "--split-size", "2", "--compile",
+                                    "on,off", *TINY])
+    sweep = _sweep(args)
+    assert "pipeline-zbv refuses 1 of its 2 configurations" in "\n".join(sweep.notes)
+    compiled, eager = sweep.configs
+    assert compiled.workload.compile and eager.plan.runs
+    record = runner.run_config(compiled, measure=lambda config: pytest.fail("measured"))
+    assert record.status == "skipped" and "splits backward" in record.reason
+    args.compile = "on"  # refused in every combination: a usage error
+    with pytest.raises(cli.UsageError, match="ScheduleZBVZeroBubble splits backward"):
         _sweep(args)
 
 

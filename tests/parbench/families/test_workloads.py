@@ -1,7 +1,10 @@
+from dataclasses import replace
+
 import pytest
 import torch
+from torch import nn
 
-from parbench.families.workloads import MODELS, Workload
+from parbench.families.workloads import MODELS, Workload, is_compiled
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -51,3 +54,71 @@ def test_precision_sets_autocast_and_grad_scaling():
 def test_bad_workloads_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         Workload(**bad)
+
+
+@pytest.fixture
+def compile_calls(monkeypatch):
+    """Each module nn.Module.compile is called on, in order, compiling nothing: torch.compile
+    made the identity, so a block compiled in place runs its own call, eager."""
+    calls = []
+    original = nn.Module.compile
+
+    def compile(module, *args, **kwargs):
+        calls.append(module)
+        original(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    monkeypatch.setattr(nn.Module, "compile", compile)
+    return calls
+
+
+@pytest.mark.parametrize("model", ["resnet18", "vit_b_16"])
+def test_compile_compiles_each_block_of_the_family_in_place_once(model, compile_calls):
+    workload = Workload(model=model, image_size=32, num_classes=10, compile=True)
+    with torch.device("meta"):  # shapes only
+        network = workload.build_model()
+    parameters = list(network.parameters())
+    assert workload.compiled(network) is network
+    assert workload.compiled(network) is network  # compiling again compiles nothing more
+    blocks = [block for _, block in workload.family.blocks(network)]
+    inside = [block for block in blocks if any(block is m for m in network.modules())]
+    assert len(inside) == len(blocks) - 2  # the stem's and head's containers are made for it
+    assert all(is_compiled(block) for block in inside)
+    # Each block once, in order: the containers of the first call's stem and head, and the
+    # model's own blocks (not again on the second call).
+    assert len(compile_calls) == len(blocks)
+    assert [id(m) for m in compile_calls[1:-1]] == [id(block) for block in inside]
+    assert not is_compiled(network)  # the model's own modules stay as they were
+    assert all(a is b for a, b in zip(network.parameters(), parameters, strict=True))
+
+
+def test_a_stage_compiles_its_blocks_and_stays_the_module_it_was(compile_calls):
+    workload = Workload(model="resnet18", image_size=32, num_classes=10, compile=True)
+    with torch.device("meta"):
+        blocks = [block for _, block in workload.family.blocks(workload.build_model())]
+    stage = nn.Sequential(*blocks[:3])
+    assert workload.compiled(stage) is stage
+    assert compile_calls == blocks[:3] and not is_compiled(stage)
+
+
+@pytest.mark.parametrize("model", ["resnet18", "vit_b_16"])
+def test_a_compiled_model_computes_its_own_forward_through_its_blocks(model, compile_calls):
+    """Its blocks in order, each the Sequential of the model that holds a run of them (a
+    ResNet's layer1) called itself: a wrapper of that container (FSDP's layer-group unit)
+    still sees its call."""
+    eager = Workload(model=model, image_size=32, num_classes=10)
+    images, _ = eager.make_batch(2, "cpu")
+    expected = eager.build_model()(images)
+    network = replace(eager, compile=True).compiled(eager.build_model())
+    called = []
+    container = network.layer1 if model == "resnet18" else network.encoder.layers
+    container.register_forward_pre_hook(lambda module, inputs: called.append(module))
+    assert torch.equal(network(images), expected)
+    assert called == [container]
+
+
+def test_an_eager_workload_compiles_nothing(compile_calls):
+    workload = Workload(model="resnet18", image_size=32, num_classes=10)
+    network = workload.build_model()
+    assert workload.compiled(network) is network and compile_calls == []
+    assert "forward" not in vars(network)

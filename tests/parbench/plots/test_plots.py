@@ -206,6 +206,39 @@ def test_the_communication_figure_stacks_compute_and_exposed_communication():
         is None
 
 
+def test_one_ranks_extra_time_is_drawn_and_told_as_the_wrappers_overhead():
+    """With one rank no byte crosses a link: the step past its compute is the wrapper's
+    overhead, in the figure and in the answers, beside a record of two ranks' communication."""
+    import dataclasses
+
+    from parbench.reporting.answers import _communication_lines
+
+    one = dataclasses.replace(_record("ddp", "cpu", 10.0, world_size=1), compute_time_s=0.6,
+                              wrapper_overhead_time_s=0.2, wrapper_overhead_fraction=0.25,
+                              allreduce_bytes=44_726_568)
+    two = dataclasses.replace(_record("ddp", "cpu,cpu", 8.0, world_size=2), compute_time_s=0.75,
+                              exposed_comm_time_s=0.25, exposed_comm_fraction=0.25,
+                              allreduce_bytes=44_726_568)
+    frame = pd.DataFrame([one.to_dict(), two.to_dict()])
+    fig = plots.plot_communication(frame)
+    ax = fig.axes[0]
+    # Compute, then overhead (one rank) or exposed communication (two ranks), at their shares
+    # of the step (0.8 s and 1 s).
+    assert [(round(b.get_x(), 6), round(b.get_width(), 6)) for b in ax.patches] == [
+        (0, 0.6), (0, 0.75), (0.75, 0.25), (0.6, 0.2)]
+    assert [t.get_text() for t in ax.texts] == [
+        "25% wrapper overhead (one rank: no byte crosses a link)", "25% exposed, 45 MB reduced"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "wrapper overhead (one rank: no communication)" in legend
+    assert "exposed communication" in legend
+    assert "the wrapper's overhead, not communication" in fig._suptitle.get_text()
+    plt.close(fig)
+    [overhead, exposed] = _communication_lines(frame)
+    assert "compute 0.6 s + wrapper overhead 0.2 s (25%); one rank: no byte crosses" in overhead
+    assert "exposed communication" not in overhead
+    assert "compute 0.75 s + exposed communication 0.25 s (25%)" in exposed
+
+
 def test_weak_scaling_draws_one_line_per_batch_per_device():
     import dataclasses
 
@@ -261,3 +294,40 @@ def test_memory_of_two_kinds_is_never_compared_across_them(results):
     [_, alone] = answers(frame.assign(memory_source=allocator))
     assert alone.endswith("least memory on its fullest device pipeline (split=2) at 300 MiB "
                           "(max/mean 1.20; allocator peaks)")
+
+
+def test_eager_and_compiled_are_panels_side_by_side_each_with_its_baselines(tmp_path):
+    """`--compile on,off`: the same strategies eager and compiled, told apart in labels and
+    drawn in panels of their own, each against its own single and accumulating single."""
+    from dataclasses import replace
+
+    def both(strategy, devices, throughput, **fields):
+        eager = _record(strategy, devices, throughput, **fields)
+        return [replace(eager, compile=False),
+                replace(_record(strategy, devices, 2 * throughput, **fields), compile=True)]
+
+    records = [*both("single", "cpu", 10.0),
+               *both("single", "cpu", 12.0, split=2, accumulation_split=2),
+               *both("pipeline", "cpu,cpu", 14.0, split=2, stages=2, split_size=2),
+               *both("pipeline", "cpu,cpu", 16.0, split=4, stages=2, split_size=4)]
+    add_comparisons(records)
+    (tmp_path / "records.json").write_text(json.dumps([r.to_dict() for r in records]))
+    frame, _ = read_results([tmp_path])
+    fig = plots.plot_split_sizes(frame)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["eager", "compiled"]
+    for ax, scale in zip(panels, (1, 2), strict=True):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines["single accumulating the same micro-batches"].get_ydata()) == [
+            12.0 * scale]
+        assert list(lines["pipeline"].get_ydata()) == [14.0 * scale, 16.0 * scale]
+    plt.close(fig)
+    fig = plots.plot_strategies(frame)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    assert "pipeline compiled (split=4), best of 2" in labels
+    assert "pipeline (split=4), best of 2" in labels
+    plt.close(fig)
+    from parbench.plots.common import title
+
+    assert title(frame[frame["compile"] == True], "what").startswith(  # noqa: E712
+        "what: resnet18, batch 8, 32px, fp32, compiled")

@@ -155,3 +155,22 @@ def test_the_table_fits_a_120_column_terminal_unless_asked_wide():
                                  "MiB", "verdict"]
     wide = results_table(frame, wide=True).splitlines()[0]
     assert "parallel" in wide and "cpu,cpu" in results_table(frame, wide=True)
+
+
+def test_the_table_and_answers_tell_eager_from_compiled():
+    import dataclasses
+
+    import pandas as pd
+
+    from parbench.reporting.answers import results_table
+    from tests.support import ok_record
+
+    records = [ok_record("pipeline", strategy_options={"split_size": 4}, compile=compiled,
+                         devices="cpu,cpu", throughput_ips=ips, step_time_median_s=8 / ips,
+                         peak_memory_max_mib=10.0, memory_imbalance=1.0)
+               for compiled, ips in ((False, 100.0), (True, 150.0))]
+    frame = pd.DataFrame([dataclasses.asdict(r) for r in records])
+    rows = results_table(frame).splitlines()[1:3]
+    assert rows[0].split()[1:3] == ["split=4", "2"]
+    assert rows[1].split()[1:4] == ["split=4,", "compiled", "2"]
+    assert "fastest pipeline (split=4) compiled at 150 img/s" in results_table(frame)

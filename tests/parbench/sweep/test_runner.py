@@ -92,13 +92,13 @@ def _ok(strategy, devices, throughput, **options):
 def test_scaling_efficiency_is_throughput_over_n_times_the_one_device_throughput():
     records = [_ok("single", "cpu", 10.0), _ok("ddp", "cpu", 9.0, world_size=1),
                _ok("ddp", "cpu,cpu", 16.2, world_size=2),
-               _ok("ddp", "cpu,cpu", 15.0, world_size=2, static_graph=True),
+               _ok("ddp", "cpu,cpu", 15.0, world_size=2, static_graph=False),
                _ok("fsdp", "cpu,cpu", 12.0, world_size=2)]
     add_comparisons(records)
     single, ddp1, ddp2, ddp2_static, fsdp2 = records
     assert ddp2.scaling_efficiency == pytest.approx(16.2 / (2 * 9.0))
     assert ddp1.scaling_efficiency == pytest.approx(1.0)
-    assert ddp2_static.scaling_efficiency is None  # no static-graph run on one device
+    assert ddp2_static.scaling_efficiency is None  # no run without it on one device
     assert fsdp2.scaling_efficiency is None
     assert ddp2.speedup_vs_baseline == pytest.approx(1.62)
     assert ddp2.device_efficiency == pytest.approx(0.81)
@@ -108,13 +108,45 @@ def test_a_data_parallel_step_splits_into_compute_and_exposed_communication():
     from parbench.sweep.runner import _communication_split
 
     measured = types.SimpleNamespace(compute_step_times_s=[0.3, 0.2, 0.4],
+                                     rank_step_times_s=[[0.5] * 3, [0.5] * 3],
                                      communication={"allreduce_bytes": 8})
     split = _communication_split(measured, 0.5)
     assert split == dict(compute_step_times_s=[0.3, 0.2, 0.4], compute_time_s=0.3,
                          exposed_comm_time_s=pytest.approx(0.2),
                          exposed_comm_fraction=pytest.approx(0.4), allreduce_bytes=8)
-    none = types.SimpleNamespace(compute_step_times_s=[], communication={})
+    none = types.SimpleNamespace(compute_step_times_s=[], rank_step_times_s=None,
+                                 communication={})
     assert _communication_split(none, 0.5) == {}
+
+
+def test_one_ranks_extra_time_is_the_wrappers_overhead_not_communication():
+    """One process (the merged measurement has no per-rank times): no byte crosses a link."""
+    from parbench.sweep.runner import _communication_split
+
+    one_rank = types.SimpleNamespace(compute_step_times_s=[0.3, 0.2, 0.4],
+                                     rank_step_times_s=None,
+                                     communication={"allreduce_bytes": 8})
+    assert _communication_split(one_rank, 0.5) == dict(
+        compute_step_times_s=[0.3, 0.2, 0.4], compute_time_s=0.3,
+        wrapper_overhead_time_s=pytest.approx(0.2),
+        wrapper_overhead_fraction=pytest.approx(0.4), allreduce_bytes=8)
+
+
+def test_a_record_keeps_every_setting_its_label_leaves_out(tiny_workload):
+    from parbench.sweep.runner import planned_fields
+
+    ddp = planned_fields(Config("ddp", tiny_workload, 8, CPU2, options={"static_graph": False}))
+    assert ddp["strategy_options"] == {"static_graph": False}
+    assert ddp["strategy_settings"] == dict(
+        world_size=2, bucket_cap_mb=None, gradient_as_bucket_view=True, static_graph=False,
+        sync_batchnorm=False, comm_hook=None, powersgd_rank=None, zero=False)
+    fsdp = planned_fields(Config("fsdp", replace(tiny_workload, precision="bf16"), 8, CPU2))
+    assert fsdp["strategy_options"] == {"fsdp_units": "group", "mixed_precision": True}
+    assert fsdp["strategy_settings"] == dict(world_size=2, fsdp_units="group",
+                                             reshard_after_forward="except-last",
+                                             mixed_precision=True)
+    refused = planned_fields(Config("ddp", tiny_workload, 7, CPU2))  # 7 does not divide
+    assert refused.get("strategy_settings") is None and refused["strategy_options"] == {}
 
 
 def test_weak_scaling_compares_at_the_same_batch_per_device():
@@ -214,3 +246,47 @@ def test_cudnn_benchmark_is_set_for_each_configuration_and_recorded(config, monk
                                     "--cudnn-benchmark"])
     assert all(c.workload.cudnn_benchmark for c in build_sweep(spec_of(args)).configs)
     assert "cudnn_benchmark" not in config.workload.describe()  # older run folders resume
+
+
+def test_compile_on_and_off_are_configurations_each_with_its_own_baselines(capsys):
+    """`--compile on,off`: each strategy eager and compiled, in the same rounds, and the
+    micro-batch effect of a compiled pipeline taken over single accumulating the same
+    micro-batches compiled (of an eager one, eager)."""
+    from parbench import cli
+    from parbench.commands.run import build_sweep, spec_of
+
+    args = cli.parser().parse_args(
+        ["run", "--strategy", "single,pipeline", "--devices", "cpu,cpu", "--split-size", "2",
+         "--batch-size", "8", "--compile", "on,off", "--repeats", "2"])
+    sweep = build_sweep(spec_of(args))
+    assert [(c.strategy, c.options.get("split_size") or c.options.get("accumulation_split"),
+             c.workload.compile) for c in sweep.configs] == [
+        ("single", None, True), ("single", 2, True), ("pipeline", 2, True),
+        ("single", None, False), ("single", 2, False), ("pipeline", 2, False)]
+    assert " compiled on " in sweep.configs[0].label()
+    assert " compiled " not in sweep.configs[3].label()
+    assert len({c.key() for c in sweep.configs}) == 6
+    rounds = {slot.round for slot in sweep.slots}
+    assert rounds == {0, 1}  # each round measures both, interleaved
+    for r in rounds:
+        assert {sweep.configs[s.index].workload.compile for s in sweep.slots
+                if s.round == r} == {True, False}
+
+    def record(strategy, compiled, throughput, **options):
+        split = options.get("split_size") or options.get("accumulation_split")
+        return replace(_ok(strategy, "cpu,cpu" if strategy == "pipeline" else "cpu",
+                           throughput, **options), compile=compiled, split_size=split,
+                       micro_batches=4 if split else 1, stages=2 if strategy == "pipeline"
+                       else None)
+
+    records = [record("single", True, 20.0), record("pipeline", True, 30.0, split_size=2),
+               record("single", True, 18.0, accumulation_split=2),
+               record("single", False, 10.0), record("pipeline", False, 12.0, split_size=2),
+               record("single", False, 8.0, accumulation_split=2)]
+    add_comparisons(records)
+    compiled, eager = records[1], records[4]
+    assert compiled.micro_batch_effect == pytest.approx(18 / 20)
+    assert compiled.parallel_effect == pytest.approx(30 / 18)
+    assert compiled.speedup_vs_baseline == pytest.approx(30 / 20)
+    assert eager.micro_batch_effect == pytest.approx(8 / 10)
+    assert eager.parallel_effect == pytest.approx(12 / 8)

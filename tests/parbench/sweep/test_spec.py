@@ -55,3 +55,28 @@ def test_a_command_file_that_cannot_be_read_is_one_line(tmp_path):
     (folder.path / "command.json").write_text('{"spec_version": 99}')
     with pytest.raises(UsageError, match="spec version 99"):
         read_spec(folder, _parse_run)
+
+
+@pytest.mark.parametrize("flags, compiles", [
+    ([], (False,)), (["--compile"], (True,)), (["--compile", "off"], (False,)),
+    (["--compile", "on,off"], (True, False)), (["--compile", "ON, off, on"], (True, False))])
+def test_compile_is_an_axis_of_on_and_off(flags, compiles):
+    spec = spec_of(_parse("--devices", "cpu", *flags))
+    assert spec.compiles == compiles
+    assert SweepSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_a_bad_compile_value_is_one_line():
+    with pytest.raises(UsageError, match="--compile 'yes': give on, off, or on,off"):
+        spec_of(_parse("--devices", "cpu", "--compile", "yes"))
+
+
+def test_runs_from_before_the_compile_axis_resume_as_they_were(tmp_path):
+    """A spec, and a run's flags from before specs, kept `compile` as a bool."""
+    stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "compile": True}
+    del stored["compiles"]
+    assert SweepSpec.from_json(stored).compiles == (True,)
+    folder = RunFolder.create(tmp_path)
+    flags = {"strategy": "single", "devices": ["cpu"], "compile": True, "warmup": 1}
+    (folder.path / "command.json").write_text(json.dumps(flags))
+    assert read_spec(folder, _parse_run).compiles == (True,)
