@@ -111,11 +111,15 @@ class DDP(RankDataParallel):
             return None  # BatchNorm sees the global batch, as on one device
         return super().reference_split(plan)
 
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        # Before the blocks are compiled: a block compiled in place keeps the layers it was
+        # compiled with, so a BatchNorm swapped afterwards would never run.
+        if self.options.sync_batchnorm:
+            return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return model
+
     def wrap(self, model: nn.Module) -> DistributedDataParallel:
         options = self.options
-        if options.sync_batchnorm:
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-            self._module = model
         device = self.input_device
         device_ids = [device] if device.type == "cuda" else None
         bucket: dict[str, Any] = ({} if options.bucket_cap_mb is None

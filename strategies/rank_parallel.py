@@ -81,6 +81,11 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
     def model(self) -> nn.Module:
         return self._module
 
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """The model with the layers this strategy changes (before --compile compiles its
+        blocks); by default the model itself."""
+        return model
+
     def wrap(self, model: nn.Module) -> nn.Module:
         """The model as trained by this strategy (placed on `input_device` already)."""
         raise NotImplementedError
@@ -94,7 +99,8 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         # compiles each transformer block before FSDP2 shards it or DDP replicates it: the
         # wrapper's hooks and collectives run around compiled blocks, and DDP's buckets still
         # overlap backward.
-        self._module = self.workload.compiled(self.workload.build_model_on(device))
+        model = self.prepare_model(self.workload.build_model_on(device))
+        self._module = self.workload.compiled(model)
         self._wrapped = self.wrap(self._module)
         self.prepare_training(self._wrapped.parameters(), device)
 

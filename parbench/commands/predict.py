@@ -16,6 +16,7 @@ from parbench.commands.arguments import UsageError, at_least, image_sizes, open_
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plots import write_sweep_figure
+from parbench.predict.layouts import MODELLED_SETTINGS, unmodelled_settings
 from parbench.predict.links import LINKS, AnyLink, links_help, named_link
 from parbench.predict.memory_calls import MEMORY_CALLS_FILE, calls_summary
 from parbench.predict.published import (
@@ -155,8 +156,25 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
     return folder, records
 
 
+def _modelled_only(records: pd.DataFrame) -> pd.DataFrame:
+    """The records whose settings the models model; each other ok record named, with the
+    settings that keep it out (ddp and fsdp at the tuned defaults: models version 6 model
+    torch's own)."""
+    unmodelled = [unmodelled_settings(row.to_dict()) if row["status"] == "ok" else {}
+                  for _, row in records.iterrows()]
+    for (_, row), settings in zip(records.iterrows(), unmodelled, strict=True):
+        if settings:
+            named = ", ".join(f"{k}={v}" for k, v in settings.items())
+            print(f"left out: {row['strategy']} on {row['devices']} ({named}): timing model "
+                  f"version {PREDICTOR_VERSION} models torch's own settings for it "
+                  f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, "
+                  "resharding yes or no)")
+    return records[[not settings for settings in unmodelled]]
+
+
 def _predict_run(args: argparse.Namespace) -> int:
     folder, records = _checked_run_arguments(args)
+    records = _modelled_only(records)
     try:
         published = predict_into(folder, records, args.link)
     except ValueError as error:  # a record without what a prediction needs

@@ -26,13 +26,10 @@ from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
 from parbench.results.folder import ResultsError, RunFolder
 from parbench.sweep import SpecError, SweepSpec, suite
+from strategies.options import SWITCH
 
 __all__ = ["compile_values", "job_device_sets", "read_spec", "refuse_a_changed_sweep",
            "spec_of"]
-
-# A switch's words on the command line (Python's, as a run folder's flags may hold, too).
-_SWITCH = {"on": True, "off": False, "true": True, "false": False}
-
 
 def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
     """The sweep the flags ask for, each value checked (a bad one is one line). In a job
@@ -77,7 +74,7 @@ def compile_values(given: str | bool) -> tuple[bool, ...]:
         return (given,)
     values = []
     for text in given.split(","):
-        value = _SWITCH.get(text.strip().lower())
+        value = SWITCH.get(text.strip().lower())
         if value is None:
             raise UsageError(f"--compile {given!r}: give on, off, or on,off to measure both")
         if value not in values:

@@ -58,72 +58,105 @@ def _capped_devices(config: Config) -> DeviceSet:
     return used
 
 
+@dataclass
+class _Untimed:
+    """The harness's own steps around the timed ones: each a training step of the strategy,
+    synchronised on every device and rank, never timed as a measured step."""
+
+    strategy: strategies.Strategy
+    batches: BatchSource
+    devices: DeviceSet
+    barrier: Callable[[], object]
+
+    def sync(self) -> None:
+        synchronize(self.devices)
+        self.barrier()
+
+    def step(self) -> None:
+        self.strategy.train_step(*self.batches.next())
+        self.sync()
+
+    def count(self, limit: DeviceLimit | None) -> tuple[list[float], float]:
+        """Each logical device's tensors counted over one step (`count_tensors`), and the
+        step's wall time."""
+        placed = self.strategy.placed_modules()
+        assert placed is not None  # counted: the strategy names each device's modules
+        self.sync()
+        start = time.perf_counter()
+        counted = count_tensors(placed, self.step, self.strategy.optimizer,
+                                self.strategy.buffer_bytes, limit)
+        return counted, time.perf_counter() - start
+
+    def traced(self) -> tuple[list[list], float]:
+        """One step timed action by action (measure.timeline): its spans, and its own time
+        from synchronised start to synchronised end."""
+        timeline = Timeline(self.devices.logical)
+        self.strategy.timeline = timeline
+        try:
+            self.sync()  # every rank's timeline starts at the same instant
+            start = time.perf_counter()
+            timeline.start()
+            self.step()
+            return timeline.spans(), time.perf_counter() - start
+        finally:
+            self.strategy.timeline = None
+
+
+def _device_limit(config: Config, strategy: strategies.Strategy,
+                  counted: bool) -> DeviceLimit | None:
+    if not config.device_memory_mib:
+        return None
+    if not counted:
+        raise ValueError("--device-memory-mib counts each logical device's tensors, and "
+                         "this strategy's devices cannot be told apart (nn.DataParallel); "
+                         "give --memory-cap-mib instead")
+    return DeviceLimit(config.device_memory_mib, strategy.optimizer, strategy.buffer_bytes())
+
+
 def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurement:
     """Warm-up, then the timed steps with nothing of the harness inside them; then, untimed,
     the harness's own steps: a pipeline's step traced action by action, a step with each
     logical device's tensors counted, and the compute-only steps."""
     strategy = _build(config)
-    batches = probes = None
+    batches = None
     try:
         strategy.setup()
         devices = local_devices(strategy)
         batches = BatchSource(config.workload, config.global_batch, strategy.input_device,
                               *strategy.data_shard, loader_workers=config.loader_workers)
+        untimed = _Untimed(strategy, batches, devices, barrier)
         probes = Probes.open(devices)
-        placed = strategy.placed_modules()
-        counted = counts_tensors(devices, placed)
-        if config.device_memory_mib and not counted:
-            raise ValueError("--device-memory-mib counts each logical device's tensors, and "
-                             "this strategy's devices cannot be told apart (nn.DataParallel); "
-                             "give --memory-cap-mib instead")
-        limit = (DeviceLimit(config.device_memory_mib, strategy.optimizer,
-                             strategy.buffer_bytes()) if config.device_memory_mib else None)
-
-        def sync() -> None:
-            synchronize(devices)
-            barrier()
-
-        def untimed_step() -> None:
-            strategy.train_step(*batches.next())
-            sync()
-
-        def count() -> list[float]:
-            assert placed is not None  # counted: the strategy names each device's modules
-            return count_tensors(placed, untimed_step, strategy.optimizer,
-                                 strategy.buffer_bytes, limit)
-
-        if limit is not None:
-            count()  # a device that runs out does so before any time is spent measuring
+        counted = counts_tensors(devices, strategy.placed_modules())
+        limit = _device_limit(config, strategy, counted)
+        # Under a limit, a device that runs out does so before anything is timed; this step
+        # is then the first (compiling) step, kept with the warm-up's.
+        first = [untimed.count(limit)[1]] if limit is not None else []
         losses: list[torch.Tensor] = []
 
         def after_step(i: int) -> None:
-            measured = i >= config.warmup
-            probes.step_done(measured)
-            strategy.after_step(measured)
+            probes.step_done(measured=i >= config.warmup)
+            strategy.after_step(measured=i >= config.warmup)
 
         with probes.sampling():
             timing = time_steps(lambda i: losses.append(strategy.train_step(*batches.next())),
-                                sync, config.warmup, config.steps, pace, probes.start_measuring,
-                                after_step)
+                                untimed.sync, config.warmup, config.steps, pace,
+                                probes.start_measuring, after_step)
         physical, source = probes.read_peaks()
         communication = strategy.communication()  # of the measured steps
-        spans, traced_s = (_traced_step(strategy, devices, untimed_step)
-                           if strategy.pipeline_stages > 1 else ([], None))
+        spans, traced_s = untimed.traced() if strategy.pipeline_stages > 1 else ([], None)
         memory_mib = physical
         if counted:
-            memory_mib, source = count(), counted_source(source)
-
-        def compute_step(i: int) -> None:
-            strategy.train_step(*batches.next())
-
+            memory_mib, source = untimed.count(limit)[0], counted_source(source)
         # Last: memory has been read, and the model may diverge across ranks from here.
         # Uncapped: without its communication a strategy may hold more than its training
         # (fsdp keeps every unit gathered), and a capped run asks whether training fits.
         with uncapped():
-            compute = _time_without_communication(strategy, compute_step, sync, config.steps)
+            compute = _time_without_communication(
+                strategy, lambda i: strategy.train_step(*batches.next()), untimed.sync,
+                config.steps)
         return Measurement(
             step_times_s=list(timing.step_times_s), total_s=timing.total_s,
-            warmup_step_times_s=list(timing.warmup_step_times_s),
+            warmup_step_times_s=first + list(timing.warmup_step_times_s),
             host_step_times_s=list(timing.host_times_s),
             losses=[_loss_value(loss) for loss in losses[config.warmup:]],
             peak_memory_mib=memory_mib, memory_source=source, physical_peak_memory_mib=physical,
@@ -136,21 +169,6 @@ def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurem
         if batches is not None:
             batches.close()
         strategy.close()
-
-
-def _traced_step(strategy: strategies.Strategy, devices: DeviceSet,
-                 step: Callable[[], None]) -> tuple[list[list], float]:
-    """One more step, timed action by action (measure.timeline), after the measured ones: its
-    spans, and its own time from synchronised start to synchronised end."""
-    timeline = Timeline(devices.logical)
-    strategy.timeline = timeline
-    try:
-        start = time.perf_counter()
-        timeline.start()
-        step()
-        return timeline.spans(), time.perf_counter() - start
-    finally:
-        strategy.timeline = None
 
 
 def _time_without_communication(strategy: strategies.Strategy, step, sync,

@@ -57,21 +57,22 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
     """Run `warmup` discarded steps, then time `steps` steps.
 
     `synchronize` waits for every participating device (and, across processes, every rank)
-    before a step's clock starts and after every step, so a step's time includes all the work
-    it queued. `start_measuring()` runs once the warm-up is done on every device, before the
-    first measured step (to reset peaks, read an energy counter); `after_step(i)` once step i
-    is synchronised and its clock stopped (what the harness reads after a step). Neither is
+    before each step's clock starts and before it stops, so a step's time includes all the
+    work it queued and no rank's clock runs while another does the harness's work.
+    `start_measuring()` runs once the warm-up is done on every device, before the first
+    measured step (to reset peaks, read an energy counter); `after_step(i)` once step i is
+    synchronised and its clock stopped (what the harness reads after a step). Neither is
     timed: the measured span is the sum of the steps. `pace(i)`, where an external timer
     drives the steps (pytest-benchmark), is entered before step i and left once it is
     synchronised.
     """
     pace = pace or (lambda i: contextlib.nullcontext())
-    synchronize()
     times, warmup_times, host_times = [], [], []
     for i in range(warmup + steps):
         if i == warmup:
             start_measuring()
         with pace(i):
+            synchronize()  # every rank starts its clock together, whatever each did before
             t0 = time.perf_counter()
             step(i)
             queued = time.perf_counter()
@@ -87,11 +88,16 @@ def time_steps(step: Callable[[int], object], synchronize: Callable[[], None], w
     return StepTiming(tuple(times), sum(times), tuple(warmup_times), tuple(host_times))
 
 
-def host_bound(host_s: float, step_s: float, device_kind: str) -> bool | None:
+def host_bound(host_s: float | None, step_s: float | None, device_kind: str | None,
+               precision: str | None = None, backend: str | None = None) -> bool | None:
     """Whether the host bounds a step: on GPUs, where the host queues work the devices run
     later, its time queuing the step's work is at least HOST_BOUND_SHARE of the step (the GPU
-    waited for its launches, as eager dispatch of small kernels makes it, or the step
-    synchronised inside itself); None on CPUs, where the host does the work itself."""
-    if device_kind != "cuda" or not step_s:
+    waited for its launches, as eager dispatch of small kernels makes it). None where it cannot
+    tell: on CPUs (the host does the work itself), and where the step waits on the GPU inside
+    itself by design (fp16's gradient scaler reads whether a gradient overflowed; gloo, for
+    ranks sharing a GPU, copies CUDA tensors through the host in every collective)."""
+    if device_kind != "cuda" or not step_s or host_s is None:
+        return None
+    if precision == "fp16" or backend == "gloo":
         return None
     return host_s >= HOST_BOUND_SHARE * step_s

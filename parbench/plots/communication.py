@@ -43,52 +43,10 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
                              figsize=(11, 1.8 + 0.6 * sum(heights) + 0.6 * len(panels)))
     for ax, (name, group) in zip(axes[:, 0], panels, strict=True):
         y = np.arange(len(group))[::-1]  # the first measured on top
-        compute = group["compute_time_s"].to_numpy(dtype=float)
-        # One rank (records with `wrapper_overhead_fraction`): no byte crosses a link, and the
-        # rest of the step is the wrapper's overhead, drawn apart at its mean share over
-        # trials (older records have none).
-        share = (group["wrapper_overhead_fraction"].to_numpy(dtype=float)
-                 if "wrapper_overhead_fraction" in group else np.full(len(group), np.nan))
-        one_rank = ~np.isnan(share)
-        step = group["step_time_median_s"].to_numpy(dtype=float)
-        overhead = share * step
-        if one_rank.any():
-            compute = np.where(one_rank, step - overhead, compute)
-        exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
-        ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
-                label="compute (communication off)")
-        if (~one_rank).any():
-            ax.barh(y[~one_rank], np.clip(exposed[~one_rank], 0, None), 0.6,
-                    left=compute[~one_rank], color="white", edgecolor="black", hatch="//",
-                    label="exposed communication")
-        if one_rank.any():
-            ax.barh(y[one_rank], np.clip(overhead[one_rank], 0, None), 0.6,
-                    left=compute[one_rank], color="white", edgecolor="grey", hatch="..",
-                    label="wrapper overhead (one rank: no communication)")
+        compute = _bars(ax, group, y)
         longest = max(np.nanmax(compute), group["step_time_median_s"].max())
         for yi, (_, record) in zip(y, group.iterrows(), strict=True):
-            allreduce = (measured_allreduce_s(list(collectives), record)
-                         if strategies.allreduces_gradients(record["strategy"]) else None)
-            if allreduce is not None:
-                ideal = record["compute_time_s"] + allreduce
-                longest = max(longest, ideal)
-                ax.vlines(ideal, yi - 0.4, yi + 0.4, colors="black",
-                          linestyles="--", label="ideal: compute + all-reduce, no overlap")
-                ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
-                          colors="black", linestyles=":", label="ideal: full overlap")
-            gathered = record.get("allgather_bytes")
-            spent = record.get("wrapper_overhead_fraction")
-            if spent is not None and pd.notna(spent):
-                text = (f"{with_interval(record, 'wrapper_overhead_fraction', '.0%')} wrapper "
-                        "overhead (one rank: no byte crosses a link)")
-            else:
-                text = (f"{with_interval(record, 'exposed_comm_fraction', '.0%')} exposed, "
-                        f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
-                        + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
-            # Past the bar's end: compute can read longer than the step within the noise.
-            end = max(record["step_time_median_s"], record["compute_time_s"])
-            ax.annotate(text, (end, yi), textcoords="offset points", xytext=(4, 0),
-                        va="center", fontsize=7)
+            longest = max(longest, _annotate(ax, yi, record, collectives))
         labels = [f"{config_label(r)} on {r['devices']}".replace("\n", " ")
                   for _, r in group.iterrows()]
         ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
@@ -110,6 +68,61 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
                  "overhead, not communication")
     fig.suptitle(title(measured, what), fontsize=10)
     return fig
+
+
+def _bars(ax, group: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+    """Each record's compute, then its exposed communication, as stacked bars; on one rank
+    (records with `wrapper_overhead_fraction`: no byte crosses a link) the rest of the step
+    is the wrapper's overhead, drawn apart at its mean share over trials (older records have
+    none). Returns the compute drawn."""
+    compute = group["compute_time_s"].to_numpy(dtype=float)
+    share = (group["wrapper_overhead_fraction"].to_numpy(dtype=float)
+             if "wrapper_overhead_fraction" in group else np.full(len(group), np.nan))
+    one_rank = ~np.isnan(share)
+    step = group["step_time_median_s"].to_numpy(dtype=float)
+    overhead = share * step
+    if one_rank.any():
+        compute = np.where(one_rank, step - overhead, compute)
+    exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
+    ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
+            label="compute (communication off)")
+    if (~one_rank).any():
+        ax.barh(y[~one_rank], np.clip(exposed[~one_rank], 0, None), 0.6,
+                left=compute[~one_rank], color="white", edgecolor="black", hatch="//",
+                label="exposed communication")
+    if one_rank.any():
+        ax.barh(y[one_rank], np.clip(overhead[one_rank], 0, None), 0.6,
+                left=compute[one_rank], color="white", edgecolor="grey", hatch="..",
+                label="wrapper overhead (one rank: no communication)")
+    return compute
+
+
+def _annotate(ax, yi: float, record: pd.Series, collectives: Sequence[dict]) -> float:
+    """A record's ideal steps (ddp, where the collectives were measured) and its text past
+    the bar; returns the longest ideal drawn (0 if none)."""
+    allreduce = (measured_allreduce_s(list(collectives), record)
+                 if strategies.allreduces_gradients(record["strategy"]) else None)
+    ideal = 0.0
+    if allreduce is not None:
+        ideal = record["compute_time_s"] + allreduce
+        ax.vlines(ideal, yi - 0.4, yi + 0.4, colors="black",
+                  linestyles="--", label="ideal: compute + all-reduce, no overlap")
+        ax.vlines(max(record["compute_time_s"], allreduce), yi - 0.4, yi + 0.4,
+                  colors="black", linestyles=":", label="ideal: full overlap")
+    gathered = record.get("allgather_bytes")
+    spent = record.get("wrapper_overhead_fraction")
+    if spent is not None and pd.notna(spent):
+        text = (f"{with_interval(record, 'wrapper_overhead_fraction', '.0%')} wrapper "
+                "overhead (one rank: no byte crosses a link)")
+    else:
+        text = (f"{with_interval(record, 'exposed_comm_fraction', '.0%')} exposed, "
+                f"{record['allreduce_bytes'] / 1e6:.0f} MB reduced"
+                + (f", {gathered / 1e6:.0f} MB gathered" if pd.notna(gathered) else ""))
+    # Past the bar's end: compute can read longer than the step within the noise.
+    end = max(record["step_time_median_s"], record["compute_time_s"])
+    ax.annotate(text, (end, yi), textcoords="offset points", xytext=(4, 0),
+                va="center", fontsize=7)
+    return ideal
 
 
 def plot_collectives(rows: list[dict]):

@@ -21,7 +21,8 @@ from parbench.sweep.config import Config, expand_sweep
 from parbench.sweep.runner import planned_fields
 from strategies import layout_of
 
-__all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_layouts"]
+__all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_layouts",
+           "unmodelled_settings"]
 
 
 # The data-parallel settings the timing and memory models (version 6) model: torch's own
@@ -30,6 +31,21 @@ __all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_l
 # pinned to them, so that what recommend predicts is what it measures.
 MODELLED_SETTINGS = dict(gradient_as_bucket_view=False, static_graph=False, fsdp_units="block",
                          mixed_precision=False)
+
+
+def unmodelled_settings(record: dict) -> dict:
+    """The settings of a record (its `strategy_settings`, where it has them) that the models do
+    not model: those beside MODELLED_SETTINGS, and fsdp's torchtitan resharding (every unit
+    but the last). Empty for a record from before the settings were recorded, whose
+    strategies' defaults were the modelled ones."""
+    settings = record.get("strategy_settings")
+    if not isinstance(settings, dict):
+        return {}
+    differing = {k: v for k, v in settings.items()
+                 if k in MODELLED_SETTINGS and v is not None and v != MODELLED_SETTINGS[k]}
+    if settings.get("reshard_after_forward") not in (None, "yes", "no"):
+        differing["reshard_after_forward"] = settings["reshard_after_forward"]
+    return differing
 
 
 def option_grid(devices: int, splits: Sequence[int]) -> list[dict]:

@@ -112,10 +112,11 @@ class Record:
     step_time_max_s: float | None = None
     step_times_s: list | None = declared(per_trial="kept")  # per measured step, the slowest rank's
     # The host's time to queue a measured step's work, before waiting for the devices (median
-    # over the measured steps, the slowest process's), and whether the host bounds the step
-    # (measure.timing.host_bound: on GPUs, host time >= 90% of the step; None on CPUs, where the
-    # host computes everything itself).
-    host_time_median_s: float | None = None
+    # over the measured steps, the slowest process's; over trials their geometric mean), and
+    # whether the host bounds the step (measure.timing.host_bound: on GPUs, host time >= 90% of
+    # the step; None on CPUs, where the host computes everything itself, and where the step
+    # waits on the GPU inside itself by design: fp16's scaler, gloo on GPUs).
+    host_time_median_s: float | None = declared(per_trial="log")
     host_bound: bool | None = None
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None

@@ -91,7 +91,8 @@ def _host_fields(config: Config, measured: Measurement, step_s: float) -> dict:
         return {}
     host_s = float(np.percentile(host, 50))
     return dict(host_time_median_s=host_s,
-                host_bound=host_bound(host_s, step_s, config.used_devices.kind))
+                host_bound=host_bound(host_s, step_s, config.used_devices.kind,
+                                      config.workload.precision, config.plan.backend))
 
 
 def _gpu_fields(gpus: dict[str, dict], images: int) -> dict:
@@ -110,7 +111,8 @@ def _measured_fields(config: Config, measured: Measurement) -> dict:
     """Record fields from the configuration's measurement: the derived statistics are
     computed here, once."""
     times = measured.step_times_s
-    throughput = config.global_batch * len(times) / measured.total_s
+    # Over the slowest rank's time of each step, as step_times_s: a rank's own sum can be less.
+    throughput = config.global_batch * len(times) / sum(times)
     flops = _flops_per_image(config.workload)
     peak_flops = _peak_tflops(config)
     peaks = measured.peak_memory_mib

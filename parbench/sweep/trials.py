@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import strategies
+from parbench.measure.timing import host_bound
 from parbench.results import stats
 from parbench.results.record import PER_TRIAL, Record
 from parbench.sweep.config import Config
@@ -154,6 +155,8 @@ def _summarise(record: Record, base: Record, ok: list[Trial]) -> None:
     if record.exposed_comm_fraction is not None and record.step_time_median_s:
         record.exposed_comm_time_s = record.step_time_median_s * record.exposed_comm_fraction
         record.compute_time_s = record.step_time_median_s - record.exposed_comm_time_s
+    record.host_bound = host_bound(record.host_time_median_s, record.step_time_median_s,
+                                   record.device_kind, record.precision, record.backend)
     if record.wrapper_overhead_fraction is not None and record.step_time_median_s:
         record.wrapper_overhead_time_s = (record.step_time_median_s
                                           * record.wrapper_overhead_fraction)

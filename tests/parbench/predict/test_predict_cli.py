@@ -70,6 +70,9 @@ def _run_folder(tmp_path) -> RunFolder:
         _record("ddp", 0.04, world_size=2),
         _record("data-parallel", 0.04, world_size=1),  # the models leave these out
         _record("ddp", 0.04, world_size=2, strategy_options={"comm_hook": "fp16"}),
+        # At the tuned defaults (bucket views, a static graph), which version 6 does not model.
+        _record("ddp", 0.035, world_size=2, devices="cpu,cpu", strategy_settings=dict(
+            gradient_as_bucket_view=True, static_graph=True, world_size=2)),
     ]
     add_comparisons(records)  # each speedup over single, as a run has them
     folder.write_records(records)
@@ -94,6 +97,8 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert "PREDICTED beside measured" in out and "median |error|" in out
     table = pd.read_csv(folder.path / "predictions.csv")
     assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp"]  # modelled ones
+    assert ("left out: ddp on cpu,cpu (gradient_as_bucket_view=True, static_graph=True): "
+            "timing model version") in out
     expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
     assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
     assert (folder.path / "predictions.png").is_file()
@@ -106,7 +111,7 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert abs(table["trace_replay_error"].iloc[1]) < 0.01
     assert sorted(p.name for p in cache.glob("resnet*")) == [  # split, per rank, whole batch
         f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
-    assert len(folder.read_records()) == 5  # the records are left as measured
+    assert len(folder.read_records()) == 6  # the records are left as measured
     assert set(table["link"]) == {"pcie4"} and set(table["kind"]) == {"predicted"}
     assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
 
