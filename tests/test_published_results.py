@@ -53,8 +53,10 @@ def regenerated(tmp_path_factory) -> dict[str, tuple[int, Path]]:
     """Every published run written again, two at a time (drawing figures is most of the
     time, in one core: the other is idle while pytest runs one test)."""
     into = tmp_path_factory.mktemp("regenerated")
-    fork = multiprocessing.get_context("fork")  # this process's imports, not again
-    with concurrent.futures.ProcessPoolExecutor(2, mp_context=fork) as pool:
+    # Fresh interpreters, not forks: this pytest worker may have compiled a model before
+    # (inductor's threads and loaded kernels), and a child forked from it died on SIGSEGV.
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=spawn) as pool:
         status = dict(zip(RUNS, pool.map(_regenerate, RUNS, [into] * len(RUNS)), strict=True))
     return {run: (status[run], into / run) for run in RUNS}
 
