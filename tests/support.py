@@ -1,21 +1,32 @@
 """What many test modules share (`from tests.support import ...`; pytest's pythonpath holds
 the project's root): two emulated CPU devices, the tiny workload's command-line flags, an ok
-record of it, and this process's children."""
+record of it, this process's children, a one-rank process group, and the GPU reference
+script's modules."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import sys
+import types
 from pathlib import Path
 
 from parbench.machine.devices import parse_devices
 from parbench.results.record import Record
 
-__all__ = ["CPU2", "TINY_FLAGS", "child_pids", "children", "ok_record", "plain_pytest_env"]
+__all__ = ["CPU2", "GPU_REFERENCE", "TINY_FLAGS", "child_pids", "children", "gpu_reference_modules",
+           "ok_record", "one_rank", "plain_pytest_env"]
 
 CPU2 = parse_devices("cpu,cpu")
 # The tiny workload on the command line: a ResNet-18 at 32 px with 10 classes (conftest's
 # tiny_workload); each test adds its strategy, devices, batch and steps.
 TINY_FLAGS = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10"]
+# The GPU reference run's script, and its modules by the short names tests give them.
+GPU_REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "reference.py"
+_GPU_REFERENCE_MODULES = {"reference": "reference", "plan": "reference_chunks",
+                          "host": "reference_host", "commit": "reference_commit",
+                          "estimates": "reference_estimates"}
 
 
 def plain_pytest_env() -> dict[str, str]:
@@ -59,3 +70,30 @@ def child_pids() -> list[int]:
         elif b"resource_tracker" not in command:
             pids.append(pid)
     return pids
+
+
+@contextlib.contextmanager
+def one_rank():
+    """A process group of this process alone (gloo), for a strategy built in this process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def gpu_reference_modules():
+    """The GPU reference script's modules, imported from its folder as they import each other
+    when it runs: .reference (the runner), .plan, .host (wheels, install, checks), .commit,
+    .estimates; forgotten again afterwards."""
+    sys.path.insert(0, str(GPU_REFERENCE.parent))
+    try:
+        yield types.SimpleNamespace(**{short: importlib.import_module(name)
+                                       for short, name in _GPU_REFERENCE_MODULES.items()})
+    finally:
+        sys.path.remove(str(GPU_REFERENCE.parent))
+        for name in _GPU_REFERENCE_MODULES.values():
+            sys.modules.pop(name, None)

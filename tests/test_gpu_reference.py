@@ -4,8 +4,6 @@ H200 measured, and the part runner that keeps each step, ends a step at its dead
 a failure end only what depends on it (its tools: test_gpu_reference_tools.py)."""
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import re
@@ -13,31 +11,21 @@ import subprocess
 import sys
 import tarfile
 import time
-import types
 from pathlib import Path
 
 import pytest
 
+from tests.support import GPU_REFERENCE, gpu_reference_modules
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu" / "reference.py"
+SCRIPT = GPU_REFERENCE
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-MODULES = {"reference": "reference", "plan": "reference_chunks", "host": "reference_host",
-           "commit": "reference_commit", "estimates": "reference_estimates"}
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    """The script's modules, imported from its folder as they import each other when it runs:
-    gpu.reference (the runner), gpu.plan, gpu.host (wheels, install, checks), gpu.commit,
-    gpu.estimates."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        yield types.SimpleNamespace(**{short: importlib.import_module(name)
-                                       for short, name in MODULES.items()})
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-        for name in MODULES.values():
-            sys.modules.pop(name, None)
+    with gpu_reference_modules() as modules:
+        yield modules
 
 
 def _dry_run(*args):

@@ -8,14 +8,15 @@ import re
 import subprocess
 import sys
 import time
-import types
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
+from tests.support import GPU_REFERENCE, gpu_reference_modules
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu" / "reference.py"
+SCRIPT = GPU_REFERENCE
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HANGS = """
 import signal
@@ -34,21 +35,12 @@ def test_stuck_in_c():
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the soft stage cannot reach it
     time.sleep(60)
 """
-MODULES = {"reference": "reference", "plan": "reference_chunks", "host": "reference_host",
-           "commit": "reference_commit", "estimates": "reference_estimates"}
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    """The script's modules, imported from its folder as they import each other when it runs."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        yield types.SimpleNamespace(**{short: importlib.import_module(name)
-                                       for short, name in MODULES.items()})
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-        for name in MODULES.values():
-            sys.modules.pop(name, None)
+    with gpu_reference_modules() as modules:
+        yield modules
 
 
 @pytest.fixture(scope="module")

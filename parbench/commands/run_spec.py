@@ -31,6 +31,7 @@ from strategies.options import SWITCH
 __all__ = ["compile_values", "job_device_sets", "read_spec", "refuse_a_changed_sweep",
            "spec_of"]
 
+
 def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
     """The sweep the flags ask for, each value checked (a bad one is one line). In a job
     torchrun or srun started, each process drives one device: the job's own."""

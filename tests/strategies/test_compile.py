@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 import strategies
 from parbench.families.workloads import is_compiled
+from tests.support import one_rank
 
 CPU = torch.device("cpu")
 
@@ -33,15 +33,6 @@ def compiled(monkeypatch):
     return calls
 
 
-@contextlib.contextmanager
-def _one_rank():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("name, devices, options", [
     ("single", (CPU,), {"accumulation_split": 2}),
     ("model-parallel", (CPU, CPU), {}),
@@ -53,7 +44,7 @@ def test_every_strategy_runs_each_block_compiled_once_before_it_is_wrapped(
         name, devices, options, compiled, tiny_workload):
     workload = replace(tiny_workload, compile=True)
     plan = strategies.plan(name, workload, 4, devices, options)
-    with _one_rank() if plan.backend else contextlib.nullcontext():
+    with one_rank() if plan.backend else contextlib.nullcontext():
         strategy = strategies.create(plan)
         strategy.setup()
         blocks = [module for module, _ in compiled]
@@ -74,7 +65,7 @@ def test_fsdp_shards_each_encoder_layer_compiled_first(compiled):
     from parbench.families.workloads import Workload
 
     workload = Workload(model="vit_b_16", image_size=32, num_classes=10, compile=True)
-    with _one_rank():
+    with one_rank():
         fsdp = strategies.create(strategies.plan("fsdp", workload, 2, (CPU,), {}))
         fsdp.setup()
         layers = list(fsdp.model.encoder.layers)

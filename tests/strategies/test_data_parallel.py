@@ -14,6 +14,7 @@ import torch
 
 import strategies
 from strategies import StrategyError
+from tests.support import one_rank
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,11 +106,8 @@ def test_fsdp_on_cpu_stays_on_cpu_where_the_default_accelerator_is_a_gpu(tiny_wo
                                                                            monkeypatch):
     """On a GPU host fully_shard, given no mesh, builds one on the default accelerator: CPU
     ranks would then train on CUDA. One rank here, with CUDA made the default accelerator."""
-    import torch.distributed as dist
-
     monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with one_rank():
         fsdp = strategies.create(_plan("fsdp", 4, (CPU,), tiny_workload))
         fsdp.setup()
         assert fsdp._mesh.device_type == "cpu"
@@ -117,8 +115,6 @@ def test_fsdp_on_cpu_stays_on_cpu_where_the_default_accelerator_is_a_gpu(tiny_wo
         assert torch.isfinite(fsdp.train_step(images, labels))
         assert {p.device.type for p in fsdp.model.parameters()} == {"cpu"}
         fsdp.close()
-    finally:
-        dist.destroy_process_group()
 
 
 GATHER = """
@@ -170,23 +166,11 @@ def test_fsdp_gathers_uneven_shards_through_cpu_as_full_tensor_does(tmp_path):
     assert "gathered [(5, 7), (5,), (1, 5), (1,), (3, 1, 3, 3), (3,)]" in out
 
 
-@contextlib.contextmanager
-def _one_rank():
-    """A process group of this process alone (gloo), for a strategy built in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("options, on", [
     ({}, True), ({"gradient_as_bucket_view": False, "static_graph": False}, False)])
 def test_ddp_is_set_up_as_practitioners_set_it_and_each_setting_turns_off(options, on,
                                                                           tiny_workload):
-    with _one_rank():
+    with one_rank():
         ddp = strategies.create(_plan("ddp", 4, (CPU,), tiny_workload, **options))
         ddp.setup()
         assert ddp._wrapped.static_graph is on
@@ -201,7 +185,7 @@ def test_ddps_own_times_are_its_measured_iterations_never_the_warm_ups(tiny_work
     and keeps running averages over every one it sampled, warm-up included: the record's are
     the means of the measured iterations' own."""
     images, labels = tiny_workload.make_batch(4, CPU)
-    with _one_rank():
+    with one_rank():
         ddp = strategies.create(_plan("ddp", 4, (CPU,), tiny_workload))
         ddp.setup()
         logged = []
@@ -254,7 +238,7 @@ def test_fsdp_shards_a_resnet_by_layer_groups_and_keeps_the_last_gathered(
     """torchtitan's choice by default: a few layer-group units, every one resharded after
     forward but the last of the forward (backward needs it at once), the root (stem and head)
     kept gathered; all-gathers counted per unit, twice where it reshards, else once."""
-    with _one_rank():
+    with one_rank():
         fsdp = _fsdp_on_one_rank(tiny_workload, **options)
         names = {module: name for name, module in fsdp.model.named_modules()}
         *made, root = fsdp._units
@@ -279,7 +263,7 @@ def test_fsdp_gathers_bf16_parameters_and_reduces_in_fp32_by_default_under_bf16(
     bf16 = replace(tiny_workload, precision="bf16")
     images, labels = bf16.make_batch(4, CPU)
     for options, policy in (({}, True), ({"mixed_precision": False}, False)):
-        with _one_rank():
+        with one_rank():
             fsdp = _fsdp_on_one_rank(bf16, **options)
             seen: dict = {}
 
@@ -321,7 +305,7 @@ def test_hsdps_mesh_is_made_of_groups_on_the_ranks_own_backend():
 
     from strategies.fsdp import mesh_of_groups
 
-    with _one_rank():
+    with one_rank():
         for device_type in ("cpu", "cuda"):
             mesh = mesh_of_groups(device_type, (1, 1), ("replicate", "shard"))
             assert mesh.device_type == device_type and mesh.mesh.tolist() == [[0]]
