@@ -22,6 +22,8 @@ from parbench.commands import (
     verify,
 )
 from parbench.commands.arguments import UsageError
+from parbench.launch import Interrupted, interruption_reason
+from parbench.machine.cluster import slurm_stop_reason
 
 __all__ = ["COMMANDS", "main", "parser"]
 
@@ -48,12 +50,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise Interrupted(slurm_stop_reason() or "SIGTERM")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # SIGTERM (a scheduler, `kill`) stops a sweep as Ctrl-C does: workers are stopped and
-    # every finished configuration is already on disk.
+    # SIGTERM (a scheduler, `kill`) stops a sweep as Ctrl-C does: workers are stopped,
+    # every finished configuration is already on disk, and the one it stopped in is recorded
+    # as stopped, with why (Slurm's time limit, scancel).
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -64,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"parbench: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("parbench: interrupted; records measured so far are in the run folder",
-              file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        print(f"parbench: {interruption_reason(interrupt)}; records measured so far are in the "
+              "run folder", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`parbench strategies | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit

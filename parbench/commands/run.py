@@ -153,12 +153,13 @@ def _run_and_record(args: argparse.Namespace, sweep: Sweep, resumed: RunFolder |
     try:
         runner.run_sweep(sweep, folder, collect_environment(), on_start=on_start,
                          on_done=on_done, previous=previous)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         bar.close()
-        measured = sum(r.status != "skipped" for r in folder.read_records())
-        print(f"parbench: interrupted; {measured} configuration(s) are recorded in "
-              f"{folder.path}; measure the rest with `parbench run --resume {folder.path}`",
-              file=sys.stderr)
+        measured = sum(r.status in runner.FINAL_STATUSES and r.status != "skipped"
+                       for r in folder.read_records())
+        print(f"parbench: {launch.interruption_reason(interrupt)}; {measured} "
+              f"configuration(s) are recorded in {folder.path}; measure the rest with "
+              f"`parbench run --resume {folder.path}`", file=sys.stderr)
         return 130
     finally:
         bar.close()

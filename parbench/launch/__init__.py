@@ -13,8 +13,10 @@ import torch
 
 from parbench.launch.failures import (
     OUT_OF_MEMORY,
+    Interrupted,
     LaunchError,
     failure_reason,
+    interruption_reason,
     is_out_of_memory,
 )
 from parbench.launch.job import (
@@ -37,10 +39,10 @@ from parbench.sweep.config import Config
 from parbench.sweep.planning import job_rank
 
 __all__ = [
-    "LAUNCHERS", "OUT_OF_MEMORY", "LaunchError", "Launcher", "failure_reason", "from_rank_zero",
-    "is_out_of_memory", "join_job", "launcher_for", "leave_job", "measure",
-    "measure_collectives", "measure_on_every_rank", "same_on_every_rank", "job_devices",
-    "job_group", "job_rank", "verify_training",
+    "LAUNCHERS", "OUT_OF_MEMORY", "Interrupted", "LaunchError", "Launcher", "failure_reason",
+    "from_rank_zero", "interruption_reason", "is_out_of_memory", "join_job", "launcher_for",
+    "leave_job", "measure", "measure_collectives", "measure_on_every_rank",
+    "same_on_every_rank", "job_devices", "job_group", "job_rank", "verify_training",
 ]
 
 

@@ -1,5 +1,6 @@
 """Why a configuration failed: out of memory or another error, told from the exception's type
-first and from its text only where a worker's exception arrives as text."""
+first and from its text only where a worker's exception arrives as text; or what interrupted
+it (Ctrl-C, a SIGTERM, Slurm's time limit)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,27 @@ import traceback
 
 import torch
 
-__all__ = ["OUT_OF_MEMORY", "LaunchError", "failure_reason", "is_out_of_memory", "last_line",
-           "root_cause"]
+__all__ = ["OUT_OF_MEMORY", "Interrupted", "LaunchError", "failure_reason",
+           "interruption_reason", "is_out_of_memory", "last_line", "root_cause"]
 
 
 class LaunchError(RuntimeError):
     """A worker process failed, hung past the timeout, or died."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal that stops a sweep as Ctrl-C does (SIGTERM: a scheduler, `kill`), and who
+    sent it, as known when it arrived (Slurm is asked then: parbench.machine.cluster)."""
+
+    def __init__(self, sender: str):
+        super().__init__(sender)
+        self.sender = sender
+
+
+def interruption_reason(interrupt: KeyboardInterrupt) -> str:
+    """What stopped the sweep, for the record of the configuration it stopped in."""
+    sender = interrupt.sender if isinstance(interrupt, Interrupted) else "Ctrl-C"
+    return f"interrupted by {sender}"
 
 
 # How running out of memory reads in a worker's traceback: CUDA, Python, torch's CPU allocator.

@@ -1,16 +1,18 @@
 """The cluster environment: where this process sits in a job, alone or started by torchrun
 (torchelastic's variables) or Slurm's srun (SLURM_*): its rank, the world size, its node and
-local rank, and the master every rank meets at. Read here only; the launchers and planning
-ask `job()`."""
+local rank, and the master every rank meets at; and, when Slurm stops the job, why (its time
+limit, scancel). Read here only; the launchers and planning ask `job()`."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Job", "first_host", "job"]
+__all__ = ["Job", "first_host", "job", "slurm_stop_reason"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,11 @@ class Job:
     master_addr: str
     master_port: int
     restart: int = 0  # torchrun restarts a failed job: each attempt keys its store apart
+    job_id: str = ""  # Slurm's job and step (12.0), or torchrun's run id
+
+    def describe(self) -> str:
+        """What a record's environment says of the job: `slurm job 12.0, 2 tasks`."""
+        return f"{self.launcher} job {self.job_id}, {self.world_size} ranks"
 
     def export(self) -> None:
         """The variables torch.distributed's env:// rendezvous reads, set from this job (srun
@@ -48,7 +55,8 @@ def _torchrun(environ: Mapping[str, str]) -> Job | None:
     return Job("torchrun", int(environ["RANK"]), int(environ["WORLD_SIZE"]),
                int(environ["LOCAL_RANK"]), int(environ.get("GROUP_RANK", "0")),
                environ["MASTER_ADDR"], int(environ["MASTER_PORT"]),
-               int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+               int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+               environ["TORCHELASTIC_RUN_ID"])
 
 
 def _slurm(environ: Mapping[str, str]) -> Job | None:
@@ -62,9 +70,11 @@ def _slurm(environ: Mapping[str, str]) -> Job | None:
         environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "localhost")
     port = int(environ.get("MASTER_PORT")
                or 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
     return Job("slurm", int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
                int(environ.get("SLURM_LOCALID", "0")), int(environ.get("SLURM_NODEID", "0")),
-               master, port)
+               master, port, job_id=environ.get("SLURM_JOB_ID", "?")
+               + (f".{step}" if step is not None else ""))
 
 
 def job(environ: Mapping[str, str] | None = None) -> Job | None:
@@ -72,3 +82,38 @@ def job(environ: Mapping[str, str] | None = None) -> Job | None:
     is torchrun's job), or None for a process on its own."""
     environ = os.environ if environ is None else environ
     return _torchrun(environ) or _slurm(environ)
+
+
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol show job -o ID` as a dict (JobState, Reason, TimeLimit...); empty where
+    scontrol is missing or does not answer in 5 s."""
+    if shutil.which("scontrol") is None:
+        return {}
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                              text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
+
+
+def slurm_stop_reason(environ: Mapping[str, str] | None = None,
+                      show_job: Callable[[str], dict[str, str]] = _scontrol_job) -> str | None:
+    """Why Slurm sent this process SIGTERM (what follows "interrupted by"), asked of
+    slurmctld as the signal arrives: the
+    job's time limit (Reason=TimeLimit), scancel (JobState COMPLETING or CANCELLED, no
+    reason), or another end Slurm names. None outside a Slurm job, and where the job runs on
+    (a SIGTERM Slurm did not send, or `scancel --signal TERM`, which ends nothing)."""
+    environ = os.environ if environ is None else environ
+    job_id = environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    fields = show_job(job_id)
+    state, reason = fields.get("JobState", ""), fields.get("Reason", "None")
+    if reason == "TimeLimit":
+        return f"Slurm at job {job_id}'s time limit ({fields.get('TimeLimit')})"
+    if state in ("COMPLETING", "CANCELLED") and reason == "None":
+        return f"Slurm: job {job_id} cancelled (scancel)"
+    if state in ("", "PENDING", "RUNNING", "SUSPENDED"):
+        return None
+    return f"Slurm: job {job_id} {state.lower()} (reason {reason})"

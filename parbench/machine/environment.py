@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torchvision
 
+from parbench.machine.cluster import job
 from parbench.machine.devices import cpu_cores
 from parbench.measure.allocator import allocator_description
 from parbench.predict.version import PREDICTOR_VERSION
@@ -98,6 +99,7 @@ def collect_environment() -> dict:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "cpu_allocator": allocator_description(),
+        "launched_by": started.describe() if (started := job()) else None,  # torchrun, srun
         "predictor_version": PREDICTOR_VERSION,  # the timing models' version at measuring
     }
 

@@ -260,7 +260,9 @@ def run_sweep(sweep: Sweep, folder: RunFolder, environment: dict,
     rounds), rewriting the run folder after each trial.
 
     A trial that fails is recorded with its status and the sweep goes on; whatever was
-    measured before an interruption is already on disk. A resumed run's trials (`previous`)
+    measured before an interruption is already on disk, and the trial it stopped is recorded
+    as an error saying what stopped it (Ctrl-C, SIGTERM, Slurm's time limit or scancel),
+    which a resumed run measures again. A resumed run's trials (`previous`)
     that reached a final status are kept instead of measured again. Configurations their plan
     refuses are recorded as skipped, once.
     """
@@ -284,13 +286,22 @@ def run_sweep(sweep: Sweep, folder: RunFolder, environment: dict,
         if on_start:
             on_start(slot, config)
         started = time.perf_counter()
-        measured = run_config(config, folder.run_id, slot.index, environment)
+        interrupted = None
+        try:
+            measured = run_config(config, folder.run_id, slot.index, environment)
+        except KeyboardInterrupt as interrupt:  # recorded as stopped (not final), then raised
+            interrupted = interrupt
+            measured = Record(**planned_fields(config, folder.run_id, slot.index),
+                              status="error", reason=launch.interruption_reason(interrupt),
+                              environment=dict(environment))
         trial = trials.trial_of(measured, slot.round, slot.twin, time.perf_counter() - started)
         record = trials.with_trial(by_key.get(config.key()), measured, trial, sweep.repeats,
                                    sweep.shuffle_seed)
         by_key[config.key()] = record
         folder.write_timeline(record)
         folder.write_records(records())
+        if interrupted is not None:
+            raise interrupted
         if on_done:
             on_done(slot, record)
     folder.write_records(records())  # kept and skipped records too

@@ -155,13 +155,16 @@ def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tm
              else _terminated(tmp_path, capsys))
     assert not _gone_within(sweep.ranks, time.monotonic(), 10), "a rank outlived the sweep"
     records = _records(sweep.results)
-    assert [r["strategy"] for r in records] == ["single"]
+    assert records[0]["strategy"] == "single"
     assert records[0]["status"] == "ok" and len(records[0]["step_times_s"]) == STEPS
-    if signum == signal.SIGKILL:
+    if signum == signal.SIGKILL:  # no handler ran: the configuration it stopped in is absent
         assert sweep.returncode == -signal.SIGKILL
-    else:
+        assert len(records) == 1
+    else:  # recorded as stopped, with what stopped it, for --resume to measure again
+        assert [(r["strategy"], r["status"], r["reason"]) for r in records[1:]] == [
+            ("ddp", "error", "interrupted by SIGTERM")]
         assert sweep.returncode == 130
-        assert "interrupted; 1 configuration(s) are recorded" in sweep.err
+        assert "interrupted by SIGTERM; 1 configuration(s) are recorded" in sweep.err
         assert "parbench run --resume" in sweep.err and "Traceback" not in sweep.err
         assert child_pids() == []
 

@@ -5,7 +5,7 @@ started (test_two_srun_tasks_on_loopback_measure_and_record_as_one_job)."""
 
 import pytest
 
-from parbench.machine.cluster import Job, first_host, job
+from parbench.machine.cluster import Job, first_host, job, slurm_stop_reason
 
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
             "GROUP_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500",
@@ -20,12 +20,14 @@ def test_a_process_on_its_own_is_in_no_job():
 
 
 def test_torchrun_s_variables_make_a_job():
-    assert job(TORCHRUN) == Job("torchrun", 3, 4, 1, 1, "node1", 29500, restart=2)
+    assert job(TORCHRUN) == Job("torchrun", 3, 4, 1, 1, "node1", 29500, restart=2, job_id="x")
 
 
 def test_srun_s_variables_make_a_job_meeting_at_the_first_node():
     # Every task derives the same port from the job's id where MASTER_PORT is not set.
-    assert job(SLURM) == Job("slurm", 3, 4, 1, 1, "gpu07", 15000 + 123456 % 20000)
+    assert job(SLURM) == Job("slurm", 3, 4, 1, 1, "gpu07", 15000 + 123456 % 20000,
+                             job_id="123456")
+    assert job({**SLURM, "SLURM_STEP_ID": "0"}).describe() == "slurm job 123456.0, 4 ranks"
     assert job({**SLURM, "MASTER_ADDR": "head", "MASTER_PORT": "1234"}).master_addr == "head"
     assert job({**SLURM, **TORCHRUN}).launcher == "torchrun"  # torchrun inside an allocation
 
@@ -34,3 +36,22 @@ def test_srun_s_variables_make_a_job_meeting_at_the_first_node():
                                             ("a[3],b[1-2]", "a3"), ("gpu1,gpu2", "gpu1")])
 def test_the_first_host_of_a_node_list(nodelist, host):
     assert first_host(nodelist) == host
+
+
+# What `scontrol show job` said as SIGTERM arrived, on the CI cluster (tests/slurm, where the
+# real signals are sent): a time limit, scancel, and a SIGTERM Slurm did not send.
+@pytest.mark.parametrize("fields, sender", [
+    ({"JobState": "COMPLETING", "Reason": "TimeLimit", "TimeLimit": "00:01:00"},
+     "Slurm at job 123456's time limit (00:01:00)"),
+    ({"JobState": "COMPLETING", "Reason": "None"}, "Slurm: job 123456 cancelled (scancel)"),
+    ({"JobState": "PREEMPTED", "Reason": "None"}, "Slurm: job 123456 preempted (reason None)"),
+    ({"JobState": "RUNNING", "Reason": "None"}, None),
+    ({}, None)])  # scontrol missing or not answering
+def test_why_slurm_stopped_the_job(fields, sender):
+    asked = []
+    assert slurm_stop_reason(SLURM, lambda job_id: asked.append(job_id) or fields) == sender
+    assert asked == ["123456"]
+
+
+def test_outside_slurm_nobody_is_asked():
+    assert slurm_stop_reason({}, lambda job_id: pytest.fail("asked")) is None
