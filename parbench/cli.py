@@ -23,7 +23,7 @@ from parbench.commands import (
 )
 from parbench.commands.arguments import UsageError
 from parbench.launch import Interrupted, interruption_reason
-from parbench.machine.cluster import slurm_stop_reason
+from parbench.machine.cluster import job, slurm_stop_reason
 
 __all__ = ["COMMANDS", "main", "parser"]
 
@@ -50,7 +50,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _interrupt(signum, frame):
-    raise Interrupted(slurm_stop_reason() or "SIGTERM")
+    # Once: under Slurm a task may get a second SIGTERM (srun passes its own on), which must
+    # not cut short the record of the first. Only the rank that records asks slurmctld why.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    started = job()
+    raise Interrupted((slurm_stop_reason() if started is None or started.rank == 0 else None)
+                      or "SIGTERM")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

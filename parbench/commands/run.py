@@ -157,9 +157,9 @@ def _run_and_record(args: argparse.Namespace, sweep: Sweep, resumed: RunFolder |
         bar.close()
         measured = sum(r.status in runner.FINAL_STATUSES and r.status != "skipped"
                        for r in folder.read_records())
-        print(f"parbench: {launch.interruption_reason(interrupt)}; {measured} "
-              f"configuration(s) are recorded in {folder.path}; measure the rest with "
-              f"`parbench run --resume {folder.path}`", file=sys.stderr)
+        print(f"parbench: {launch.interruption_reason(interrupt)}; {measured} finished "
+              f"configuration(s) are recorded in {folder.path} (the one stopped as an error); "
+              f"measure the rest with `parbench run --resume {folder.path}`", file=sys.stderr)
         return 130
     finally:
         bar.close()

@@ -123,9 +123,6 @@ def _join_group(config: Config, rendezvous: Rendezvous, rank: int) -> torch.devi
 def _spawned_worker(index: int, rendezvous: Rendezvous, config: Config, task: Task,
                     out_dir: str, batch, launcher: int) -> None:
     _die_with_parent(launcher)
-    # A scheduler's SIGTERM reaches every process of the job (Slurm's, at its time limit or
-    # scancel): the launcher alone handles it, records why, and kills its workers.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if task is Task.ALONE:  # a one-process strategy, isolated in this worker
         (Path(out_dir) / "result.json").write_text(json.dumps(measure_here(config).to_json()))
         return

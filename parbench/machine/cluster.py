@@ -30,8 +30,9 @@ class Job:
     job_id: str = ""  # Slurm's job and step (12.0), or torchrun's run id
 
     def describe(self) -> str:
-        """What a record's environment says of the job: `slurm job 12.0, 2 tasks`."""
-        return f"{self.launcher} job {self.job_id}, {self.world_size} ranks"
+        """What a record's environment says of the job: `slurm job 12.0, 2 ranks`."""
+        named = f" {self.job_id}" if self.job_id not in ("", "none") else ""
+        return f"{self.launcher} job{named}, {self.world_size} ranks"
 
     def export(self) -> None:
         """The variables torch.distributed's env:// rendezvous reads, set from this job (srun
@@ -60,21 +61,22 @@ def _torchrun(environ: Mapping[str, str]) -> Job | None:
 
 
 def _slurm(environ: Mapping[str, str]) -> Job | None:
-    """One of several tasks srun started (SLURM_PROCID set; an allocation's shell, salloc's,
-    is not one, and a single task is a process on its own that starts its devices' processes
-    itself). The master is MASTER_ADDR where the job script sets it, else the node list's first
-    host; its port MASTER_PORT, else one derived from the job id (every task derives the same)."""
-    if "SLURM_PROCID" not in environ or int(environ.get("SLURM_NTASKS", "1")) < 2:
+    """One of several tasks of a step srun started (SLURM_STEP_ID set). Not one: an
+    allocation's shell (salloc's), or a batch script's own step, which has SLURM_PROCID=0 and
+    the job's SLURM_NTASKS but no step (parbench there is a process on its own, as is a single
+    task, which starts its devices' processes itself). The master is MASTER_ADDR where the job
+    script sets it, else the node list's first host; its port MASTER_PORT, else one derived
+    from the job id, the same in every task, below Linux's ephemeral ports (32768 on)."""
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
+    if step is None or "SLURM_PROCID" not in environ or int(environ.get("SLURM_NTASKS", "1")) < 2:
         return None
     master = environ.get("MASTER_ADDR") or first_host(
         environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "localhost")
     port = int(environ.get("MASTER_PORT")
-               or 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
+               or 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 17000)
     return Job("slurm", int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
                int(environ.get("SLURM_LOCALID", "0")), int(environ.get("SLURM_NODEID", "0")),
-               master, port, job_id=environ.get("SLURM_JOB_ID", "?")
-               + (f".{step}" if step is not None else ""))
+               master, port, job_id=f"{environ.get('SLURM_JOB_ID', '?')}.{step}")
 
 
 def job(environ: Mapping[str, str] | None = None) -> Job | None:
@@ -86,12 +88,12 @@ def job(environ: Mapping[str, str] | None = None) -> Job | None:
 
 def _scontrol_job(job_id: str) -> dict[str, str]:
     """`scontrol show job -o ID` as a dict (JobState, Reason, TimeLimit...); empty where
-    scontrol is missing or does not answer in 5 s."""
+    scontrol is missing or does not answer in 2 s (Slurm kills at KillWait, 30 s by default)."""
     if shutil.which("scontrol") is None:
         return {}
     try:
         done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
-                              text=True, timeout=5)
+                              text=True, timeout=2)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
@@ -101,8 +103,9 @@ def slurm_stop_reason(environ: Mapping[str, str] | None = None,
                       show_job: Callable[[str], dict[str, str]] = _scontrol_job) -> str | None:
     """Why Slurm sent this process SIGTERM (what follows "interrupted by"), asked of
     slurmctld as the signal arrives: the
-    job's time limit (Reason=TimeLimit), scancel (JobState COMPLETING or CANCELLED, no
-    reason), or another end Slurm names. None outside a Slurm job, and where the job runs on
+    job's time limit (Reason=TimeLimit), scancel (JobState CANCELLED; COMPLETING with no
+    reason as the signal arrives, as a batch script ending first shows too), or another end
+    Slurm names. None outside a Slurm job, and where the job runs on
     (a SIGTERM Slurm did not send, or `scancel --signal TERM`, which ends nothing)."""
     environ = os.environ if environ is None else environ
     job_id = environ.get("SLURM_JOB_ID")
@@ -112,8 +115,10 @@ def slurm_stop_reason(environ: Mapping[str, str] | None = None,
     state, reason = fields.get("JobState", ""), fields.get("Reason", "None")
     if reason == "TimeLimit":
         return f"Slurm at job {job_id}'s time limit ({fields.get('TimeLimit')})"
-    if state in ("COMPLETING", "CANCELLED") and reason == "None":
+    if state == "CANCELLED" and reason == "None":
         return f"Slurm: job {job_id} cancelled (scancel)"
+    if state == "COMPLETING" and reason == "None":  # as slurmctld shows scancel's at once
+        return f"Slurm: job {job_id} ending (scancel, or its batch script exited first)"
     if state in ("", "PENDING", "RUNNING", "SUSPENDED"):
         return None
     return f"Slurm: job {job_id} {state.lower()} (reason {reason})"

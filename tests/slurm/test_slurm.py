@@ -143,30 +143,33 @@ def test_the_documented_batch_script_runs_a_sweep_to_a_whole_run_folder(slurm, t
 @pytest.mark.timeout(300)
 def test_a_cancelled_sweep_keeps_its_records_and_resume_completes_it(slurm, tmp_path):
     results = tmp_path / "results"
-    args = [*SWEEP, "--batch-size", "4,8", "--steps", "40", "--results-dir", str(results)]
+    args = [*SWEEP, "--batch-size", "4,8", "--steps", "100", "--results-dir", str(results)]
     job_id = _sbatch(slurm, tmp_path, args)
     log = tmp_path / f"slurm-{job_id}.out"
-    # ddp started (its line printed) once single is on disk: cancel it mid-configuration.
+    # Once single is on disk and ddp has started (some 10 s of steps here): cancel.
     _wait_for(lambda: log.exists() and "[2/4] ddp" in log.read_text(), 120, "ddp never started")
     time.sleep(2)
-    cancelled_at = time.monotonic()
     subprocess.run(["scancel", job_id], env=_environment(slurm), check=True, timeout=30)
     assert _finished(slurm, job_id, KILL_WAIT_S + 30) == "CANCELLED"
-    assert time.monotonic() - cancelled_at < KILL_WAIT_S + 30
     records = _records(results)
-    assert [(r["strategy"], r["global_batch"], r["status"], r["reason"]) for r in records] == [
-        ("single", 4, "ok", None),
-        ("ddp", 4, "error", f"interrupted by Slurm: job {job_id} cancelled (scancel)")]
-    kept = records[0]["step_times_s"]
+    *finished, stopped = records
+    assert finished and all(r["status"] == "ok" for r in finished)
+    # As slurmctld shows a cancelled job while its processes end (COMPLETING), or once ended.
+    why = {f"interrupted by Slurm: job {job_id} ending (scancel, or its batch script exited "
+           "first)", f"interrupted by Slurm: job {job_id} cancelled (scancel)"}
+    assert stopped["status"] == "error" and stopped["reason"] in why
+    assert f"parbench: {stopped['reason']}; {len(finished)} finished" in log.read_text()
+    kept = [r["step_times_s"] for r in finished]
 
     folder = _run_folder(results)
     resumed_id = _sbatch(slurm, tmp_path, ["--resume", str(folder), "--progress", "off"])
     assert _finished(slurm, resumed_id) == "COMPLETED", _output(tmp_path, resumed_id)
-    assert "1 of 4 configurations already measured" in _output(tmp_path, resumed_id)
+    assert f"{len(finished)} of 4 configurations already measured" in _output(tmp_path,
+                                                                              resumed_id)
     records = _records(results)
     assert [(r["strategy"], r["global_batch"], r["status"]) for r in records] == [
         ("single", 4, "ok"), ("ddp", 4, "ok"), ("single", 8, "ok"), ("ddp", 8, "ok")]
-    assert records[0]["step_times_s"] == kept  # kept, not measured again
+    assert [r["step_times_s"] for r in records[:len(kept)]] == kept  # kept, not measured again
 
 
 @pytest.mark.timeout(300)

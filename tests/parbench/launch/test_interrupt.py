@@ -164,7 +164,7 @@ def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tm
         assert [(r["strategy"], r["status"], r["reason"]) for r in records[1:]] == [
             ("ddp", "error", "interrupted by SIGTERM")]
         assert sweep.returncode == 130
-        assert "interrupted by SIGTERM; 1 configuration(s) are recorded" in sweep.err
+        assert "interrupted by SIGTERM; 1 finished configuration(s) are recorded" in sweep.err
         assert "parbench run --resume" in sweep.err and "Traceback" not in sweep.err
         assert child_pids() == []
 

@@ -58,6 +58,7 @@ def _two_srun_tasks(parbench_args: list[str]) -> list[subprocess.Popen]:
         [sys.executable, "-m", "parbench", *parbench_args],
         env={**environment, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
              "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank), "SLURM_JOB_ID": "1",
+             "SLURM_STEP_ID": "0",
              "SLURM_JOB_NODELIST": "localhost", "MASTER_ADDR": "127.0.0.1",
              "MASTER_PORT": str(port)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

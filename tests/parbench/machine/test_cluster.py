@@ -11,12 +11,17 @@ TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_R
             "GROUP_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500",
             "TORCHELASTIC_RESTART_COUNT": "2"}
 SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-         "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456"}
+         "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456", "SLURM_STEP_ID": "0"}
+# A batch script's own step, as sbatch starts it (rank 0 of the job's tasks, but no step).
+BATCH_SCRIPT = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+                "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "vm", "SLURM_JOB_ID": "12"}
 
 
 def test_a_process_on_its_own_is_in_no_job():
     assert job({}) is None
-    assert job({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task: on its own
+    assert job({**SLURM, "SLURM_NTASKS": "1"}) is None  # one task: on its own
+    # parbench run in an sbatch script, not under srun: on its own, not rank 0 of 2 waiting
+    assert job(BATCH_SCRIPT) is None
 
 
 def test_torchrun_s_variables_make_a_job():
@@ -25,9 +30,10 @@ def test_torchrun_s_variables_make_a_job():
 
 def test_srun_s_variables_make_a_job_meeting_at_the_first_node():
     # Every task derives the same port from the job's id where MASTER_PORT is not set.
-    assert job(SLURM) == Job("slurm", 3, 4, 1, 1, "gpu07", 15000 + 123456 % 20000,
-                             job_id="123456")
-    assert job({**SLURM, "SLURM_STEP_ID": "0"}).describe() == "slurm job 123456.0, 4 ranks"
+    assert job(SLURM) == Job("slurm", 3, 4, 1, 1, "gpu07", 15000 + 123456 % 17000,
+                             job_id="123456.0")
+    assert job(SLURM).describe() == "slurm job 123456.0, 4 ranks"
+    assert job({**TORCHRUN, "TORCHELASTIC_RUN_ID": "none"}).describe() == "torchrun job, 4 ranks"
     assert job({**SLURM, "MASTER_ADDR": "head", "MASTER_PORT": "1234"}).master_addr == "head"
     assert job({**SLURM, **TORCHRUN}).launcher == "torchrun"  # torchrun inside an allocation
 
@@ -43,7 +49,9 @@ def test_the_first_host_of_a_node_list(nodelist, host):
 @pytest.mark.parametrize("fields, sender", [
     ({"JobState": "COMPLETING", "Reason": "TimeLimit", "TimeLimit": "00:01:00"},
      "Slurm at job 123456's time limit (00:01:00)"),
-    ({"JobState": "COMPLETING", "Reason": "None"}, "Slurm: job 123456 cancelled (scancel)"),
+    ({"JobState": "COMPLETING", "Reason": "None"},
+     "Slurm: job 123456 ending (scancel, or its batch script exited first)"),
+    ({"JobState": "CANCELLED", "Reason": "None"}, "Slurm: job 123456 cancelled (scancel)"),
     ({"JobState": "PREEMPTED", "Reason": "None"}, "Slurm: job 123456 preempted (reason None)"),
     ({"JobState": "RUNNING", "Reason": "None"}, None),
     ({}, None)])  # scontrol missing or not answering

@@ -48,7 +48,8 @@ def test_every_launcher_a_plan_names_is_one_the_launch_package_has():
 @pytest.mark.parametrize("environment", [
     {"TORCHELASTIC_RUN_ID": "test", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
-    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "localhost"},
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0",
+     "SLURM_JOB_NODELIST": "localhost"},
 ], ids=["torchrun", "srun"])
 def test_in_a_job_every_configuration_is_launched_as_one_of_its_ranks(tiny_workload,
                                                                       monkeypatch, environment):
