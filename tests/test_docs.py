@@ -22,7 +22,7 @@ QUICKSTART = [
     "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e '.[test]' && "
     ".venv/bin/pytest -n 2 --dist loadfile",
 ]
-README_MAX_LINES = 200
+README_MAX_LINES = 150
 
 # [text](target) and ![alt](target); the target ends at whitespace or ")" (an optional
 # "title" after it is ignored).
