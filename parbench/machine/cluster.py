@@ -102,11 +102,11 @@ def _scontrol_job(job_id: str) -> dict[str, str]:
 def slurm_stop_reason(environ: Mapping[str, str] | None = None,
                       show_job: Callable[[str], dict[str, str]] = _scontrol_job) -> str | None:
     """Why Slurm sent this process SIGTERM (what follows "interrupted by"), asked of
-    slurmctld as the signal arrives: the
-    job's time limit (Reason=TimeLimit), scancel (JobState CANCELLED; COMPLETING with no
-    reason as the signal arrives, as a batch script ending first shows too), or another end
-    Slurm names. None outside a Slurm job, and where the job runs on
-    (a SIGTERM Slurm did not send, or `scancel --signal TERM`, which ends nothing)."""
+    slurmctld as the signal arrives: the job's time limit (Reason=TimeLimit), scancel
+    (JobState CANCELLED; COMPLETING with no reason as the signal arrives, as a batch script
+    ending first shows too), or another end Slurm names. None outside a Slurm job, and where
+    the job runs on (a SIGTERM Slurm did not send, or `scancel --signal TERM`, which ends
+    nothing)."""
     environ = os.environ if environ is None else environ
     job_id = environ.get("SLURM_JOB_ID")
     if not job_id:

@@ -138,19 +138,25 @@ class Cluster:
         this folder's daemons and any job step's slurmstepd left (SIGTERM, then SIGKILL after
         10 s): nothing of the cluster is left running, whatever ran before."""
         if self.node_state() is not None:
-            env = {**os.environ, **self.environment()}
-            queued = subprocess.run(["squeue", "--noheader", "--format", "%i"], env=env,
-                                    capture_output=True, text=True, timeout=30).stdout.split()
-            if queued:
-                subprocess.run(["scancel", *queued], env=env, timeout=30)
-                deadline = time.monotonic() + KILL_WAIT_S + 30
-                while time.monotonic() < deadline and subprocess.run(
-                        ["squeue", "--noheader"], env=env, capture_output=True, text=True,
-                        timeout=30).stdout.strip():
-                    time.sleep(0.5)
+            self.cancel_jobs()
         for daemon in (*DAEMONS, "slurmstepd"):
             for pid in self._pids(daemon):
                 _stop(pid)
+
+    def cancel_jobs(self) -> None:
+        """Cancel every queued or running job, and wait (bounded) until the queue is empty:
+        Slurm has then ended their processes."""
+        env = {**os.environ, **self.environment()}
+
+        def queued() -> list[str]:
+            return subprocess.run(["squeue", "--noheader", "--format", "%i"], env=env,
+                                  capture_output=True, text=True, timeout=30).stdout.split()
+
+        if jobs := queued():
+            subprocess.run(["scancel", *jobs], env=env, timeout=30)
+            deadline = time.monotonic() + KILL_WAIT_S + 30
+            while queued() and time.monotonic() < deadline:
+                time.sleep(0.5)
 
     def running(self) -> list[str]:
         """This cluster's daemons and job steps still running (none after `stop`)."""

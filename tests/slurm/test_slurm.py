@@ -35,8 +35,7 @@ def slurm() -> Iterator[Cluster]:
         pytest.skip(f"no Slurm cluster here: {why}; start one with `python3 "
                     "tests/slurm/cluster.py start` as root (docs/multi-node.md)")
     yield cluster
-    subprocess.run(["scancel", "--user", str(os.getuid())], env=_environment(cluster),
-                   timeout=30)
+    cluster.cancel_jobs()
 
 
 def _environment(slurm: Cluster) -> dict[str, str]:
