@@ -3,6 +3,7 @@ one panel per workload, the fastest setting of each strategy, and saving as PNG 
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,7 @@ matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchab
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from PIL import Image  # noqa: E402
 
 import strategies  # noqa: E402
 
@@ -219,7 +221,12 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:
     """out_dir/<name>.png and .svg, the figure closed; the PNG's path."""
     fig.tight_layout()
-    fig.savefig(Path(out_dir) / f"{name}.png", dpi=110)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format="png", dpi=110)
+    # As 256 colours: a figure has a few dozen and their blends, and the file is a third the
+    # size of matplotlib's own (the published runs' figures are most of the tracked tree).
+    Image.open(drawn).convert("RGB").quantize(256).save(Path(out_dir) / f"{name}.png",
+                                                        optimize=True)
     # No date and fixed ids: the same records draw the same file, so a run folder written
     # again can be compared with what is published.
     with plt.rc_context({"svg.hashsalt": "parbench"}):

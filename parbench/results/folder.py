@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import os
 import tempfile
@@ -13,15 +14,21 @@ import pandas as pd
 from parbench.measure.timeline import chrome_trace
 from parbench.results.record import FIELDS, LIST_FIELDS, Record
 
-__all__ = ["ResultsError", "RunFolder", "atomic_write_text", "load_records", "read_results"]
+__all__ = ["ResultsError", "RunFolder", "atomic_write_bytes", "atomic_write_text", "load_records",
+           "read_results"]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """As atomic_write_text, for bytes."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline="") as tmp_file:
-            tmp_file.write(text)
+        with os.fdopen(fd, "wb") as tmp_file:
+            tmp_file.write(data)
             tmp_file.flush()
             os.fsync(tmp_file.fileno())
         os.replace(tmp, path)
@@ -94,16 +101,17 @@ class RunFolder:
         atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
 
     def write_timeline(self, record: Record) -> Path | None:
-        """timelines/<config index>-<strategy>.json: the record's measured step as a Chrome
-        trace (Perfetto, chrome://tracing), if it has one."""
+        """timelines/<config index>-<strategy>.json.gz: the record's measured step as a
+        gzipped Chrome trace (Perfetto opens it as it is), if it has one. The record keeps the
+        same spans; the trace, a tenth of its size gzipped, is for the viewer."""
         if not record.timeline:
             return None
         folder = self.path / "timelines"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{record.config_index:03d}-{record.strategy}.json"
+        path = folder / f"{record.config_index:03d}-{record.strategy}.json.gz"
         options = ", ".join(f"{k}={v}" for k, v in (record.strategy_options or {}).items())
-        atomic_write_text(path, chrome_trace(record.timeline, f"{record.strategy} ({options}): "
-                                                              "one measured step"))
+        trace = chrome_trace(record.timeline, f"{record.strategy} ({options}): one measured step")
+        atomic_write_bytes(path, gzip.compress(trace.encode("utf-8"), mtime=0))
         return path
 
     def write_collectives(self, rows: list[dict]) -> None:

@@ -109,7 +109,7 @@ def test_split_sizes_sweep_only_the_strategies_that_take_them(capsys, tmp_path):
         assert 0 <= frame.loc[index, "measured_bubble_fraction"] <= frame.loc[
             index, "measured_bubble_fraction_worst"] < 1
     traces = sorted(p.name for p in (Path(_run_folder(out)) / "timelines").iterdir())
-    assert traces == ["003-model-parallel.json", "004-pipeline.json", "005-pipeline.json"]
+    assert traces == ["003-model-parallel.json.gz", "004-pipeline.json.gz", "005-pipeline.json.gz"]
 
 
 def _switches(*argv: str, command: str = "run") -> list[tuple]:
