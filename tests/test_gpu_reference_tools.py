@@ -97,6 +97,28 @@ def test_a_hung_test_fails_at_its_limit_and_the_step_goes_on(gpu, tmp_path, chil
     assert child_pids() == []
 
 
+def test_where_pytest_timeout_is_installed_it_keeps_the_same_limit(tmp_path):
+    # The H100 host of 2026-11-27 had pytest-timeout: pyproject's 300 s, not --per-test-limit,
+    # held a test until the step was killed, and no junit file was written.
+    hangs = _hangs(tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 300\n")
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", f"{hangs}::test_hangs", f"{hangs}::test_after", "-v",
+         "-p", "pytest_timeout", "-p", "per_test_timeout", "--per-test-limit", "2",
+         "-p", "no:cacheprovider", "--junitxml", str(tmp_path / "junit.xml")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SCRIPT.parent),
+             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert time.monotonic() - start < 20
+    assert done.returncode == 1
+    assert "per-test limit: pytest-timeout, per_test_timeout's limits, at most 2 s" in done.stdout
+    assert "Timeout (>2.0s) from pytest-timeout" in done.stdout + done.stderr
+    cases = ElementTree.parse(tmp_path / "junit.xml").getroot().iter("testcase")
+    failed = {case.get("name"): case.find("failure") is not None for case in cases}
+    assert failed == {"test_hangs": True, "test_after": False}
+
+
 def test_a_test_stuck_past_python_ends_the_process_with_its_stack(tmp_path):
     start = time.monotonic()
     done = subprocess.run(

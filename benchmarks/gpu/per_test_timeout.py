@@ -9,7 +9,8 @@ $PARBENCH_DEADLINE (seconds since the epoch: when whatever runs pytest will kill
 still writes its report. At the limit SIGALRM fails the test where it stands, every thread's
 stack on stderr, and the session goes on; a test that has not come back to Python GRACE_S later
 (stuck in C code) is ended with the whole process by faulthandler, its stack on stderr. Where
-pytest-timeout is active, it keeps the limits and this plugin arms nothing.
+pytest-timeout is active, it keeps the limits: this plugin gives each test the same limit as a
+`timeout` mark placed first, which pytest-timeout reads when the test starts.
 """
 
 from __future__ import annotations
@@ -81,11 +82,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    if not _active(config):
-        return "per-test limit: pytest-timeout's"
+    keeper = "per_test_timeout" if _active(config) else "pytest-timeout, per_test_timeout's limits"
     cap = config.getoption("per_test_limit")
-    return (f"per-test limit: per_test_timeout, at most {cap:.0f} s" if cap
-            else "per-test limit: per_test_timeout")
+    return (f"per-test limit: {keeper}, at most {cap:.0f} s" if cap
+            else f"per-test limit: {keeper}")
 
 
 def _expire(item: pytest.Item, limit: float) -> Any:
@@ -104,11 +104,14 @@ def _arm_hard(seconds: float) -> None:
     faulthandler.dump_traceback_later(max(seconds, 0.1), exit=True, file=_STDERR)
 
 
-@pytest.hookimpl(hookwrapper=True)
+# tryfirst: the outermost wrapper, so the mark is in place before pytest-timeout reads it
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     global _hard_at
-    limit = _item_limit_s(item) if _active(item.config) else None
-    if limit is None:
+    limit = _item_limit_s(item)
+    if limit is not None and not _active(item.config):
+        item.add_marker(pytest.mark.timeout(limit), append=False)
+    if limit is None or not _active(item.config):
         yield
         return
     previous = signal.signal(signal.SIGALRM, _expire(item, limit))
