@@ -55,7 +55,7 @@ def test_the_dry_run_prints_each_step_its_basis_and_the_running_total(tmp_path):
     assert "-m pytest -m gpu tests/gpu/test_gpu.py --deselect" in out
     assert "--junitxml RUN/a-correctness/gpu-tests-junit.xml" in out
     assert "parbench verify --devices cuda:0,cuda:0\n" in out
-    assert "--split-size 20,60 --compile on,off --repeats 3 --steps 30" in out
+    assert "--split-size 20,60 --repeats 3 --steps 30" in out
     assert list(tmp_path.iterdir()) == []
 
 
@@ -63,7 +63,7 @@ def test_the_default_plan_is_a_b_c_d_in_one_loan_and_each_later_part_fits_one(gp
     every = gpu.plan.parts("cuda:0", None, COMMIT)
     default = [part for part in every if part.default]
     assert [part.letter for part in default] == ["a", "b", "c", "d"]
-    assert [part.letter for part in every if not part.default] == ["e", "f"]
+    assert [part.letter for part in every if not part.default] == ["e", "f", "g"]
     install, archive = gpu.reference.INSTALL.seconds, gpu.reference.ARCHIVE.seconds
     for chosen in (default, *([part] for part in every if not part.default)):
         total = install + sum(part.estimate_s for part in chosen) + archive * len(chosen)
@@ -243,7 +243,7 @@ def test_unknown_parts_are_refused():
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--parts", "a,z"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.splitlines()[-1].endswith("--parts: there are parts a,b,c,d,e,f, got a,z")
+    assert done.stderr.splitlines()[-1].endswith("--parts: there are parts a,b,c,d,e,f,g, got a,z")
 
 
 def test_main_runs_on_a_copy_without_git(tmp_path):

@@ -114,9 +114,23 @@ def test_where_pytest_timeout_is_installed_it_keeps_the_same_limit(tmp_path):
     assert done.returncode == 1
     assert "per-test limit: pytest-timeout, per_test_timeout's limits, at most 2 s" in done.stdout
     assert "Timeout (>2.0s) from pytest-timeout" in done.stdout + done.stderr
+    assert "per_test_timeout:" not in done.stderr  # the cap, not a deadline, set the limit
     cases = ElementTree.parse(tmp_path / "junit.xml").getroot().iter("testcase")
     failed = {case.get("name"): case.find("failure") is not None for case in cases}
     assert failed == {"test_hangs": True, "test_after": False}
+
+
+def test_a_limit_cut_by_the_steps_end_is_said_in_the_log(tmp_path):
+    hangs = _hangs(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", f"{hangs}::test_after", "-p", "per_test_timeout",
+         "--per-test-limit", "60", "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(SCRIPT.parent), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+             "PARBENCH_DEADLINE": f"{time.time() + 30:.0f}"})
+    assert done.returncode == 0
+    assert re.search(r"per_test_timeout: .*test_after has 1[0-5] s, the time left before its "
+                     r"step ends less 15 s", done.stderr)
 
 
 def test_a_test_stuck_past_python_ends_the_process_with_its_stack(tmp_path):

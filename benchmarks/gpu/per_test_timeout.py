@@ -109,6 +109,11 @@ def _arm_hard(seconds: float) -> None:
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     global _hard_at
     limit = _item_limit_s(item)
+    cap = item.config.getoption("per_test_limit")
+    if limit is not None and cap and limit < cap:  # the step's end is near: say so in its log
+        _STDERR.write(f"\nper_test_timeout: {item.nodeid} has {limit:.0f} s, the time left "
+                      f"before its step ends less {END_MARGIN_S:.0f} s\n")
+        _STDERR.flush()
     if limit is not None and not _active(item.config):
         item.add_marker(pytest.mark.timeout(limit), append=False)
     if limit is None or not _active(item.config):

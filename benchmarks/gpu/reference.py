@@ -53,7 +53,7 @@ PER_TEST_HELP = ("benchmarks/gpu/per_test_timeout.py, loaded with -p as pytest-t
                  "the GPU hosts: a test past its limit fails with every thread's stack and the "
                  "step goes on; one stuck in C code is ended 5 s later, with the process, by "
                  "faulthandler; no test runs past 15 s before its step's end, so pytest still "
-                 "writes junit.xml (pytest-timeout keeps the limits instead where it is installed)")
+                 "writes junit.xml (where pytest-timeout is installed, it keeps the same limits)")
 
 
 def _fill(argv: tuple[str, ...], values: dict[str, str]) -> list[str]:
@@ -218,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", help="part letters to run, comma separated (default "
-                        "a,b,c,d; e and f are for later loans)")
+                        "a,b,c,d; e, f and g are for later loans)")
     parser.add_argument("--device", default="cuda:0", help="the GPU (default cuda:0)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the install, every step and its estimate; run nothing")

@@ -167,22 +167,24 @@ def _correctness(shared: str, four: str) -> Part:
                                                     "--devices", four), verify_4)))
 
 
-def _pipelines(shared: str) -> Step:
+def _pipelines(shared: str, compiled: bool) -> Step:
     """single whole and accumulating the same micro-batches (parbench adds it), model-parallel
-    and the pipelines at splits 20 and 60, each eager and compiled; the process-per-stage
-    schedules are left out: parbench refuses them where ranks share a GPU (gloo cannot send
-    CUDA tensors point to point), and a refusal ends the whole command."""
-    eager = [Trials("single", 2), Trials("model-parallel", extra_steps=1),
-             *(Trials(kind, extra_steps=2 * kind.startswith("pipeline")) for kind in
-               ("single acc=20", "single acc=60", "pipeline split=20", "pipeline split=60"))]
-    compiled = [Trials(t.kind, compiled=True, extra_steps=t.extra_steps) for t in eager]
-    argv = _run("pipelines", "--strategy",
-                "single,model-parallel,pipeline", *TUTORIAL,
-                "--devices", shared, "--split-size", "20,60", "--compile", "on,off")
+    and the pipelines at splits 20 and 60, eager or compiled. The process-per-stage schedules
+    are left out: parbench refuses them where ranks share a GPU (gloo cannot send CUDA tensors
+    point to point), and a refusal ends the whole command."""
+    trials = [Trials("single", 2, compiled=compiled),
+              Trials("model-parallel", compiled=compiled, extra_steps=1),
+              *(Trials(kind, compiled=compiled, extra_steps=2 * kind.startswith("pipeline"))
+                for kind in ("single acc=20", "single acc=60", "pipeline split=20",
+                             "pipeline split=60"))]
+    name = "pipelines-compiled" if compiled else "pipelines"
+    argv = _run(name, "--strategy", "single,model-parallel,pipeline", *TUTORIAL,
+                "--devices", shared, "--split-size", "20,60",
+                *(("--compile", "on") if compiled else ()))
     # Each block compiled in place: the whole model, model-parallel's stages (batch 120) and
     # a split's micro-batches and pipeline stages share their blocks' graphs.
-    return Step("pipelines", argv, run_estimate(eager + compiled, ROUNDS, WARMUP, STEPS,
-                                                compiles=3))
+    return Step(name, argv, run_estimate(trials, ROUNDS, WARMUP, STEPS,
+                                         compiles=3 if compiled else 0))
 
 
 def _data_parallel(shared: str) -> Step:
@@ -243,7 +245,7 @@ def _asv(device: str, asv_commit: str | None) -> Part:
 
 
 def _later(device: str, shared: str, asv_commit: str | None) -> list[Part]:
-    """Parts for later loans (--parts e, --parts f): not in the default run."""
+    """Parts for later loans (--parts e, f, g): not in the default run."""
     apart = [Step(f"bf16-{name}", _run(f"bf16-{name}", *RESNET50_224, "--devices", device,
                                        *flags, warmup=WARMUP + 3, repeats=1),
                   run_estimate([Trials("bf16")], 1, WARMUP + 3, STEPS,
@@ -269,6 +271,10 @@ def _later(device: str, shared: str, asv_commit: str | None) -> list[Part]:
                                              per_test_s=240),
                  Estimate(42.8, "the H200's 8 pytest-benchmark step"), env=env,
                  requires=("pytest_benchmark",)), _predicted()), default=False),
+        Part("g", "compiled-128px", "(b) with every block compiled (torch.compile, "
+             "dynamic=False): its three batch shapes compiled in the first round; on the H100 "
+             "each compiled step was host-bound and 1.27-1.87x the eager one",
+             (_pipelines(shared, compiled=True),), default=False),
     ]
 
 
@@ -292,8 +298,8 @@ def parts(device: str = "cuda:0", timm_benchmark: Path | None = None,
             Part("b", "attribution-128px", "the tutorial's job (resnet50, batch 120, 128 px, "
                  f"fp32) on {shared}, {ROUNDS} interleaved trials of {STEPS} steps: single "
                  "against model-parallel, and the pipelines at splits 20 and 60 against single "
-                 "accumulating the same micro-batches, each eager and compiled (ddp and fsdp: "
-                 "part e)", (_pipelines(shared),)),
+                 "accumulating the same micro-batches, eager (compiled: part g; ddp and fsdp: "
+                 "part e)", (_pipelines(shared, compiled=False),)),
             _resnet50_224(device, timm_benchmark or TIMM_BENCHMARK),
             _asv(device, asv_commit), *_later(device, shared, asv_commit)]
 

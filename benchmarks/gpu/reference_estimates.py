@@ -1,9 +1,10 @@
 """Each step's time estimate for the GPU reference run, from what one H200 measured on
-2026-11-26 (H200 below: results/20261126T004029Z-gpu-reference-h200): each step's seconds in
-its steps.json, each test's in junit.xml, each configuration's step times and first step in its
-run's records.json. A step's estimate is that arithmetic on the new step's work (configurations
-x trials x steps, plus the starts, set-ups and compiles those times hold), times MARGIN; where
-the H200 measured nothing comparable, a planning figure, labelled as such."""
+2026-11-26 (results/20261126T004029Z-gpu-reference-h200) and, where it measured more, one H100
+on 2026-11-27 (results/20261127T011008Z-gpu-reference-h100): each step's seconds in its
+steps.json, each test's in junit.xml, each configuration's step times, first step and compile
+in its run's records.json. A step's estimate is that arithmetic on the new step's work
+(configurations x trials x steps, plus the starts, set-ups and compiles those times hold),
+times MARGIN; where neither measured anything comparable, a planning figure, labelled as such."""
 
 from __future__ import annotations
 
@@ -35,20 +36,23 @@ SPAWN_TRIAL_S = 1.6
 # pytest's own start and end: 1 gpu-tests' 71.6 s less pytest's 62.6 s (also a process that
 # imports torch and parbench, as `parbench verify` does).
 PYTEST_START_S = 9.0
-# The first torch.compile in a process: 5 compiled's compile_time_s 30.8 s plus the 4.0 s that
-# run took beyond an eager run's start.
-COMPILE_S = 34.8
-# PLANNING: another static shape compiled in the same process, over the first compile: 17.3 s
-# against 31.2 s (resnet18, a new batch size, torch 2.14 on this project's 2-core CPU); a new
-# model of the same shape reused the compiled code there (0.05 s), as parbench's rounds do.
-RECOMPILE = 0.55
+# The first torch.compile in a process: the H100's 2-part-b, single acc=20's compile_time_s
+# 43.3 s (the H200's 5 compiled: 30.8 s, plus 4.0 s beyond an eager run's start).
+COMPILE_S = 43.3
+# Another static shape compiled in the same process, over the first compile: the H100's
+# 2-part-b, model-parallel's (batch 120) and pipeline split=60's first compiled trials, 40.9 and
+# 40.1 s against their 2.4 and 3.2 s once compiled: 38.5 and 36.9 s, 0.87 of the first; a new
+# model of a shape already compiled reused the code (single compiled at batch 120: 2.1 s).
+RECOMPILE = 0.87
+# A compiled step over the eager one, the model compiled block by block: the H100's 2-part-b,
+# the median of six kinds' ratios of their median steps (1.27 to 1.87; both host-bound there).
+COMPILED_STEP = 1.42
 # cuDNN's algorithm search (torch.backends.cudnn.benchmark) on the first step: 4
 # bf16-channels-last's first step 11.06 s less 4 ablation's bf16 first step 0.33 s.
 SEARCH_S = 10.7
-# PLANNING, for steps that never ran on a GPU.
-# pip here: 0.8 s for parbench, 0.4 s for asv's wheels; with the two imports of torch that
-# guard the host's, the import checks, pip check and `import timm` about 9 s on this 2-core CPU.
-INSTALL_S = 15.0
+# The install and its checks: the H100's command start to its first step, 31 s in both of its
+# runs that installed (1-default, 3-part-a: their wall time less their steps').
+INSTALL_S = 31.0
 ARCHIVE_S = 1.0  # tar.gz of a run folder of a few MB
 UNMEASURED_TEST_S = 10.0  # a GPU test the H200 did not run
 
@@ -149,9 +153,10 @@ def _trial_s(trials: Trials, warmup: int, steps: int) -> float:
     """One trial: its set-up, its first step (cuDNN's search and a compile counted apart),
     the other warm-up, measured and untimed steps, and ddp's and fsdp's compute-only ones."""
     kind = MEASURED[trials.kind]
-    first = kind.step_s if trials.compiled else kind.first_s - SEARCH_S * kind.searched
+    step_s = kind.step_s * (COMPILED_STEP if trials.compiled else 1.0)
+    first = step_s if trials.compiled else kind.first_s - SEARCH_S * kind.searched
     seconds = (SPAWN_TRIAL_S if trials.spawned else TRIAL_S) + first
-    seconds += (warmup - 1 + steps + trials.extra_steps) * kind.step_s
+    seconds += (warmup - 1 + steps + trials.extra_steps) * step_s
     return seconds + (steps + 1) * kind.compute_s
 
 
@@ -171,12 +176,13 @@ def run_estimate(trials: Sequence[Trials], rounds: int, warmup: int, steps: int,
         compiling = COMPILE_S * (1 + RECOMPILE * (compiles - 1))
         raw += compiling
         parts.append(f"compiled at {compiles} batch shapes {compiling:.1f} s (the first "
-                     f"{COMPILE_S} s, each other {RECOMPILE} of it: PLANNING)")
+                     f"{COMPILE_S} s, each other {RECOMPILE} of it: H100)")
     if searches:
         raw += searches * SEARCH_S
         parts.append(f"{searches} cuDNN search{'es' * (searches > 1)} x {SEARCH_S} s")
     kinds = ", ".join(f"{t.count} x {t.kind}{' compiled' if t.compiled else ''} "
                       f"{MEASURED[t.kind].step_s * 1000:.1f} ms"
+                      + (f" x {COMPILED_STEP}" if t.compiled else "")
                       + (f" (+{t.extra_steps} untimed steps)" if t.extra_steps else "")
                       for t in trials)
     each = f"set-up {TRIAL_S} s" + (f", spawned {SPAWN_TRIAL_S} s and {steps + 1} compute-only "
