@@ -300,3 +300,14 @@ def test_the_models_files_are_those_of_their_version():
     assert version.fingerprint() == version.FINGERPRINT, (
         f"parbench/predict changed: bump PREDICTOR_VERSION and set FINGERPRINT = "
         f"{version.fingerprint()!r}")
+
+
+def test_where_a_models_import_comes_from_is_not_the_model_but_what_it_imports_is():
+    moved = version.model_source(b"from parbench.predict.links import Link\n"
+                                 b"    from strategies.partition import cut\n")
+    assert moved == version.model_source(b"from parbench.advisor.links import Link\n"
+                                         b"    from parbench.strategies.partition import cut\n")
+    assert moved != version.model_source(b"from parbench.predict.links import Links\n"
+                                         b"    from strategies.partition import cut\n")
+    assert version.model_source(b"x = 1  # from parbench.a import b\n") == \
+        b"x = 1  # from parbench.a import b\n"
