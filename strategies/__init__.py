@@ -8,18 +8,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.base import Layout, Plan, Strategy, default_backend
-from strategies.data_parallel import DataParallel
-from strategies.ddp import DDP
-from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
-from strategies.fsdp import FSDP
-from strategies.hsdp import HSDP
-from strategies.model_parallel import ModelParallel
-from strategies.options import Options, OptionSpec
-from strategies.pipeline import Pipeline
-from strategies.pipeline_fsdp import PipelineFSDP
-from strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
-from strategies.single import SingleDevice
+from parbench.strategies.base import Layout, Plan, Strategy, default_backend
+from parbench.strategies.data_parallel import DataParallel
+from parbench.strategies.ddp import DDP
+from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
+from parbench.strategies.fsdp import FSDP
+from parbench.strategies.hsdp import HSDP
+from parbench.strategies.model_parallel import ModelParallel
+from parbench.strategies.options import Options, OptionSpec
+from parbench.strategies.pipeline import Pipeline
+from parbench.strategies.pipeline_fsdp import PipelineFSDP
+from parbench.strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
+from parbench.strategies.single import SingleDevice
 
 __all__ = [
     "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Plan", "Strategy",

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
-from strategies.options import Options as OptionsBase
-from strategies.stages import bubble_fraction, micro_batch_sizes
+from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
+from parbench.strategies.options import Options as OptionsBase
+from parbench.strategies.stages import bubble_fraction, micro_batch_sizes
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload
@@ -70,7 +70,7 @@ class Plan:
         plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
         single-device step is the reference, as for every plan of a family whose normalisation
         sees one sample at a time (LayerNorm)."""
-        from strategies import lookup  # the registry imports this module
+        from parbench.strategies import lookup  # the registry imports this module
 
         if not self.workload.family.batch_statistics:
             return None

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from strategies.base import Layout
-from strategies.rank_parallel import SplitBatch
+from parbench.strategies.base import Layout
+from parbench.strategies.rank_parallel import SplitBatch
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload

@@ -11,10 +11,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from strategies.base import Layout
-from strategies.errors import StrategyError
-from strategies.options import option
-from strategies.rank_parallel import RankDataParallel, ReplicaOptions
+from parbench.strategies.base import Layout
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.options import option
+from parbench.strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
 __all__ = ["DDP", "DDPOptions"]
 

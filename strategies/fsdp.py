@@ -17,10 +17,10 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Layout
-from strategies.errors import StrategyError
-from strategies.options import option
-from strategies.rank_parallel import RankDataParallel, ReplicaOptions
+from parbench.strategies.base import Layout
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.options import option
+from parbench.strategies.rank_parallel import RankDataParallel, ReplicaOptions
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from strategies.base import Layout
-from strategies.errors import StrategyError
-from strategies.fsdp import FSDP, FSDPOptions, mesh_of_groups
-from strategies.options import option
+from parbench.strategies.base import Layout
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.fsdp import FSDP, FSDPOptions, mesh_of_groups
+from parbench.strategies.options import option
 
 __all__ = ["HSDP", "HSDPOptions"]
 

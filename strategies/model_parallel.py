@@ -8,11 +8,11 @@ import torch
 from torch import nn
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Layout, Strategy
-from strategies.errors import StrategyError, Unavailable
-from strategies.options import Options, option
-from strategies.partition import BALANCES, default_balance, plan_cut
-from strategies.stages import build_stages, timing_batch
+from parbench.strategies.base import Layout, Strategy
+from parbench.strategies.errors import StrategyError, Unavailable
+from parbench.strategies.options import Options, option
+from parbench.strategies.partition import BALANCES, default_balance, plan_cut
+from parbench.strategies.stages import build_stages, timing_batch
 
 __all__ = ["ModelParallel", "StageOptions"]
 

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from strategies.errors import StrategyError
+from parbench.strategies.errors import StrategyError
 
 if TYPE_CHECKING:
     import torch

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from strategies.clock import StepClock
-from strategies.errors import StrategyError
+from parbench.strategies.clock import StepClock
+from parbench.strategies.errors import StrategyError
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload

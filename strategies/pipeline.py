@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Layout
-from strategies.errors import StrategyError
-from strategies.model_parallel import ModelParallel, StageOptions
-from strategies.options import option
-from strategies.stages import micro_batch_sizes, resolve_split
+from parbench.strategies.base import Layout
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.model_parallel import ModelParallel, StageOptions
+from parbench.strategies.options import option
+from parbench.strategies.stages import micro_batch_sizes, resolve_split
 
 __all__ = ["Pipeline", "PipelineOptions"]
 

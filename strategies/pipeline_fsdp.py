@@ -16,13 +16,13 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Layout
-from strategies.errors import StrategyError
-from strategies.fsdp import reduce_by_sum_on_gloo
-from strategies.options import option
-from strategies.partition import default_balance
-from strategies.pipeline_schedules import ScheduledPipeline, ScheduleOptions
-from strategies.stages import micro_batch_sizes, resolve_split
+from parbench.strategies.base import Layout
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.fsdp import reduce_by_sum_on_gloo
+from parbench.strategies.options import option
+from parbench.strategies.partition import default_balance
+from parbench.strategies.pipeline_schedules import ScheduledPipeline, ScheduleOptions
+from parbench.strategies.stages import micro_batch_sizes, resolve_split
 
 __all__ = ["PipelineFSDP", "PipelineFSDPOptions"]
 

@@ -15,12 +15,12 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from typing_extensions import Self  # typing's from Python 3.11
 
-from strategies.base import Layout, ProcessPerDevice
-from strategies.errors import StrategyError, Unavailable, WorkloadRefused
-from strategies.options import option
-from strategies.partition import Partition, plan_cut, split_model
-from strategies.pipeline import PipelineOptions
-from strategies.stages import bubble_fraction, micro_batch_sizes, timing_batch
+from parbench.strategies.base import Layout, ProcessPerDevice
+from parbench.strategies.errors import StrategyError, Unavailable, WorkloadRefused
+from parbench.strategies.options import option
+from parbench.strategies.partition import Partition, plan_cut, split_model
+from parbench.strategies.pipeline import PipelineOptions
+from parbench.strategies.stages import bubble_fraction, micro_batch_sizes, timing_batch
 
 __all__ = ["SCHEDULES", "InterleavedOptions", "InterleavedPipeline", "Schedule",
            "ScheduleOptions", "ScheduledPipeline"]

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from strategies.base import ProcessPerDevice, Strategy
-from strategies.errors import StrategyError
-from strategies.options import Options, option
+from parbench.strategies.base import ProcessPerDevice, Strategy
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.options import Options, option
 
 __all__ = ["RankDataParallel", "ReplicaOptions", "SplitBatch"]
 

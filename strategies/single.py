@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from strategies.base import Layout, Strategy
-from strategies.errors import StrategyError
-from strategies.options import Options, option
-from strategies.stages import micro_batch_sizes
+from parbench.strategies.base import Layout, Strategy
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.options import Options, option
+from parbench.strategies.stages import micro_batch_sizes
 
 __all__ = ["SingleDevice", "SingleOptions", "accumulating"]
 

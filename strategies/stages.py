@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from strategies.errors import StrategyError
-from strategies.partition import Partition, cut_model
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.partition import Partition, cut_model
 
 __all__ = ["MAX_TIMING_BATCH", "Stage", "bubble_fraction", "build_stages", "micro_batch_sizes",
            "resolve_split", "timing_batch"]

@@ -1,6 +1,9 @@
 """The torch/torchvision requirements are ranges that keep a GPU host's own PyTorch, and the
 constraints file pins a pair inside them."""
 
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -37,3 +40,20 @@ def test_the_range_is_a_range_and_the_tested_pair_lies_in_it():
         specifier = requirements[package].specifier
         assert not any(spec.operator == "==" for spec in specifier), "pinned, not a range"
         assert specifier.contains(pins[package]), (package, pins[package])
+
+
+def test_the_wheel_holds_parbench_alone_with_the_strategies_inside(tmp_path):
+    # strategies/ stays at the repository's top and is installed as parbench.strategies (the
+    # link parbench/strategies): a user's own `strategies` package cannot collide with it.
+    assert (ROOT / "parbench" / "strategies").resolve() == ROOT / "strategies"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--no-index", "-q", "-w", str(tmp_path), str(ROOT)], check=True,
+                   timeout=240, capture_output=True)
+    [wheel] = tmp_path.glob("parbench-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        [top_level] = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert archive.read(top_level).decode().split() == ["parbench"]
+    assert {name.split("/")[0] for name in names if not name.endswith("/")} == {
+        "parbench", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    assert "parbench/strategies/ddp.py" in names and "parbench/strategies/__init__.py" in names

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 from experiment_report import write_report  # beside this script
 
-import strategies
+from parbench import strategies
 from parbench.cli import main as parbench
 from parbench.commands.arguments import new_run_folder
 from parbench.families.workloads import Workload

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.families import family_of
 from parbench.families.workloads import MIN_IMAGE_SIZE
 from parbench.machine.devices import DeviceError, DeviceSet, parse_devices

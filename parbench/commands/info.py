@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import strategies
+from parbench import strategies
 from parbench.commands.arguments import default_devices, device_set
 from parbench.machine.environment import collect_environment, format_environment
 from parbench.sweep import suite

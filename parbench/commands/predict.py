@@ -40,8 +40,8 @@ from parbench.predict.summary import (
 from parbench.predict.sweep import above_ideal_notes, predict_sweep
 from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results.folder import ResultsError, RunFolder, atomic_write_text
+from parbench.strategies.stages import resolve_split
 from parbench.sweep.experiments import held_out_version
-from strategies.stages import resolve_split
 
 __all__ = ["command_predict"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
 from parbench.plots import write_projection_figure
 from parbench.predict.links import LINKS, Link, links_help, named_link

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.commands.arguments import (
     UsageError,
     add_common_arguments,
@@ -41,7 +41,7 @@ from parbench.predict.local_link import measured_link
 from parbench.predict.record_profiles import profiles_for
 from parbench.predict.sweep import predict_sweep
 from parbench.predict.version import PREDICTOR_VERSION
-from strategies.stages import resolve_split
+from parbench.strategies.stages import resolve_split
 
 __all__ = ["add_parsers", "command_recommend"]
 

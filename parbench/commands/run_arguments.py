@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import strategies
+from parbench import strategies
 from parbench.commands.arguments import add_common_arguments, add_strategy_options
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.sweep import experiments, suite

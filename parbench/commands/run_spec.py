@@ -25,8 +25,8 @@ from parbench.commands.arguments import (
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
 from parbench.results.folder import ResultsError, RunFolder
+from parbench.strategies.options import SWITCH
 from parbench.sweep import SpecError, SweepSpec, suite
-from strategies.options import SWITCH
 
 __all__ = ["compile_values", "job_device_sets", "read_spec", "refuse_a_changed_sweep",
            "spec_of"]

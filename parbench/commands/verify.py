@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-import strategies
-from parbench import launch
+from parbench import launch, strategies
 from parbench.commands.arguments import (
     UsageError,
     add_common_arguments,

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.families.data import BatchSource, shard
 from parbench.machine.devices import DeviceSet, synchronize
 from parbench.measure import Pace, memory_cap, time_steps

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-import strategies
+from parbench import strategies
 from parbench.plots.common import (
     config_label,
     panel_groups,

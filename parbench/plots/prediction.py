@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FormatStrFormatter
 
-import strategies
+from parbench import strategies
 from parbench.plots.common import (
     config_label,
     interval_errors,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FormatStrFormatter
 
-import strategies
+from parbench import strategies
 from parbench.plots.common import (
     best_settings,
     compared_batch,
@@ -25,7 +25,7 @@ from parbench.plots.common import (
     with_interval,
 )
 from parbench.results.record import axis_label
-from strategies.stages import bubble_fraction
+from parbench.strategies.stages import bubble_fraction
 
 __all__ = ["plot_scaling", "plot_split_sizes", "plot_strategies"]
 

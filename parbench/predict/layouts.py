@@ -17,9 +17,9 @@ from parbench.predict.links import AnyLink
 from parbench.predict.memory_calls import as_planned
 from parbench.predict.records import ProfileAt, predict_record, profiled_size
 from parbench.predict.sweep import with_causes
+from parbench.strategies import layout_of
 from parbench.sweep.config import Config, expand_sweep
 from parbench.sweep.runner import planned_fields
-from strategies import layout_of
 
 __all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_layouts",
            "unmodelled_settings"]

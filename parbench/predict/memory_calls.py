@@ -11,8 +11,8 @@ from parbench.families import family_of
 from parbench.predict.links import AnyLink, MissingCollective
 from parbench.predict.profile import Profile
 from parbench.predict.records import ProfileAt, predict_record, profiled_size
-from strategies.partition import Partition, partition_by_cost
-from strategies.stages import micro_batch_sizes
+from parbench.strategies.partition import Partition, partition_by_cost
+from parbench.strategies.stages import micro_batch_sizes
 
 __all__ = ["MEMORY_CALLS_FILE", "calls_summary", "memory_calls"]
 

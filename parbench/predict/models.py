@@ -11,8 +11,8 @@ from parbench.predict.links import AnyLink
 from parbench.predict.memory import RankMemory
 from parbench.predict.profile import Profile
 from parbench.predict.schedule_replay import Replayed, StageTimes, replay, schedule_actions
-from strategies.partition import Partition
-from strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.partition import Partition
+from parbench.strategies.pipeline_schedules import SCHEDULES
 
 __all__ = ["KIND", "Prediction", "model_parallel", "pipeline", "single",
            "tick_pipeline", "tick_step_s"]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from parbench.predict.profile import Profile
-from strategies import BASELINE, layout_of
+from parbench.strategies import BASELINE, layout_of
 
 __all__ = ["naive_step_s", "with_naive"]
 

@@ -17,8 +17,8 @@ from parbench.measure.allocator import pin_cpu_allocator
 from parbench.predict.cache import cached, settings_key
 from parbench.predict.contention import Sharing
 from parbench.predict.schedule_replay import StageTimes
-from strategies.clock import StepClock
-from strategies.partition import Partition
+from parbench.strategies.clock import StepClock
+from parbench.strategies.partition import Partition
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-import strategies
+from parbench import strategies
 from parbench.results import stats
-from strategies import Layout, layout_of
+from parbench.strategies import Layout, layout_of
 
 __all__ = ["CALIBRATED", "CAUSES", "CONTROL", "candidates", "confirm_verdict",
            "dropped_summary", "fitting", "leanest", "option_flags", "ranked", "reference",

@@ -16,7 +16,7 @@ from parbench.families.workloads import Workload
 from parbench.machine.devices import cpu_cores
 from parbench.predict.contention import Sharing, load_or_measure_slowdown
 from parbench.predict.profile import Profile, load_or_profile
-from strategies import Layout, layout_of
+from parbench.strategies import Layout, layout_of
 
 __all__ = ["DEFAULT_CACHE", "profiles_for"]
 

@@ -16,9 +16,9 @@ from parbench.predict.sharded_pipelines import sharded_pipelines
 from parbench.predict.trace_check import replayed_trace
 from parbench.results.comparisons import comparison_key, is_baseline
 from parbench.results.record import Record
-from strategies import Layout, layout_of, options_of
-from strategies.partition import Partition
-from strategies.pipeline_schedules import ScheduleOptions
+from parbench.strategies import Layout, layout_of, options_of
+from parbench.strategies.partition import Partition
+from parbench.strategies.pipeline_schedules import ScheduleOptions
 
 __all__ = ["partition_of", "predict_record", "predicted_beside_measured", "profiled_size"]
 

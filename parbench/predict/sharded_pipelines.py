@@ -10,7 +10,7 @@ from parbench.predict.links import AnyLink
 from parbench.predict.memory import RankMemory
 from parbench.predict.models import Prediction, pipeline
 from parbench.predict.profile import Profile
-from strategies.partition import Partition
+from parbench.strategies.partition import Partition
 
 __all__ = ["sharded_pipelines"]
 

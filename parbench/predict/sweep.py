@@ -11,10 +11,10 @@ from parbench.predict import data_parallel, models
 from parbench.predict.links import NO_LINK, AnyLink
 from parbench.predict.profile import Profile
 from parbench.predict.sharded_pipelines import sharded_pipelines
-from strategies import layout_of
-from strategies.partition import Partition, partition_by_cost
-from strategies.pipeline_schedules import SCHEDULES
-from strategies.stages import resolve_split
+from parbench.strategies import layout_of
+from parbench.strategies.partition import Partition, partition_by_cost
+from parbench.strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.stages import resolve_split
 
 __all__ = ["above_ideal_notes", "predict_sweep", "with_causes"]
 

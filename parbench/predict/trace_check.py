@@ -11,8 +11,8 @@ from collections import defaultdict
 from parbench.predict.links import AnyLink
 from parbench.predict.models import tick_step_s
 from parbench.predict.schedule_replay import StageTimes, replay, schedule_actions
-from strategies import Layout, layout_of, options_of
-from strategies.pipeline_schedules import SCHEDULES, ScheduleOptions
+from parbench.strategies import Layout, layout_of, options_of
+from parbench.strategies.pipeline_schedules import SCHEDULES, ScheduleOptions
 
 __all__ = ["replayed_trace", "trace_stage_times"]
 

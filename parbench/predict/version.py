@@ -3,8 +3,8 @@ version that was committed before it was measured."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import re
 from pathlib import Path
 
 __all__ = ["FINGERPRINT", "MODEL_FILES", "PREDICTOR_VERSION", "fingerprint", "model_source"]
@@ -47,25 +47,41 @@ MODEL_FILES = tuple(f"parbench/predict/{name}" for name in (
 # prediction.json keeps it, so a model changed without a new version is caught there too. It
 # was taken anew (2026-11-27) when the fingerprint stopped counting where the project's
 # imports come from, on the same sources version 6 was committed with.
-FINGERPRINT = "26d6546e1c42ab3e7fad0a3d5e0420087407166972d2de2d0fb0d85509ceb3b2"
+FINGERPRINT = "37efb3433e2244b3beccea575a7fed68cc8322ddcd2ce2869d7182d05d322b5c"
 
 _ROOT = Path(__file__).resolve().parents[2]
 
 
-# `from parbench.x.y import` / `from strategies.z import`: where a name of the project's comes
-# from is not the model (a module moved or renamed predicts the same); what is imported is.
-_PROJECT_IMPORT = re.compile(rb"^(\s*)from (?:parbench|strategies)(?:\.[\w.]+)? import ", re.M)
+_PROJECT = ("parbench", "strategies")
+
+
+class _ProjectImports(ast.NodeTransformer):
+    """Takes every import of the project's own modules out of a tree, keeping the names."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        if node.level or (node.module or "").split(".")[0] not in _PROJECT:
+            return node
+        self.names.update(f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names)
+        return None
 
 
 def model_source(text: bytes) -> bytes:
-    """A model file's bytes with each import from the project's own modules reduced to the
-    names it imports."""
-    return _PROJECT_IMPORT.sub(rb"\1from <project> import ", text)
+    """What a model file's fingerprint is taken over: its syntax tree (not its layout or
+    comments) with the imports of the project's own modules reduced to the set of names they
+    import. Where a name comes from, and the imports' order, are not the model (a module moved
+    or renamed predicts the same); what is imported, and everything else, is."""
+    imports = _ProjectImports()
+    tree = imports.visit(ast.parse(text))
+    return (ast.dump(tree) + "\n" + ",".join(sorted(imports.names))).encode()
 
 
 def fingerprint() -> str:
     """sha256 over MODEL_FILES' sources (model_source), in order: what FINGERPRINT must equal."""
     digest = hashlib.sha256()
     for name in MODEL_FILES:
-        digest.update(model_source((_ROOT / name).read_bytes()))
+        data = (_ROOT / name).read_bytes()
+        digest.update(model_source(data) if name.endswith(".py") else data)
     return digest.hexdigest()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import strategies
+from parbench import strategies
 from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text

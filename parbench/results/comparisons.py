@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-import strategies
+from parbench import strategies
 from parbench.results import stats
 from parbench.results.record import COMPARED, Record
 

@@ -8,14 +8,14 @@ import json
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 
-import strategies
+from parbench import strategies
 from parbench.families.data import DataError, open_image_folder
 from parbench.machine.devices import DeviceError, DeviceSet, parse_devices
+from parbench.strategies.single import accumulating
 from parbench.sweep import experiments, held_out, trials
 from parbench.sweep.config import Config, expand_sweep, weakly_scaled
 from parbench.sweep.planning import ConfigError, PlanRefused
 from parbench.sweep.spec import SweepSpec
-from strategies.single import accumulating
 
 __all__ = ["Sweep"]
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-import strategies
+from parbench import strategies
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet
 

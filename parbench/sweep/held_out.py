@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-import strategies
+from parbench import strategies
 
 __all__ = ["MICRO_BATCH", "draw"]
 

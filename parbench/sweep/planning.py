@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.machine.cluster import job
 from parbench.machine.devices import DeviceSet, format_bytes, host_memory_bytes
 

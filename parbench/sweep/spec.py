@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import strategies
+from parbench import strategies
 
 __all__ = ["SPEC_VERSION", "SpecError", "SweepSpec"]
 

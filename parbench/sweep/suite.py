@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import strategies
+from parbench import strategies
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, parse_devices
 from parbench.sweep import SweepSpec

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-import strategies
+from parbench import strategies
 from parbench.measure.timing import host_bound
 from parbench.results import stats
 from parbench.results.record import PER_TRIAL, Record

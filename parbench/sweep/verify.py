@@ -8,14 +8,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-import strategies
-from parbench import launch
+from parbench import launch, strategies
 from parbench.families.workloads import Workload
 from parbench.launch.ranks import in_process_threads
 from parbench.launch.worker import Trained
 from parbench.machine.devices import DeviceSet
+from parbench.strategies.single import accumulating
 from parbench.sweep.config import Config, options_for
-from strategies.single import accumulating
 
 __all__ = ["DRIFT_ALLOWANCE", "MULTI_STEP_PRECISION", "TWINS", "Verdict", "verify"]
 

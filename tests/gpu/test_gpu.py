@@ -26,10 +26,10 @@ from parbench.measure import peak_tflops, probes, time_steps
 from parbench.measure.sampling import GpuSampler
 from parbench.predict.profile import profile_blocks
 from parbench.results.record import Record
+from parbench.strategies.data_parallel import AutocastForward
+from parbench.strategies.partition import plan_cut
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
-from strategies.data_parallel import AutocastForward
-from strategies.partition import plan_cut
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.cli import main
 from parbench.families.workloads import Workload
 from parbench.results.folder import load_records

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-import strategies
+from parbench import strategies
 from parbench.families.workloads import is_compiled
 from tests.support import one_rank
 

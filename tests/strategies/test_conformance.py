@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import strategies
+from parbench import strategies
 from parbench.cli import main
 from parbench.machine.devices import DeviceSet, parse_devices
 from parbench.results.record import FIELDS

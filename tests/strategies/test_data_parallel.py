@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import strategies
-from strategies import StrategyError
+from parbench import strategies
+from parbench.strategies import StrategyError
 from tests.support import one_rank
 
 CPU = torch.device("cpu")
@@ -90,7 +90,7 @@ def _forward_dtype_in_a_replica_thread(module, images) -> torch.dtype:
 def test_data_parallel_replicas_compute_in_the_precision_asked(tiny_workload):
     """A replica thread's autocast falls back to the device's default dtype (bf16 on CPU,
     fp16 on CUDA): the replicated module enters the workload's own."""
-    from strategies.data_parallel import AutocastForward
+    from parbench.strategies.data_parallel import AutocastForward
 
     workload = replace(tiny_workload, precision="fp16")  # not the default here, as bf16 on CUDA
     model = workload.build_model_on(CPU)
@@ -122,7 +122,7 @@ import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
-from strategies.fsdp import gathered_through_cpu
+from parbench.strategies.fsdp import gathered_through_cpu
 
 def rank_main(rank, world, store):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -303,7 +303,7 @@ def test_hsdps_mesh_is_made_of_groups_on_the_ranks_own_backend():
     device type's default (NCCL for CUDA, which refuses two ranks on one GPU)."""
     import torch.distributed as dist
 
-    from strategies.fsdp import mesh_of_groups
+    from parbench.strategies.fsdp import mesh_of_groups
 
     with one_rank():
         for device_type in ("cpu", "cuda"):

@@ -7,11 +7,11 @@ import types
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.machine.devices import parse_devices
+from parbench.strategies.fsdp import gathered_through_cpu
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
-from strategies.fsdp import gathered_through_cpu
 
 CPU4 = parse_devices("cpu,cpu,cpu,cpu")
 

@@ -4,13 +4,13 @@ import itertools
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.families.workloads import Workload
 from parbench.machine.devices import parse_devices
-from strategies.base import StrategyError
-from strategies.clock import StepClock
-from strategies.partition import _balanced_bounds, cut_model, plan_cut
-from strategies.stages import MAX_TIMING_BATCH, timing_batch
+from parbench.strategies.base import StrategyError
+from parbench.strategies.clock import StepClock
+from parbench.strategies.partition import _balanced_bounds, cut_model, plan_cut
+from parbench.strategies.stages import MAX_TIMING_BATCH, timing_batch
 
 
 def _workload(name="resnet50"):

@@ -5,13 +5,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.machine.devices import parse_devices
 from parbench.measure.tensors import TensorMemory
+from parbench.strategies.errors import StrategyError
+from parbench.strategies.stages import micro_batch_sizes
 from parbench.sweep.config import Config
 from parbench.sweep.verify import verify
-from strategies.errors import StrategyError
-from strategies.stages import micro_batch_sizes
 from tests.support import CPU2
 
 

@@ -6,7 +6,7 @@ against the baseline's: test_conformance.py, on 4 devices)."""
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.machine.devices import parse_devices
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config

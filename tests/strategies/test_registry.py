@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-import strategies
-from strategies.base import Strategy
-from strategies.single import SingleDevice
+from parbench import strategies
+from parbench.strategies.base import Strategy
+from parbench.strategies.single import SingleDevice
 
 
 def test_single_is_registered_as_a_strategy():

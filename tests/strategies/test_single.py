@@ -1,6 +1,6 @@
 import torch
 
-import strategies
+from parbench import strategies
 
 
 def _single(workload):

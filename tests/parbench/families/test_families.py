@@ -4,11 +4,11 @@ hold its parameters in order, and its cuts and image sizes are checked."""
 import pytest
 import torch
 
-import strategies
+from parbench import strategies
 from parbench.families import FAMILIES, MODELS, family_of
 from parbench.families.workloads import Workload
+from parbench.strategies.partition import plan_cut
 from parbench.sweep.verify import verify
-from strategies.partition import plan_cut
 from tests.support import CPU2
 
 # The smallest member of each family, at a small size it trains on.

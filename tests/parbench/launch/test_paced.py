@@ -43,7 +43,7 @@ def test_calling_more_steps_than_configured_is_refused(tiny_workload):
 def test_a_failed_run_hands_its_error_over_and_keeps_nothing(tiny_workload, monkeypatch):
     """The error's traceback holds the failed strategy and its tensors: once finish() has
     raised it, the run no longer keeps it, so the runner's release frees them."""
-    import strategies.single
+    from parbench import strategies
 
     def explode(self, images, labels):
         raise RuntimeError("stage exploded")

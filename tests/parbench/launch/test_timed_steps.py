@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-import strategies
+from parbench import strategies
 from parbench.launch import worker
 from parbench.machine.devices import parse_devices
 from parbench.measure import timeline as timeline_module

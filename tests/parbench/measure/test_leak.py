@@ -7,9 +7,9 @@ from parbench.cli import main
 from parbench.machine.devices import parse_devices
 from parbench.measure import memory_growth
 from parbench.measure.measurement import Measurement, merge
+from parbench.strategies.single import SingleDevice
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
-from strategies.single import SingleDevice
 from tests.support import TINY_FLAGS
 
 

@@ -115,8 +115,8 @@ def test_each_span_is_timed_on_its_own_gpu_against_that_gpu_origin(monkeypatch):
 @pytest.mark.parametrize("name", ["model-parallel", "pipeline", "pipeline-1f1b"])
 def test_a_strategy_times_each_action_on_its_stage_device(name, tiny_workload):
     """Stage k's actions (rank k's, one process per stage) on devices[k]."""
-    import strategies
-    from strategies.base import Plan
+    from parbench import strategies
+    from parbench.strategies.base import Plan
 
     gpus = (torch.device("cuda:0"), torch.device("cuda:1"))
     entry = strategies.lookup(name)

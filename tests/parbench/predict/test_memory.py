@@ -15,9 +15,9 @@ from parbench.predict.memory import RankMemory
 from parbench.predict.memory_calls import as_planned, calls_summary, memory_calls
 from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.sharded_pipelines import sharded_pipelines
+from parbench.strategies.partition import Partition
 from parbench.sweep.config import Config
 from parbench.sweep.runner import run_config
-from strategies.partition import Partition
 from tests.support import CPU2
 
 MIB = 2**20

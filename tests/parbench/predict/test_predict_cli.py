@@ -25,7 +25,7 @@ from parbench.predict.version import PREDICTOR_VERSION
 from parbench.results.comparisons import add_comparisons
 from parbench.results.folder import RunFolder
 from parbench.results.record import Record
-from strategies.partition import Partition
+from parbench.strategies.partition import Partition
 
 RESULTS_DOC = Path(__file__).resolve().parents[3] / "docs" / "results.md"
 SMALL = dict(model="resnet18", image_size=32, precision="fp32", devices="cpu,cpu",

@@ -22,8 +22,8 @@ from parbench.predict.profile import (
     profile_blocks,
 )
 from parbench.predict.records import partition_of, predicted_beside_measured
-from strategies.partition import Partition
-from strategies.stages import bubble_fraction
+from parbench.strategies.partition import Partition
+from parbench.strategies.stages import bubble_fraction
 
 MIB = 2**20
 NAMES = ("stem", "a", "b", "head")
@@ -303,11 +303,17 @@ def test_the_models_files_are_those_of_their_version():
 
 
 def test_where_a_models_import_comes_from_is_not_the_model_but_what_it_imports_is():
-    moved = version.model_source(b"from parbench.predict.links import Link\n"
-                                 b"    from strategies.partition import cut\n")
-    assert moved == version.model_source(b"from parbench.advisor.links import Link\n"
-                                         b"    from parbench.strategies.partition import cut\n")
-    assert moved != version.model_source(b"from parbench.predict.links import Links\n"
-                                         b"    from strategies.partition import cut\n")
-    assert version.model_source(b"x = 1  # from parbench.a import b\n") == \
-        b"x = 1  # from parbench.a import b\n"
+    source = version.model_source
+    moved = source(b"from parbench.predict.links import Link\n"
+                   b"from strategies.partition import cut\n"
+                   b"def f():\n    from parbench.predict import models\n    return models\n")
+    assert moved == source(b"from parbench.strategies.partition import cut  # moved\n"
+                           b"from parbench.advisor.links import Link\n"
+                           b"def f():\n    from parbench.advisor import models\n"
+                           b"    return models\n")
+    assert moved != source(b"from parbench.predict.links import Links\n"
+                           b"from strategies.partition import cut\n"
+                           b"def f():\n    from parbench.predict import models\n"
+                           b"    return models\n")
+    assert source(b"x = 1\n") != source(b"x = 2\n")
+    assert source(b"import math\n") != source(b"import cmath\n")  # only the project's own

@@ -94,8 +94,8 @@ def test_bad_projection_input_is_one_line_and_exit_2(tmp_path, capsys, link, rec
 
 def test_project_picks_records_by_what_the_strategy_does_not_its_name(tmp_path, capsys,
                                                                      monkeypatch):
-    import strategies
-    from strategies.ddp import DDP
+    from parbench import strategies
+    from parbench.strategies.ddp import DDP
 
     # A ddp variant under another name is projected; a strategy that does not all-reduce its
     # gradients, though its record carries the same fields, is not.

@@ -10,7 +10,7 @@ from parbench.predict.links import Link
 from parbench.predict.profile import BlockProfile, Profile
 from parbench.predict.schedule_replay import StageTimes
 from parbench.predict.trace_check import replayed_trace, trace_stage_times
-from strategies.partition import Partition
+from parbench.strategies.partition import Partition
 
 NAMES = ("stem", "a", "b", "head")
 BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=2**20, parameter_sizes=(1,),

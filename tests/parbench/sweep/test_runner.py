@@ -34,7 +34,7 @@ def test_a_measured_record_is_complete_and_consistent(config):
 
 
 def test_a_failing_configuration_becomes_an_error_record(config, monkeypatch):
-    import strategies.single
+    from parbench import strategies
 
     def explode(self, images, labels):
         raise RuntimeError("stage exploded")
@@ -47,7 +47,7 @@ def test_a_failing_configuration_becomes_an_error_record(config, monkeypatch):
 
 
 def test_out_of_memory_is_recorded_as_oom(config, monkeypatch):
-    import strategies.single
+    from parbench import strategies
 
     def out_of_memory(self):
         raise MemoryError("cannot allocate")
@@ -67,7 +67,7 @@ def test_sweep_expands_every_combination(tiny_workload):
 
 def test_sweep_keeps_going_after_a_failure_and_writes_every_record(config, tmp_path,
                                                                    monkeypatch):
-    import strategies.single
+    from parbench import strategies
 
     original = strategies.single.SingleDevice.setup
 
@@ -223,8 +223,7 @@ def test_cudnn_benchmark_is_set_for_each_configuration_and_recorded(config, monk
     with the other setting), and recorded; `--cudnn-benchmark` asks for it."""
     import torch
 
-    import strategies.single
-    from parbench import cli
+    from parbench import cli, strategies
     from parbench.commands.run import build_sweep, spec_of
 
     seen = []

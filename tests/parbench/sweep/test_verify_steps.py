@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-import strategies
+from parbench import strategies
 from parbench.cli import main
 from parbench.launch.worker import Trained
+from parbench.strategies.model_parallel import ModelParallel
 from parbench.sweep.verify import DRIFT_ALLOWANCE, _loss_tolerances, verify
-from strategies.model_parallel import ModelParallel
 from tests.support import CPU2
 
 # Enough steps for the rounding twins' envelope to grow past one step's tolerance (to 3.5 times
