@@ -19,7 +19,7 @@ from parbench.families.workloads import Workload
 from parbench.launch import measure
 from parbench.machine.devices import parse_devices
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 
 def bare_loop_throughput(workload: Workload, batch_size: int, warmup: int, steps: int) -> float:

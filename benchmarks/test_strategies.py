@@ -1,5 +1,5 @@
 """pytest-benchmark: one training-step benchmark per configuration of the quick comparison's
-sweep (`parbench.sweep.suite.spec`: what `parbench run` without --strategy and asv measure too,
+sweep (`parbench.plan.suite.spec`: what `parbench run` without --strategy and asv measure too,
 its accumulating baselines included).
 
 Each timed call (a pytest-benchmark round) is one optimiser step of the whole global batch,
@@ -17,11 +17,11 @@ from dataclasses import replace
 
 import pytest
 
+from parbench.drive.runner import run_config
 from parbench.launch.paced import PacedRun
 from parbench.measure.measurement import Measurement
-from parbench.sweep import Sweep, suite, trials
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
+from parbench.plan import Sweep, suite, trials
+from parbench.plan.config import Config
 
 DEVICES = os.environ.get("PARBENCH_BENCH_DEVICES", "cpu,cpu")
 SWEEP = Sweep.build(suite.spec(DEVICES))

@@ -3,50 +3,20 @@ results, show the environment, list strategies."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
-from parbench.commands import (
-    collectives,
-    info,
-    max_batch,
-    predict,
-    project,
-    recommend,
-    results,
-    run,
-    verify,
-)
 from parbench.commands.arguments import UsageError
+from parbench.commands.parser import COMMANDS, parser
 from parbench.launch import Interrupted, interruption_reason
 from parbench.machine.cluster import job, slurm_stop_reason
 
 __all__ = ["COMMANDS", "main", "parser"]
 
 EXIT_USAGE = 2
-
-# Each command module adds its own parsers and arguments, in this order in --help.
-COMMANDS = (run, verify, max_batch, collectives, predict, recommend, project, results, info)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line instead of usage plus error."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def parser() -> argparse.ArgumentParser:
-    root = _Parser(prog="parbench", description=__doc__)
-    commands = root.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    for command in COMMANDS:
-        command.add_parsers(commands)
-    return root
 
 
 def _interrupt(signum, frame):

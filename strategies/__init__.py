@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import torch
 
 from parbench.strategies.base import Layout, Plan, Strategy, default_backend
-from parbench.strategies.data_parallel import DataParallel
 from parbench.strategies.ddp import DDP
 from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from parbench.strategies.fsdp import FSDP
 from parbench.strategies.hsdp import HSDP
 from parbench.strategies.model_parallel import ModelParallel
+from parbench.strategies.nn_data_parallel import DataParallel
 from parbench.strategies.options import Options, OptionSpec
 from parbench.strategies.pipeline import Pipeline
 from parbench.strategies.pipeline_fsdp import PipelineFSDP

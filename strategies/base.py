@@ -103,7 +103,7 @@ class Strategy(ABC):
     # all-reduces its gradients every step (`allreduce_bytes` of them), as `parbench project`
     # and the communication figure's ideal step model.
     allreduces_gradients: ClassVar[bool] = False
-    # How a step is laid out over the devices (the timing model parbench.predict gives it).
+    # How a step is laid out over the devices (the timing model parbench.advisor gives it).
     layout: ClassVar[Layout]
 
     # Set by the harness for a step it times action by action (parbench.measure.timeline).

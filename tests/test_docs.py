@@ -9,8 +9,8 @@ import pytest
 
 from parbench.commands import option_reference
 from parbench.machine.environment import collect_environment
+from parbench.plan.trials import Trial
 from parbench.results.record import FIELDS, PER_TRIAL
-from parbench.sweep.trials import Trial
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

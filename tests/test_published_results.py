@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from parbench.advisor.published import kept_files, stale_models, stored_prediction
 from parbench.cli import main
-from parbench.predict.published import kept_files, stale_models, stored_prediction
 from parbench.results.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]

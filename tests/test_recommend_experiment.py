@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from parbench.advisor.calibration import CALIBRATION_FILE
 from parbench.machine.devices import cpu_cores
-from parbench.predict.calibration import CALIBRATION_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 

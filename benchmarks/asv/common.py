@@ -1,4 +1,4 @@
-"""The asv suite's parameters, and the one measurement of parbench's suite (`parbench.sweep.suite`:
+"""The asv suite's parameters, and the one measurement of parbench's suite (`parbench.plan.suite`:
 the configurations the CLI's quick comparison and pytest-benchmark measure too) that its
 benchmarks share.
 
@@ -42,7 +42,7 @@ def sweeps() -> list:
     """The sweeps asv measures: the quick comparison's (`suite.spec`, exactly what `parbench
     run` measures without --strategy, baselines included), then the data-parallel strategies
     at each world size (`suite.scaling_spec`)."""
-    from parbench.sweep import Sweep, suite
+    from parbench.plan import Sweep, suite
 
     specs = [suite.spec(DEVICES), suite.scaling_spec(DEVICES)]
     return [Sweep.build(spec) for spec in specs if spec is not None]
@@ -62,8 +62,8 @@ def measure_all() -> dict:
     split with them) but tracked by no benchmark; a strategy it leaves out says why."""
     import tempfile
 
+    from parbench.drive.runner import run_sweep
     from parbench.results.folder import RunFolder
-    from parbench.sweep.runner import run_sweep
 
     figures: dict[tuple[str, str, int | None], dict] = {}
     for index, sweep in enumerate(sweeps()):

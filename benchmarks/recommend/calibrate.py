@@ -1,4 +1,4 @@
-"""Fit parbench/predict/calibration.json: each strategy's measured over predicted throughput on
+"""Fit parbench/advisor/calibration.json: each strategy's measured over predicted throughput on
 the recommend experiment's tuning workloads (a measured experiment folder), by device count and
 over all, as the geometric mean over its layouts; the models predict without it here.
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import experiment
 
-from parbench.predict.calibration import CALIBRATION_FILE
-from parbench.predict.layouts import MODELLED_SETTINGS
-from parbench.predict.version import PREDICTOR_VERSION
+from parbench.advisor.calibration import CALIBRATION_FILE
+from parbench.advisor.layouts import MODELLED_SETTINGS
+from parbench.advisor.version import PREDICTOR_VERSION
+from parbench.plan.config import Config
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
-from parbench.sweep.config import Config
 
 
 def _keys(key: str, configs: list[Config]) -> set[str]:

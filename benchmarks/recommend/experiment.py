@@ -29,20 +29,21 @@ import pandas as pd
 from experiment_report import write_report  # beside this script
 
 from parbench import strategies
+from parbench.advisor import recommend
+from parbench.advisor.layouts import candidate_configs, predicted_layouts
+from parbench.advisor.local_link import measured_link
+from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main as parbench
 from parbench.commands.arguments import new_run_folder
+from parbench.commands.environment import measuring_environment
+from parbench.drive import runner
 from parbench.families.workloads import Workload
 from parbench.machine.devices import parse_devices
-from parbench.machine.environment import collect_environment
-from parbench.predict import recommend
-from parbench.predict.layouts import candidate_configs, predicted_layouts
-from parbench.predict.local_link import measured_link
-from parbench.predict.record_profiles import profiles_for
-from parbench.predict.version import PREDICTOR_VERSION
+from parbench.plan import Sweep
 from parbench.results import stats
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
-from parbench.sweep import Sweep, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,7 +112,7 @@ def measure_sweep(spec: Case, out: Path, repeats: int) -> str:
     """Every layout measured in interleaved rounds, into a run folder (its name)."""
     folder = new_run_folder(str(out), spec.name)
     runner.run_sweep(Sweep(configs=tuple(_configs(spec)), repeats=repeats), folder,
-                     collect_environment())
+                     measuring_environment())
     return folder.path.name
 
 
@@ -135,7 +136,7 @@ def measure_final(spec: Case, out: Path, measured: dict, rounds: int) -> str:
     into a run folder of their own (its name)."""
     folder = new_run_folder(str(out), f"{spec.name}-final")
     runner.run_sweep(Sweep(configs=tuple(contenders(spec, out, measured)), repeats=rounds),
-                     folder, collect_environment())
+                     folder, measuring_environment())
     return folder.path.name
 
 

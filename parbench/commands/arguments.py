@@ -16,9 +16,9 @@ from parbench import strategies
 from parbench.families import family_of
 from parbench.families.workloads import MIN_IMAGE_SIZE
 from parbench.machine.devices import DeviceError, DeviceSet, parse_devices
+from parbench.plan.config import Config
+from parbench.plan.planning import ConfigError
 from parbench.results.folder import ResultsError, RunFolder
-from parbench.sweep.config import Config
-from parbench.sweep.planning import ConfigError
 
 __all__ = [
     "UsageError", "add_common_arguments", "add_strategy_options", "at_least", "checked",

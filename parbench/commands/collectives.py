@@ -19,13 +19,13 @@ from parbench.commands.arguments import (
     open_run_folder,
     positive,
 )
+from parbench.commands.environment import measuring_environment
 from parbench.families.workloads import Workload
 from parbench.machine.devices import format_bytes
-from parbench.machine.environment import collect_environment
 from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
+from parbench.plan.config import Config
+from parbench.plan.planning import BACKENDS
 from parbench.plots import write_collectives_figure
-from parbench.sweep.config import Config
-from parbench.sweep.planning import BACKENDS
 
 __all__ = ["command_collectives", "message_sizes", "parse_size"]
 
@@ -92,7 +92,7 @@ def command_collectives(args: argparse.Namespace) -> int:
                          device_kind=devices.kind, emulated=devices.emulated,
                          iterations=iterations, warmup=warmup))
     if not args.into:
-        folder.write_environment(collect_environment())
+        folder.write_environment(measuring_environment())
     folder.write_collectives(rows)
     figure = write_collectives_figure(rows, folder.path)
     print(f"{'collective':<15} {'size':>10} {'time us':>12} {'algbw GB/s':>11} "

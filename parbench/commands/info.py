@@ -7,7 +7,7 @@ import argparse
 from parbench import strategies
 from parbench.commands.arguments import default_devices, device_set
 from parbench.machine.environment import collect_environment, format_environment
-from parbench.sweep import suite
+from parbench.plan import suite
 
 __all__ = ["command_env", "command_strategies"]
 

@@ -21,11 +21,11 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
+from parbench.commands.environment import measuring_environment
+from parbench.drive.max_batch import MaxBatchError, find_max_batch, first_batch
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
-from parbench.machine.environment import collect_environment
+from parbench.plan.config import Config, options_for
 from parbench.results.record import Record
-from parbench.sweep.config import Config, options_for
-from parbench.sweep.max_batch import MaxBatchError, find_max_batch, first_batch
 
 __all__ = ["command_max_batch"]
 
@@ -58,7 +58,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
             raise UsageError(f"{name} cannot run on {devices.describe()} here: {reason}")
         configs.append(config)
     folder = new_run_folder(args.results_dir, "max-batch")
-    folder.write_environment(collect_environment())
+    folder.write_environment(measuring_environment())
     records: list[Record] = []
     found = []
 

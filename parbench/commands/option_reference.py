@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from parbench.cli import parser
+from parbench.commands.parser import parser
 
 __all__ = ["REGENERATE", "markdown"]
 

@@ -12,14 +12,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
-from parbench.families.workloads import MODELS, PRECISIONS, Workload
-from parbench.machine.devices import format_bytes, host_memory_bytes
-from parbench.plots import write_sweep_figure
-from parbench.predict.layouts import MODELLED_SETTINGS, unmodelled_settings
-from parbench.predict.links import LINKS, AnyLink, links_help, named_link
-from parbench.predict.memory_calls import MEMORY_CALLS_FILE, calls_summary
-from parbench.predict.published import (
+from parbench.advisor.figures import write_sweep_figure
+from parbench.advisor.layouts import MODELLED_SETTINGS, unmodelled_settings
+from parbench.advisor.links import LINKS, AnyLink, links_help, named_link
+from parbench.advisor.memory_calls import MEMORY_CALLS_FILE, calls_summary
+from parbench.advisor.predicted_sweep import above_ideal_notes, predict_sweep
+from parbench.advisor.published import (
     PROFILES_FOLDER,
     predict_into,
     run_link,
@@ -27,8 +25,8 @@ from parbench.predict.published import (
     stale_models,
     stored_prediction,
 )
-from parbench.predict.record_profiles import DEFAULT_CACHE, profiles_for
-from parbench.predict.summary import (
+from parbench.advisor.record_profiles import DEFAULT_CACHE, profiles_for
+from parbench.advisor.summary import (
     PREDICTIONS_FILE,
     error_summary,
     memory_summary,
@@ -37,11 +35,13 @@ from parbench.predict.summary import (
     speedup_summary,
     trace_summary,
 )
-from parbench.predict.sweep import above_ideal_notes, predict_sweep
-from parbench.predict.version import PREDICTOR_VERSION
+from parbench.advisor.version import PREDICTOR_VERSION
+from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
+from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.machine.devices import format_bytes, host_memory_bytes
+from parbench.plan.experiments import held_out_version
 from parbench.results.folder import ResultsError, RunFolder, atomic_write_text
 from parbench.strategies.stages import resolve_split
-from parbench.sweep.experiments import held_out_version
 
 __all__ = ["command_predict"]
 

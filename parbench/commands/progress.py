@@ -7,9 +7,9 @@ import sys
 
 from tqdm import tqdm
 
+from parbench.plan import trials
+from parbench.plan.config import Config
 from parbench.results.record import Record
-from parbench.sweep import trials
-from parbench.sweep.config import Config
 
 __all__ = ["progress_bar"]
 

@@ -11,11 +11,12 @@ import pandas as pd
 import torch
 
 from parbench import strategies
+from parbench.advisor.figures import write_projection_figure
+from parbench.advisor.links import LINKS, Link, links_help, named_link
+from parbench.advisor.projection import project
+from parbench.advisor.record_profiles import profiles_for
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
-from parbench.plots import write_projection_figure
-from parbench.predict.links import LINKS, Link, links_help, named_link
-from parbench.predict.projection import measured_busbw_gbps, project
-from parbench.predict.record_profiles import profiles_for
+from parbench.results.collectives import measured_busbw_gbps
 from parbench.results.folder import atomic_write_text
 
 __all__ = ["command_project"]

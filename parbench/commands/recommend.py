@@ -13,6 +13,13 @@ import pandas as pd
 import torch
 
 from parbench import strategies
+from parbench.advisor import recommend
+from parbench.advisor.layouts import candidate_configs, predicted_layouts
+from parbench.advisor.links import LINKS, NO_LINK, AnyLink, links_help
+from parbench.advisor.local_link import measured_link
+from parbench.advisor.predicted_sweep import predict_sweep
+from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import (
     UsageError,
     add_common_arguments,
@@ -34,13 +41,6 @@ from parbench.commands.recommend_confirm import confirm, run_settings, text_tabl
 from parbench.commands.run_arguments import QUICK_RUN
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
-from parbench.predict import recommend
-from parbench.predict.layouts import candidate_configs, predicted_layouts
-from parbench.predict.links import LINKS, NO_LINK, AnyLink, links_help
-from parbench.predict.local_link import measured_link
-from parbench.predict.record_profiles import profiles_for
-from parbench.predict.sweep import predict_sweep
-from parbench.predict.version import PREDICTOR_VERSION
 from parbench.strategies.stages import resolve_split
 
 __all__ = ["add_parsers", "command_recommend"]

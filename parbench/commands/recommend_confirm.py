@@ -10,17 +10,18 @@ import math
 
 import pandas as pd
 
+from parbench.advisor import recommend
+from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import checked, new_run_folder
+from parbench.commands.environment import measuring_environment
 from parbench.commands.progress import progress_bar
+from parbench.drive import runner
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet
-from parbench.machine.environment import collect_environment
-from parbench.predict import recommend
-from parbench.predict.version import PREDICTOR_VERSION
+from parbench.plan import Sweep
+from parbench.plan.config import Config, options_for
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder, atomic_write_text
-from parbench.sweep import Sweep, runner
-from parbench.sweep.config import Config, options_for
 
 __all__ = ["RECOMMEND_FILE", "confirm", "run_settings", "text_table", "workload"]
 
@@ -88,7 +89,7 @@ def _measure(args: argparse.Namespace, configs: list[Config]) -> tuple[RunFolder
     folder = new_run_folder(args.out, "recommend")
     bar, on_start, on_done = progress_bar("auto", len(sweep.schedule()), 0, sweep.repeats)
     try:
-        records = runner.run_sweep(sweep, folder, collect_environment(), on_start=on_start,
+        records = runner.run_sweep(sweep, folder, measuring_environment(), on_start=on_start,
                                    on_done=on_done)
     finally:
         bar.close()

@@ -7,9 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from parbench.commands.arguments import UsageError, output_folder
-from parbench.plots import write_collectives_figure, write_figures
-from parbench.predict.published import (
+from parbench.advisor.published import (
     PROFILES_FOLDER,
     kept_files,
     predict_into,
@@ -17,6 +15,9 @@ from parbench.predict.published import (
     stale_models,
     stored_prediction,
 )
+from parbench.advisor.summary import prediction_section
+from parbench.commands.arguments import UsageError, output_folder
+from parbench.plots import write_collectives_figure, write_figures
 from parbench.reporting.report import write_index, write_run_report
 from parbench.results.folder import ResultsError, RunFolder, read_results
 
@@ -50,7 +51,7 @@ def command_report(args: argparse.Namespace) -> int:
     bandwidth = write_collectives_figure(collectives, out)
     figures += [bandwidth] if bandwidth else []
     _predict_again(RunFolder(folder), out)
-    report = write_run_report(frame, out, figures)
+    report = write_run_report(frame, out, figures, prediction_section(out))
     print(report)
     index_dir = Path(args.index) if args.index else out.parent
     print(write_index(index_dir))

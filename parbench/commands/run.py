@@ -9,6 +9,7 @@ from pathlib import Path
 
 from parbench import launch
 from parbench.commands.arguments import UsageError, new_run_folder, open_run_folder, positive
+from parbench.commands.environment import measuring_environment
 from parbench.commands.progress import progress_bar
 from parbench.commands.run_arguments import add_run_arguments
 from parbench.commands.run_spec import (
@@ -17,12 +18,12 @@ from parbench.commands.run_spec import (
     refuse_a_changed_sweep,
     spec_of,
 )
+from parbench.drive import runner
 from parbench.machine.devices import DeviceSet, cpu_cores
-from parbench.machine.environment import collect_environment
+from parbench.plan import Sweep, SweepSpec, experiments
+from parbench.plan.planning import ConfigError
 from parbench.reporting.answers import results_table
 from parbench.results.folder import ResultsError, RunFolder, load_records
-from parbench.sweep import Sweep, SweepSpec, experiments, runner
-from parbench.sweep.planning import ConfigError
 
 __all__ = ["add_parsers", "build_sweep", "command_run"]
 
@@ -88,7 +89,7 @@ def _then(spec: SweepSpec, measured: RunFolder | int) -> int:
     if isinstance(measured, int):
         return measured
     steps = experiments.load(spec.experiment).then if spec.experiment else []
-    from parbench.cli import parser  # the commands' own parsers (cli imports this module)
+    from parbench.commands.parser import parser  # it imports this module
     for step in steps:
         argv = [part.replace("{run}", str(measured.path)) for part in step]
         print(f"then: parbench {' '.join(argv)}", file=sys.stderr, flush=True)
@@ -151,7 +152,7 @@ def _run_and_record(args: argparse.Namespace, sweep: Sweep, resumed: RunFolder |
               file=sys.stderr)
     bar, on_start, on_done = progress_bar(args.progress, total, already, sweep.repeats)
     try:
-        runner.run_sweep(sweep, folder, collect_environment(), on_start=on_start,
+        runner.run_sweep(sweep, folder, measuring_environment(), on_start=on_start,
                          on_done=on_done, previous=previous)
     except KeyboardInterrupt as interrupt:
         bar.close()

@@ -7,9 +7,9 @@ import argparse
 from parbench import strategies
 from parbench.commands.arguments import add_common_arguments, add_strategy_options
 from parbench.families.workloads import MODELS, PRECISIONS
-from parbench.sweep import experiments, suite
-from parbench.sweep.config import SCALINGS
-from parbench.sweep.planning import BACKENDS
+from parbench.plan import experiments, suite
+from parbench.plan.config import SCALINGS
+from parbench.plan.planning import BACKENDS
 
 __all__ = ["QUICK_RUN", "add_run_arguments"]
 

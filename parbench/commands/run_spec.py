@@ -24,9 +24,9 @@ from parbench.commands.arguments import (
 )
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
+from parbench.plan import SpecError, SweepSpec, suite
 from parbench.results.folder import ResultsError, RunFolder
 from parbench.strategies.options import SWITCH
-from parbench.sweep import SpecError, SweepSpec, suite
 
 __all__ = ["compile_values", "job_device_sets", "read_spec", "refuse_a_changed_sweep",
            "spec_of"]

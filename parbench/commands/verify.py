@@ -20,9 +20,9 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
+from parbench.drive.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
-from parbench.sweep.config import Config, options_for
-from parbench.sweep.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
+from parbench.plan.config import Config, options_for
 
 __all__ = ["command_verify"]
 

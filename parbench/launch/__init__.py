@@ -32,11 +32,11 @@ from parbench.launch.launchers import LAUNCHERS, Launcher, launcher_for
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import spawn
 from parbench.launch.worker import Trained
+from parbench.machine.allocator import pin_cpu_allocator
 from parbench.measure import Pace
-from parbench.measure.allocator import pin_cpu_allocator
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
-from parbench.sweep.planning import job_rank
+from parbench.plan.config import Config
+from parbench.plan.planning import job_rank
 
 __all__ = [
     "LAUNCHERS", "OUT_OF_MEMORY", "Interrupted", "LaunchError", "Launcher", "failure_reason",

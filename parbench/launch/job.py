@@ -22,7 +22,7 @@ from parbench.launch.spawn import Rendezvous, spawn, spawn_rank
 from parbench.machine.cluster import Job, job
 from parbench.machine.devices import DeviceSet
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["from_rank_zero", "join_job", "leave_job", "measure_on_every_rank",
            "measure_in_job", "same_on_every_rank", "job_devices", "job_group"]

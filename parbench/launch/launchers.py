@@ -14,7 +14,7 @@ from parbench.launch.spawn import spawn
 from parbench.launch.worker import Trained, combine_trained, train_steps
 from parbench.measure import Pace
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]
 

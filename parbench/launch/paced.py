@@ -8,7 +8,7 @@ import threading
 
 from parbench import launch
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["PacedRun"]
 

@@ -16,7 +16,7 @@ from parbench.machine.devices import DeviceSet
 from parbench.measure import Pace
 from parbench.measure.collectives import time_collectives
 from parbench.measure.measurement import Measurement, merge
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["Task", "in_process_threads", "measure_here", "run_rank", "set_device"]
 

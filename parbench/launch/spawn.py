@@ -30,7 +30,7 @@ from parbench.launch.failures import LaunchError, last_line, root_cause
 from parbench.launch.ranks import Task, measure_here, run_rank, set_device
 from parbench.launch.worker import Trained
 from parbench.measure.measurement import Measurement
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["Rendezvous", "group_device", "spawn", "spawn_rank"]
 

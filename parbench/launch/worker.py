@@ -19,7 +19,7 @@ from parbench.measure.measurement import Measurement
 from parbench.measure.probes import Probes, count_tensors, counted_source, counts_tensors
 from parbench.measure.tensors import DeviceLimit
 from parbench.measure.timeline import Timeline
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 __all__ = ["RankTrained", "Trained", "combine_trained", "measure_worker", "train_steps"]
 

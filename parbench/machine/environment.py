@@ -12,10 +12,9 @@ from pathlib import Path
 import torch
 import torchvision
 
+from parbench.machine.allocator import allocator_description
 from parbench.machine.cluster import job
 from parbench.machine.devices import cpu_cores
-from parbench.measure.allocator import allocator_description
-from parbench.predict.version import PREDICTOR_VERSION
 
 __all__ = ["collect_environment", "format_environment"]
 
@@ -100,7 +99,6 @@ def collect_environment() -> dict:
         "platform": platform.platform(),
         "cpu_allocator": allocator_description(),
         "launched_by": started.describe() if (started := job()) else None,  # torchrun, srun
-        "predictor_version": PREDICTOR_VERSION,  # the timing models' version at measuring
     }
 
 

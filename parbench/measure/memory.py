@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from parbench.machine.allocator import unpad_heap
 from parbench.machine.devices import DeviceSet
-from parbench.measure.allocator import unpad_heap
 
 __all__ = ["MEMORY_KINDS", "MIB", "PeakMemory", "allocated_mib", "imbalance", "memory_cap",
            "memory_growth", "memory_kind"]

@@ -20,29 +20,15 @@ from parbench.plots.communication import (
     plot_collectives,
     plot_communication,
     write_collectives_figure,
-    write_projection_figure,
 )
 from parbench.plots.memory import plot_memory, plot_pipeline_memory
-from parbench.plots.prediction import (
-    plot_prediction,
-    plot_ranking,
-    plot_sweep,
-    write_predicted_timelines,
-    write_prediction_figure,
-    write_ranking_figure,
-    write_sweep_figure,
-)
 from parbench.plots.throughput import plot_scaling, plot_split_sizes, plot_strategies
 from parbench.plots.timeline import plot_timeline
 
 __all__ = ["FIGURES", "best_settings", "config_label", "options_text", "plot_collectives",
-           "plot_communication", "plot_memory", "plot_pipeline_memory", "plot_prediction",
-           "plot_ranking", "plot_scaling",
-           "plot_split_sizes", "plot_sweep", "plot_strategies", "plot_timeline", "strategy_colour",
-           "strategy_marker", "write_collectives_figure", "write_figures",
-           "write_predicted_timelines", "write_prediction_figure", "write_projection_figure",
-           "write_ranking_figure",
-           "write_sweep_figure"]
+           "plot_communication", "plot_memory", "plot_pipeline_memory", "plot_scaling",
+           "plot_split_sizes", "plot_strategies", "plot_timeline", "save_figure",
+           "strategy_colour", "strategy_marker", "write_collectives_figure", "write_figures"]
 
 
 FIGURES = {

@@ -21,10 +21,9 @@ from parbench.plots.common import (
     title,
     with_interval,
 )
-from parbench.predict.projection import measured_allreduce_s
+from parbench.results.collectives import measured_allreduce_s
 
-__all__ = ["plot_collectives", "plot_communication", "write_collectives_figure",
-           "write_projection_figure"]
+__all__ = ["plot_collectives", "plot_communication", "write_collectives_figure"]
 
 
 def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
@@ -153,31 +152,3 @@ def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | No
     """collectives.png and .svg in `out_dir`; its path (None without rows)."""
     fig = plot_collectives(rows)
     return None if fig is None else save_figure(fig, out_dir, "collectives")
-
-
-def write_projection_figure(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
-    """projection.png and .svg: predicted DDP efficiency against ranks, a line per link, with
-    its bounds shaded (full overlap above, no overlap below); labelled PREDICTED throughout."""
-    if table.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for (link, model, batch), group in table.groupby(["link", "model", "batch_per_rank"],
-                                                     sort=False):
-        group = group.sort_values("ranks")
-        [line] = ax.plot(group["ranks"], group["efficiency"], marker="o",
-                         label=f"{link}, {model} b{batch:g}/rank")
-        ax.fill_between(group["ranks"], group["efficiency_no_overlap"],
-                        group["efficiency_full_overlap"], color=line.get_color(), alpha=0.15)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(table["ranks"].unique()), [str(n) for n in sorted(table["ranks"]
-                                                                           .unique())])
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("data-parallel ranks")
-    ax.set_ylabel("PREDICTED efficiency: compute / step")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    ax.set_title("PREDICTED, not measured: a DDP step at N ranks = measured compute with DDP's "
-                 "buckets all-reduced\nin a ring (2(N-1)/N x bytes / bus bandwidth) as backward "
-                 "fills them; shaded: from no overlap to full overlap\n(batch per rank fixed)",
-                 fontsize=9)
-    return save_figure(fig, out_dir, "projection")

@@ -4,12 +4,12 @@ the index of every run in a results folder."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from parbench.plots import config_label
-from parbench.predict.summary import prediction_section
 from parbench.reporting.answers import answers, noise_floor
 from parbench.reporting.markdown import cell, markdown_table
 from parbench.results.folder import atomic_write_text, load_records
@@ -48,9 +48,10 @@ def _workload_line(frame: pd.DataFrame) -> str:
             f"{values('warmup_steps')} warm-up + {values('measured_steps')} measured steps")
 
 
-def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> Path:
-    """folder/README.md: the answers, what ran where, its figures, every record, and what
-    failed."""
+def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path],
+                     sections: Sequence[str] = ()) -> Path:
+    """folder/README.md: the answers, what ran where, its figures, `sections` (markdown
+    lines another layer adds: the advisor's predictions), every record, and what failed."""
     folder = Path(folder)
     emulated = frame["emulated"].fillna(False).astype(bool)
     lines = [f"# parbench run {folder.name}", ""]
@@ -70,7 +71,7 @@ def write_run_report(frame: pd.DataFrame, folder: Path, figures: list[Path]) -> 
     lines += [f"![{path.stem}]({path.name})" for path in figures] or ["(no ok records to draw)"]
     rows = [[config_label(r).replace("\n", " "), r["model"], r["global_batch"],
              *[r.get(column) for column in columns("readme")]] for _, r in frame.iterrows()]
-    lines += ["", *prediction_section(folder), "## Records", "",
+    lines += ["", *sections, "## Records", "",
               markdown_table(rows, ["strategy", "model", "batch",
                                     *map(heading, columns("readme"))]),
               ""]

@@ -121,7 +121,7 @@ class Record:
     rank_step_times_s: list | None = None  # per rank, per step (one process per device)
     first_step_time_s: float | None = None
     compile_time_s: float | None = None  # the first warm-up step beyond a measured one
-    # Trials (parbench.sweep.trials): each measurement of this configuration, one a round in
+    # Trials (parbench.plan.trials): each measurement of this configuration, one a round in
     # interleaved rounds (the baseline's A/A twin marked `twin`), as Trial dicts. Throughput and
     # the median step above are then geometric means over the ok trials (trials.with_trial), and
     # what follows from them is rescaled; the other measured fields are the latest ok trial's.
@@ -246,7 +246,7 @@ LIST_FIELDS = tuple(name for name in FIELDS
 
 
 _METADATA = {f.name: f.metadata for f in dataclasses.fields(Record) if f.metadata}
-# Each trial's own figures (parbench.sweep.trials.Trial): name -> "log", "linear" or "kept".
+# Each trial's own figures (parbench.plan.trials.Trial): name -> "log", "linear" or "kept".
 PER_TRIAL = {name: m["per_trial"] for name, m in _METADATA.items() if m["per_trial"]}
 # The figures parbench.results.comparisons sets, against other records of the run.
 COMPARED = tuple(name for name, m in _METADATA.items() if m["compared"])

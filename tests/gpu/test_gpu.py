@@ -20,16 +20,16 @@ import torch
 from torch.nn.parallel import parallel_apply
 
 from parbench import cli
+from parbench.advisor.profile import profile_blocks
+from parbench.drive.runner import run_config
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, parse_devices, synchronize
 from parbench.measure import peak_tflops, probes, time_steps
 from parbench.measure.sampling import GpuSampler
-from parbench.predict.profile import profile_blocks
+from parbench.plan.config import Config
 from parbench.results.record import Record
-from parbench.strategies.data_parallel import AutocastForward
+from parbench.strategies.nn_data_parallel import AutocastForward
 from parbench.strategies.partition import plan_cut
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 

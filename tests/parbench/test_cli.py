@@ -8,8 +8,8 @@ import torch
 from parbench import strategies
 from parbench.cli import main
 from parbench.families.workloads import Workload
+from parbench.plan.config import Config
 from parbench.results.folder import load_records
-from parbench.sweep.config import Config
 from tests.support import CPU2, TINY_FLAGS
 
 TINY = [*TINY_FLAGS, "--steps", "2", "--warmup", "1"]
@@ -138,9 +138,9 @@ def test_torch_defaults_against_the_tuned_ones_are_distinct_labelled_configurati
     per combination, each label naming what it turns off or sets."""
     from parbench.cli import parser
     from parbench.commands.run_spec import spec_of
+    from parbench.drive.runner import planned_fields
+    from parbench.plan import Sweep
     from parbench.plots import options_text
-    from parbench.sweep import Sweep
-    from parbench.sweep.runner import planned_fields
 
     def labels(*flags: str) -> list[str]:
         argv = ["run", *flags, "--devices", "cpu,cpu", *TINY_FLAGS, "--batch-size", "8"]
@@ -159,7 +159,7 @@ def test_torch_defaults_against_the_tuned_ones_are_distinct_labelled_configurati
 
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     import parbench.commands.verify
-    from parbench.sweep.verify import Verdict
+    from parbench.drive.verify import Verdict
 
     differs = Verdict("pipeline", {"split_size": 2}, max_abs_difference=3e-3,
                       baseline_update=1e-2, tolerance=1e-5)
@@ -173,7 +173,7 @@ def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys
     """The rest checked for real: the pipeline at verify's default batch (8) in micro-batches of
     2, its default (4 in all). That a strategy's step equals the baseline's is
     tests/strategies/test_conformance.py's; that verify exits 0 when every strategy passes,
-    tests/parbench/sweep/test_verify_steps.py's command test."""
+    tests/parbench/plan/test_verify_steps.py's command test."""
     from parbench import launch
 
     real = launch.verify_training
@@ -433,7 +433,7 @@ def _sweep(args):
 
 def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
     from parbench import cli
-    from parbench.sweep import runner
+    from parbench.drive import runner
 
     args = cli.parser().parse_args(
         ["run", "--strategy", "pipeline-dualpipev", "--devices", "cpu,cpu", "--batch-size", "8",
@@ -453,7 +453,7 @@ def test_a_sweep_records_the_combinations_a_strategy_refuses_as_skipped(capsys):
 
 def test_a_strategy_that_refuses_compile_is_measured_eager_under_compile_on_and_off(capsys):
     from parbench import cli
-    from parbench.sweep import runner
+    from parbench.drive import runner
 
     args = cli.parser().parse_args(["run", "--strategy", "pipeline-zbv", "--devices", "cpu,cpu",
                                     "--batch-size", "8", "--split-size", "2", "--compile",

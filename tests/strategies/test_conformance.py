@@ -12,12 +12,12 @@ import pytest
 
 from parbench import strategies
 from parbench.cli import main
+from parbench.drive.runner import run_config
+from parbench.drive.verify import verify
 from parbench.machine.devices import DeviceSet, parse_devices
+from parbench.plan import suite
+from parbench.plan.config import Config, options_for
 from parbench.results.record import FIELDS
-from parbench.sweep import suite
-from parbench.sweep.config import Config, options_for
-from parbench.sweep.runner import run_config
-from parbench.sweep.verify import verify
 from tests.support import CPU2, plain_pytest_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_its_record_has_the_schema(name, tiny_workload):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_it_declares_how_it_lays_a_step_out(name):
-    """What parbench.predict picks a timing model by (never the strategy's name)."""
+    """What parbench.advisor picks a timing model by (never the strategy's name)."""
     assert isinstance(strategies.layout_of(name), strategies.Layout)
 
 

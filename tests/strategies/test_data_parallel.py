@@ -90,7 +90,7 @@ def _forward_dtype_in_a_replica_thread(module, images) -> torch.dtype:
 def test_data_parallel_replicas_compute_in_the_precision_asked(tiny_workload):
     """A replica thread's autocast falls back to the device's default dtype (bf16 on CPU,
     fp16 on CUDA): the replicated module enters the workload's own."""
-    from parbench.strategies.data_parallel import AutocastForward
+    from parbench.strategies.nn_data_parallel import AutocastForward
 
     workload = replace(tiny_workload, precision="fp16")  # not the default here, as bf16 on CUDA
     model = workload.build_model_on(CPU)

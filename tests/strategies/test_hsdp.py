@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from parbench import strategies
+from parbench.drive.runner import run_config
 from parbench.machine.devices import parse_devices
+from parbench.plan.config import Config
 from parbench.strategies.fsdp import gathered_through_cpu
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
 
 CPU4 = parse_devices("cpu,cpu,cpu,cpu")
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from parbench import strategies
+from parbench.drive.verify import verify
 from parbench.machine.devices import parse_devices
 from parbench.measure.tensors import TensorMemory
+from parbench.plan.config import Config
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.stages import micro_batch_sizes
-from parbench.sweep.config import Config
-from parbench.sweep.verify import verify
 from tests.support import CPU2
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from parbench import strategies
+from parbench.drive.runner import run_config
 from parbench.machine.devices import parse_devices
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
+from parbench.plan.config import Config
 
 CPU4 = parse_devices("cpu,cpu,cpu,cpu")
 

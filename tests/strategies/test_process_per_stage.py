@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
-from parbench.sweep.verify import verify
+from parbench.drive.runner import run_config
+from parbench.drive.verify import verify
+from parbench.plan.config import Config
 from tests.support import CPU2
 
 # One step of each equals the single-device step: tests/strategies/test_conformance.py.

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from parbench import strategies
+from parbench.drive.verify import verify
 from parbench.families import FAMILIES, MODELS, family_of
 from parbench.families.workloads import Workload
 from parbench.strategies.partition import plan_cut
-from parbench.sweep.verify import verify
 from tests.support import CPU2
 
 # The smallest member of each family, at a small size it trains on.

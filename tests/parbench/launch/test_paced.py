@@ -6,7 +6,7 @@ import pytest
 
 from parbench.launch.paced import PacedRun
 from parbench.machine.devices import parse_devices
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 
 @pytest.mark.timeout(180)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from parbench.drive.runner import run_config
+from parbench.drive.verify import verify
 from parbench.machine.devices import parse_devices
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
-from parbench.sweep.verify import verify
+from parbench.plan.config import Config
 from tests.support import CPU2
 
 CPU3 = parse_devices("cpu,cpu,cpu")

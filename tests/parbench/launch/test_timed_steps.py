@@ -14,7 +14,7 @@ from parbench.machine.devices import parse_devices
 from parbench.measure import timeline as timeline_module
 from parbench.measure import timing
 from parbench.measure.tensors import TensorMemory, _SavedTensors
-from parbench.sweep.config import Config
+from parbench.plan.config import Config
 
 STEPS, WARMUP = 3, 1
 

@@ -20,8 +20,8 @@ from parbench.launch import LaunchError
 from parbench.launch.failures import root_cause
 from parbench.launch.ranks import Task
 from parbench.launch.spawn import Rendezvous, spawn_rank
+from parbench.plan.config import Config
 from parbench.results.folder import load_records
-from parbench.sweep.config import Config
 from tests.support import CPU2, TINY_FLAGS
 
 # Enough steps that the killed configuration's workers are still training half a second after

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
+from parbench.machine.allocator import SETTINGS, allocator_description, pin_cpu_allocator
 from parbench.machine.environment import collect_environment
-from parbench.measure.allocator import SETTINGS, allocator_description, pin_cpu_allocator
 
 pytestmark = pytest.mark.skipif(not allocator_description().startswith("glibc"),
                                 reason="glibc's malloc only")

@@ -8,9 +8,9 @@ import types
 import pytest
 import torch
 
+from parbench.drive.runner import _gpu_fields
 from parbench.measure.measurement import Measurement, merge
 from parbench.measure.sampling import MIN_UTILISATION_SAMPLES, GpuSampler
-from parbench.sweep.runner import _gpu_fields
 
 GPUS = (torch.device("cuda", 0), torch.device("cuda", 1))
 

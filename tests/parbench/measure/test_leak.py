@@ -4,12 +4,12 @@ not."""
 import pytest
 
 from parbench.cli import main
+from parbench.drive.runner import run_config
 from parbench.machine.devices import parse_devices
 from parbench.measure import memory_growth
 from parbench.measure.measurement import Measurement, merge
+from parbench.plan.config import Config
 from parbench.strategies.single import SingleDevice
-from parbench.sweep.config import Config
-from parbench.sweep.runner import run_config
 from tests.support import TINY_FLAGS
 
 

@@ -8,9 +8,9 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from parbench import plots
+from parbench.drive.runner import add_comparisons
 from parbench.results.folder import read_results
 from parbench.results.record import Record
-from parbench.sweep.runner import add_comparisons
 from tests.support import ok_record
 
 

@@ -1,0 +1,152 @@
+"""How much slower a step computes when several emulated devices compute at once on one CPU:
+the whole training step timed in one process alone and in N processes together, in
+interleaved rounds in the same processes (so the machine's drift falls on both alike), with
+the threads and the allocator a run's workers have; cached like a profile."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parbench.advisor.cache import cached, settings_key
+from parbench.families.workloads import Workload
+from parbench.launch.spawn import START_METHOD
+from parbench.machine.allocator import pin_cpu_allocator
+
+__all__ = ["CONTENTION_VERSION", "Sharing", "load_or_measure_slowdown", "measure_slowdown",
+           "slowdown_path"]
+
+CONTENTION_VERSION = 3  # bump when what is measured changes: older caches are measured again
+# Each phase steps for at least this long: a step of a few milliseconds (2 images at 64 px)
+# is over before processes started together overlap, and three processes on two cores then
+# measured no slowdown at all (version 2, started step by step).
+WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """`ranks` emulated devices on one CPU of `cores` cores, `threads` threads each, every one
+    of them computing at once measured `slowdown` times as long a step as one alone."""
+
+    ranks: int
+    cores: int
+    threads: int
+    slowdown: float
+
+    def of(self, computing: int) -> float:
+        """How many times as long a step takes with `computing` of the ranks computing at once:
+        the cores taken in turn once there are more threads than cores, times what sharing the
+        memory system costs beyond that (the measured slowdown over the turns all ranks take,
+        taken to grow evenly from nothing at one rank computing to that at all of them). Never
+        below the turns: a slowdown measured under them (noise) is taken as the turns."""
+        if computing <= 1 or self.ranks <= 1:
+            return 1.0
+        beyond = max(1.0, self.slowdown / self._turns(self.ranks))
+        return self._turns(computing) * (1 + (beyond - 1) * (computing - 1) / (self.ranks - 1))
+
+    def _turns(self, computing: int) -> float:
+        return max(1.0, computing * self.threads / self.cores)
+
+
+def _steps_for(step, window_s: float, least: int) -> list[float]:
+    """`step()`'s times, stepping without pause until `window_s` has passed and at least
+    `least` steps are done."""
+    times: list[float] = []
+    end = time.perf_counter() + window_s
+    while time.perf_counter() < end or len(times) < least:
+        times.append(step())
+    return times
+
+
+def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps: int,
+            rounds: int, window_s: float, barrier, results) -> None:
+    """Each round: rank 0 steps alone while the others wait, then every rank steps without
+    pause for the same window (all of them computing throughout); rank 0 sends its (alone,
+    together) medians for every round."""
+    pin_cpu_allocator()
+    torch.set_num_threads(threads)
+    model = workload.build_model_on("cpu")
+    images, labels = workload.make_batch(micro_batch, "cpu")
+    loss_fn = workload.loss_fn()
+
+    def step() -> float:
+        start = time.perf_counter()
+        with workload.autocast("cpu"):
+            loss = loss_fn(model(images), labels)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    step()  # warm-up: kernels chosen, memory mapped
+    for _ in range(rounds):
+        barrier.wait()
+        alone = _steps_for(step, window_s, steps) if rank == 0 else []
+        barrier.wait()
+        together = _steps_for(step, window_s, steps)
+        if rank == 0:
+            results.put((statistics.median(alone), statistics.median(together)))
+
+
+def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
+                     steps: int = 3, rounds: int = 3, timeout_s: float = 900.0,
+                     window_s: float = WINDOW_S) -> float:
+    """The median over `rounds` of a step's time with `processes` processes computing at once
+    (each stepping for `window_s`, at least `steps` steps) over its time alone, each process
+    with `threads` threads (a RuntimeError where one dies, or they have not answered within
+    `timeout_s`); every process is ended on return."""
+    # Forked from parbench's fork server, which imported torch once: spawned, each process
+    # imported it again, most of a short measurement's time on a small machine.
+    context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
+    barrier, results = context.Barrier(processes, timeout=timeout_s), context.Queue()
+    children = [context.Process(target=_worker, daemon=True, args=(
+        rank, workload, micro_batch, threads, steps, rounds, window_s, barrier, results))
+        for rank in range(processes)]
+    for child in children:
+        child.start()
+    try:
+        pairs = _answers(results, children, rounds, time.monotonic() + timeout_s)
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=10)
+    return statistics.median(together / alone for alone, together in pairs)
+
+
+def _answers(results, children, rounds: int, deadline: float) -> list[tuple[float, float]]:
+    """Rank 0's (alone, together) pair of every round, as they come; a RuntimeError as soon as
+    a process has died, or at the deadline."""
+    pairs: list[tuple[float, float]] = []
+    while len(pairs) < rounds:
+        try:
+            pairs.append(results.get(timeout=1.0))
+        except queue.Empty:
+            died = [child.exitcode for child in children if child.exitcode not in (None, 0)]
+            if died or time.monotonic() > deadline:
+                raise RuntimeError("measuring contention: " + (
+                    f"a process exited with {died[0]}" if died else
+                    "the processes did not answer in time")) from None
+    return pairs
+
+
+def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: int,
+                  threads: int = 1) -> Path:
+    """Where the slowdown for these settings is cached."""
+    settings = settings_key(workload, "cpu", threads, micro_batch)
+    return cache / f"contention-{settings}-x{processes}.json"
+
+
+def load_or_measure_slowdown(cache: Path, workload: Workload, micro_batch: int,
+                             processes: int, threads: int = 1) -> float:
+    """The cached slowdown for these settings, measured and cached if there is none."""
+    path = slowdown_path(cache, workload, micro_batch, processes, threads)
+    return cached(path, CONTENTION_VERSION, lambda: {"slowdown": measure_slowdown(
+        workload, micro_batch, processes, threads)})["slowdown"]

@@ -1,0 +1,138 @@
+"""Configurations: one point of a sweep, and the cartesian product that makes a sweep."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from parbench import strategies
+from parbench.families.workloads import Workload
+from parbench.machine.devices import DeviceSet
+
+if TYPE_CHECKING:
+    from parbench.plan.planning import RunPlan
+
+__all__ = ["SCALINGS", "Config", "expand_sweep", "options_for", "weakly_scaled"]
+
+# strong: the global batch is fixed whatever the devices; weak: the batch per device is.
+SCALINGS = ("strong", "weak")
+
+
+def options_for(name: str, options: dict) -> dict:
+    """The options, out of `options`, that strategy `name` takes and that are set (not None)."""
+    return strategies.lookup(name).cls.Options.taken(options)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything needed to measure one strategy once."""
+
+    strategy: str
+    workload: Workload
+    global_batch: int
+    devices: DeviceSet
+    warmup: int = 3
+    steps: int = 10
+    threads_per_device: int = 1
+    options: dict = field(default_factory=dict)
+    timeout_s: float = 1800.0
+    # Process-group backend for process-per-device strategies: auto = NCCL when every rank has
+    # a GPU of its own, else gloo.
+    backend: str = "auto"
+    loader_workers: int = 0  # DataLoader processes per rank, for image-folder data
+    # Each process may allocate this much beyond what it holds when the configuration starts
+    # (CPU: RLIMIT_DATA, a memory limit to run out of, as a GPU's is; CUDA: the caching
+    # allocator's per-process fraction, see measure.memory_cap).
+    memory_cap_mib: int | None = None
+    # Each logical device may hold this many MiB of counted tensors (parameters, gradients,
+    # optimiser state, saved activations, DDP's buckets: measure.tensors), as a device of
+    # that size would; beyond it the configuration runs out (an emulated device's memory).
+    device_memory_mib: int | None = None
+    # How the global batch relates to the devices used (SCALINGS; see `weakly_scaled`).
+    scaling: str = "strong"
+
+    @functools.cached_property
+    def plan(self) -> RunPlan:
+        """How this configuration runs here, or why it cannot: decided once, here
+        (`parbench.plan.planning`)."""
+        from parbench.plan.planning import plan_config  # it reads this module's Config
+
+        return plan_config(self)
+
+    def refusal(self) -> str | None:
+        """What the strategy refuses in this configuration (an error, or recorded as skipped
+        in a sweep that gives the strategy other configurations), or None."""
+        return self.plan.reason("devices", "options")
+
+    def unavailable_reason(self) -> str | None:
+        """Why this machine cannot run the configuration (recorded as skipped), or None."""
+        return self.plan.reason("machine")
+
+    @property
+    def process_per_device(self) -> bool:
+        """Whether the strategy runs one process per device (else one process for all)."""
+        return strategies.lookup(self.strategy).cls.process_per_device
+
+    @property
+    def used_devices(self) -> DeviceSet:
+        """The devices the strategy takes out of those given (single takes the first)."""
+        return self.plan.devices
+
+    def key(self) -> str:
+        """What identifies this configuration's measurement (to find it again on --resume)."""
+        return json.dumps(dict(
+            strategy=self.strategy, options={k: v for k, v in sorted(self.options.items())
+                                             if v is not None},
+            workload=self.workload.describe(), global_batch=self.global_batch,
+            devices=self.devices.describe(), warmup=self.warmup, steps=self.steps,
+            threads_per_device=self.threads_per_device, backend=self.backend,
+            loader_workers=self.loader_workers,
+            # Only where it is not the default, so earlier runs' keys stay valid for --resume.
+            **({"scaling": self.scaling} if self.scaling != "strong" else {})), sort_keys=True)
+
+    def label(self) -> str:
+        w = self.workload
+        options = "".join(f" {k}={v}" for k, v in self.options.items() if v is not None)
+        return (f"{self.strategy}{options} {w.model} batch {self.global_batch} "
+                f"{w.image_size}px {w.precision}{' compiled' if w.compile else ''} on "
+                f"{self.used_devices.describe()}")
+
+
+def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: Iterable[int],
+                 image_size: Iterable[int], precision: Iterable[str],
+                 devices: Iterable[DeviceSet], options: Iterable[dict] = ({},),
+                 compiled: Iterable[bool] = (False,), **common) -> list[Config]:
+    """The cartesian product of the swept values, strategies varying fastest.
+
+    `options` lists the strategy-option combinations to sweep; each strategy receives only the
+    options it takes (its `Options` fields), and a combination that differs only in options a
+    strategy ignores is measured once for it. `compiled` sweeps eager (False) and compiled
+    (True), as `precision` sweeps precisions.
+    """
+    workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last",
+                                                  "cudnn_benchmark", "seed") if k in common}
+    configs, seen = [], set()
+    for dev, mdl, size, prec, comp, batch, opts, name in itertools.product(
+            devices, model, image_size, precision, compiled, global_batch, list(options),
+            strategy):
+        kept = options_for(name, opts)
+        key = (dev, mdl, size, prec, comp, batch, name, tuple(sorted(kept.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        workload = Workload(model=mdl, image_size=size, precision=prec, compile=comp,
+                            **workload_fields)
+        configs.append(Config(strategy=name, workload=workload, global_batch=batch,
+                              devices=dev, options=kept, **common))
+    return configs
+
+
+def weakly_scaled(config: Config) -> Config:
+    """`config` under weak scaling: its global batch, given per device, times the devices its
+    strategy uses (a sweep's `ddp` on 1, 2, 4 ranks then trains 1, 2, 4 times the batch)."""
+    return replace(config, global_batch=config.global_batch * len(config.used_devices),
+                   scaling="weak")

@@ -1,0 +1,60 @@
+"""The slowdown of emulated devices computing at once: measured in real processes that all
+end, and read back from the cache."""
+
+import json
+import multiprocessing
+import time
+
+import pytest
+
+from parbench.advisor import contention
+from parbench.families.workloads import Workload
+from parbench.machine.devices import cpu_cores
+
+TINY = Workload(model="resnet18", image_size=32, num_classes=10)
+
+
+def test_a_process_that_dies_is_reported_at_once_not_at_the_timeout():
+    broken = Workload(model="resnet18", image_size=32, num_classes=10)
+    object.__setattr__(broken, "image_size", 0)  # past the check: the workers' forward fails
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="a process exited with"):
+        contention.measure_slowdown(broken, micro_batch=2, processes=2, steps=1,
+                                    timeout_s=300)
+    assert time.monotonic() - start < 120
+    assert multiprocessing.active_children() == []
+
+
+def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):
+    measured = []
+    monkeypatch.setattr(contention, "measure_slowdown",
+                        lambda *args: measured.append(args) or 1.25)
+    first = contention.load_or_measure_slowdown(tmp_path, TINY, 4, processes=2)
+    again = contention.load_or_measure_slowdown(tmp_path, TINY, 4, processes=2)
+    assert first == again == 1.25 and len(measured) == 1
+    path = contention.slowdown_path(tmp_path, TINY, 4, processes=2)
+    assert json.loads(path.read_text())["slowdown"] == pytest.approx(1.25)
+
+
+@pytest.mark.timeout(180)
+def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
+    """Processes at once timed against one alone, in real processes that all end. Twice as
+    many single-threaded processes as cores, each step a few milliseconds: started step by
+    step they did not overlap and measured no slowdown (1.004 for three processes on two
+    cores); stepping for a whole window, each gets about half a core."""
+    processes = 2 * cpu_cores()
+    slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
+                                           rounds=2, timeout_s=150, window_s=0.5)
+    assert 1.4 < slowdown < 10  # a ratio of two real step times
+    assert multiprocessing.active_children() == []  # every process it started has ended
+
+
+def test_sharing_takes_the_cores_in_turn_and_the_rest_of_the_measured_slowdown_evenly():
+    """Four ranks on two cores measured 2.4x all at once: 2x from taking the cores in turn,
+    1.2x beyond it, grown evenly from one rank computing (nothing) to four."""
+    sharing = contention.Sharing(ranks=4, cores=2, threads=1, slowdown=2.4)
+    assert [sharing.of(k) for k in (0, 1, 2, 3, 4)] == pytest.approx(
+        [1.0, 1.0, 1 + 0.2 / 3, 1.5 * (1 + 0.4 / 3), 2.4])
+    # Fewer ranks than cores take no turns; a slowdown below the turns is the turns.
+    assert contention.Sharing(2, 4, 1, 1.1).of(2) == pytest.approx(1.1)
+    assert contention.Sharing(4, 2, 1, 1.5).of(4) == pytest.approx(2.0)

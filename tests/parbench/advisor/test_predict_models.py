@@ -1,0 +1,319 @@
+"""The timing models give the known answers on a made-up profile, and a real profile of a small
+ResNet holds what a prediction needs."""
+
+import itertools
+import time
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+
+from parbench.advisor import data_parallel, models, version
+from parbench.advisor.contention import Sharing
+from parbench.advisor.links import Link
+from parbench.advisor.profile import (
+    BlockProfile,
+    Profile,
+    _median_time,
+    block_times_in_step,
+    load_or_profile,
+    profile_blocks,
+)
+from parbench.advisor.records import partition_of, predicted_beside_measured
+from parbench.families.workloads import Workload
+from parbench.strategies.partition import Partition
+from parbench.strategies.stages import bubble_fraction
+
+MIB = 2**20
+NAMES = ("stem", "a", "b", "head")
+# Four blocks of 1 s forward, 1 s input gradient, 1 s weight gradient on a micro-batch.
+BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(MIB,),
+                            saved_bytes=2 * MIB) for name in NAMES)
+PROFILE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 4, 3, BLOCKS)
+HALVES = Partition(NAMES, (0, 2), "tutorial")
+QUARTERS = Partition(NAMES, (0, 1, 2, 3), "time")
+FREE = Link("free", float("inf"))
+
+
+def test_single_accumulating_is_its_micro_batches_one_after_the_other():
+    predicted = models.single(PROFILE, micro_batches=5)
+    assert predicted.step_time_s == 5 * 12.0 and predicted.global_batch == 20
+    assert predicted.kind == "predicted"
+    assert predicted.peak_memory_mib == (4 * 3 + 4 * 2,)  # parameters x 3, saved activations
+
+
+def test_model_parallel_adds_both_directions_of_every_cut_to_the_compute():
+    link = Link("slow", bandwidth_gbps=MIB / 1e9 / 0.5)  # 0.5 s per MiB
+    predicted = models.model_parallel(PROFILE, HALVES, link)
+    assert predicted.step_time_s == pytest.approx(12.0 + 2 * 0.5)
+    assert predicted.peak_memory_mib == (2 * 3 + 2 * 2, 2 * 3 + 2 * 2)
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4, 10])
+def test_both_gpipes_on_equal_stages_idle_the_closed_form_share(micro_batches):
+    expected = bubble_fraction(2, micro_batches)
+    tick = models.tick_pipeline(PROFILE, HALVES, micro_batches)
+    replayed = models.pipeline("gpipe", PROFILE, HALVES, 2, micro_batches, FREE)
+    for predicted in (tick, replayed):
+        assert predicted.bubble == pytest.approx(expected)
+        assert predicted.step_time_s == pytest.approx((micro_batches + 1) * 6.0)
+
+
+def test_stages_sharing_one_core_are_slowed_only_while_both_compute():
+    """Two stages on one core, measured 2x slower both computing (the profile's times): one
+    micro-batch leaves one stage computing at a time, at twice the profile's speed, and the
+    bubble is still half of the step in the tick pipeline and GPipe alike."""
+    shared = replace(PROFILE, sharing=Sharing(ranks=2, cores=1, threads=1, slowdown=2.0))
+    tick = models.tick_pipeline(shared, HALVES, 1)
+    replayed = models.pipeline("gpipe", shared, HALVES, 2, 1, FREE)
+    for predicted in (tick, replayed):
+        assert predicted.step_time_s == pytest.approx(12.0 / 2)
+        assert predicted.bubble == pytest.approx(0.5)
+
+
+def test_pipelines_side_by_side_share_the_cpu_with_each_other():
+    """pipeline-fsdp's two 2-stage pipelines on 4 devices sharing 2 cores (2x slower all four
+    computing, the profile's times): one pipeline alone never has more computing than cores,
+    so it runs at twice the profile's speed throughout; beside its twin, while both its stages
+    compute, four devices do, at the profile's speed."""
+    shared = replace(PROFILE, sharing=Sharing(ranks=4, cores=2, threads=1, slowdown=2.0))
+    unshared = models.pipeline("1f1b", PROFILE, HALVES, 2, 4, FREE).step_time_s
+    alone = models.pipeline("1f1b", shared, HALVES, 2, 4, FREE).step_time_s
+    beside = models.pipeline("1f1b", shared, HALVES, 2, 4, FREE, side_by_side=2).step_time_s
+    assert alone == pytest.approx(unshared / 2)
+    assert alone < beside < unshared
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe_on_the_first_device():
+    gpipe = models.pipeline("gpipe", PROFILE, HALVES, 2, 8, FREE)
+    one_f_one_b = models.pipeline("1f1b", PROFILE, HALVES, 2, 8, FREE)
+    # Device 0: parameters of 2 blocks x 3, saved activations of 2 blocks per micro-batch held.
+    assert gpipe.peak_memory_mib[0] == 2 * 3 + 8 * 4
+    assert one_f_one_b.peak_memory_mib[0] == 2 * 3 + 2 * 4
+
+
+def test_interleaving_four_stages_on_two_devices_shrinks_the_bubble():
+    interleaved = models.pipeline("interleaved-1f1b", PROFILE, QUARTERS, 2, 4, FREE)
+    assert interleaved.bubble == pytest.approx(bubble_fraction(2, 4, 2))
+
+
+def test_a_record_is_predicted_from_its_own_cut_and_its_error_is_signed():
+    assert partition_of({"partition": "stem..a | b..head"}, NAMES).bounds == (0, 2)
+    records = pd.DataFrame([
+        dict(strategy="pipeline-gpipe", status="ok", split_size=4, micro_batches=4,
+             global_batch=16, world_size=2, partition="stem..a | b..head",
+             step_time_median_s=40.0),
+        dict(strategy="data-parallel", status="ok", global_batch=16, world_size=1,
+             partition=None, step_time_median_s=1.0),
+    ])
+    table = predicted_beside_measured(records, lambda record: lambda micro_batch: PROFILE, FREE)
+    assert list(table["strategy"]) == ["pipeline-gpipe"]  # nn.DataParallel: not modelled
+    assert table.iloc[0]["predicted_step_time_s"] == pytest.approx(30.0)
+    assert table.iloc[0]["prediction_error"] == pytest.approx(30.0 / 40.0 - 1)
+
+
+def test_a_predicted_speedup_is_against_the_predicted_baseline_of_the_same_workload():
+    # The machine ran the run twice as fast as the profile: every step is predicted 2x too
+    # slow, but the speedup over the baseline, both sides from one source, is right.
+    common = dict(status="ok", model="resnet18", image_size=32, num_classes=10,
+                  precision="fp32", scaling="strong", device_kind="cpu", global_batch=16)
+    records = pd.DataFrame([
+        dict(strategy="single", strategy_options={}, step_time_median_s=6.0,
+             speedup_vs_baseline=1.0, devices="cpu", world_size=1, **common),
+        dict(strategy="single", strategy_options={"accumulation_split": 4}, split_size=4,
+             micro_batches=4, step_time_median_s=24.0, speedup_vs_baseline=0.25,
+             devices="cpu", world_size=1, **common),
+        dict(strategy="pipeline-gpipe", strategy_options={}, split_size=4, micro_batches=4,
+             world_size=2,
+             partition="stem..a | b..head", step_time_median_s=15.0, devices="cpu,cpu",
+             speedup_vs_baseline=0.4, **common),
+    ])
+    # Another workload's baseline, twice as slow, in the same run: not resnet18's.
+    records = pd.concat([pd.DataFrame([{**records.iloc[0].to_dict(), "model": "resnet34",
+                                        "step_time_median_s": 12.0}]), records],
+                        ignore_index=True)
+    slower = replace(PROFILE, blocks=tuple(replace(b, forward_s=2.0, input_grad_s=2.0,
+                                                   weight_grad_s=2.0) for b in BLOCKS))
+    # PROFILE at every size: the whole batch 12 s, 4 micro-batches one after the other 48 s,
+    # GPipe on two devices 30 s.
+    table = predicted_beside_measured(
+        records, lambda record: lambda micro_batch: slower if record["model"] == "resnet34"
+        else PROFILE, FREE)
+    assert table["prediction_error"].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert table["predicted_speedup"].isna().tolist() == [True, True, False, False]
+    assert table["predicted_speedup"].iloc[2:].tolist() == pytest.approx([12 / 48, 12 / 30])
+    assert table["speedup_error"].iloc[2:].tolist() == pytest.approx([0.0, 0.0])
+
+
+def test_a_link_pays_its_latency_once_a_message():
+    link = Link("slow", bandwidth_gbps=MIB / 1e9, latency_s=0.25)  # 1 s per MiB
+    assert link.transfer_s(MIB) == pytest.approx(1.25)
+    # A ring all-reduce on 4 ranks: 6 messages in a row, 2 x 3/4 of the bytes on each link.
+    assert link.allreduce_s(MIB, 4) == pytest.approx(6 * 0.25 + 1.5)
+    assert link.collective_s("all_gather", MIB, 4) == pytest.approx(3 * 0.25 + 0.75)
+    assert link.allreduce_s(MIB, 1) == 0.0
+
+
+def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tmp_path):
+    workload = Workload(model="resnet18", image_size=32, num_classes=10)
+    profile = load_or_profile(tmp_path, workload, micro_batch=2)
+    names = [block.name for block in profile.blocks]
+    assert names[0] == "stem" and names[-1] == "head" and len(names) == 10
+    assert all(block.forward_s > 0 and block.saved_bytes > 0 for block in profile.blocks)
+    assert profile.blocks[0].input_grad_s == 0  # no gradient for the images
+    assert profile.step_compute_s == pytest.approx(profile.step_s)  # the blocks sum to a step
+    assert profile.blocks[0].output_bytes == 2 * 64 * 8 * 8 * 4  # stem: 64 channels, 32 px / 4
+    parameters = list(workload.build_model().parameters())
+    assert [size for b in profile.blocks for size in b.parameter_sizes] == [
+        4 * p.numel() for p in parameters]
+    # The head (pool, flatten, fc) saves the pooled features, not fc's weight: 2 x 512 fp32.
+    assert profile.blocks[-1].saved_bytes < 4 * 512 * 10
+    assert load_or_profile(tmp_path, workload, micro_batch=2) == profile  # from the cache
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+class _SlowForward(torch.nn.Module):
+    def forward(self, x):
+        time.sleep(0.02)
+        return x * 1.0
+
+
+def test_blocks_are_timed_at_their_own_place_inside_a_whole_step():
+    blocks = [torch.nn.Linear(4, 4), _SlowForward(), torch.nn.Linear(4, 3)]
+    workload = Workload(model="resnet18", image_size=32, num_classes=3)
+    forwards, backwards, step_s, _ = block_times_in_step(
+        blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
+    assert forwards[1] >= 0.02 > max(forwards[0], forwards[2], *backwards)
+    assert sum(forwards) + sum(backwards) == pytest.approx(step_s)
+
+
+def test_a_profile_in_bf16_runs_under_autocast():
+    profile = profile_blocks(Workload(model="resnet18", image_size=32, num_classes=10,
+                                      precision="bf16"), micro_batch=2, repeats=1)
+    assert profile.blocks[1].output_bytes == 2 * 64 * 8 * 8 * 2  # bf16 activations
+
+
+def test_on_a_cpu_the_step_is_cut_at_the_host_clocks_readings(monkeypatch):
+    # One tick a reading: start, 3 forward hooks, loss, 3 backward hooks (last block first),
+    # end. The last block's forward ends with the loss, its backward starts there.
+    ticks = itertools.count()
+    monkeypatch.setattr("time.perf_counter", lambda: float(next(ticks)))
+    blocks = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)]
+    workload = Workload(model="resnet18", image_size=32, num_classes=3)
+    forwards, backwards, step_s, _ = block_times_in_step(
+        blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
+    assert (forwards, backwards, step_s) == ([1.0, 1.0, 2.0], [1.0, 1.0, 2.0], 8.0)
+    assert _median_time(lambda: None, torch.device("cpu"), repeats=3) == 1.0
+
+
+def test_a_channels_last_profile_feeds_its_blocks_channels_last():
+    seen = []
+
+    def record(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d):
+            seen.append((inputs[0].is_contiguous(memory_format=torch.channels_last),
+                         module.weight.is_contiguous(memory_format=torch.channels_last),
+                         output.dtype))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        profile_blocks(Workload(model="resnet18", image_size=64, num_classes=10,
+                                precision="bf16", channels_last=True), micro_batch=2, repeats=1)
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {(True, True, torch.bfloat16)}
+
+
+def test_fsdp_without_resharding_holds_every_unit_gathered():
+    resharded = data_parallel.fsdp(PROFILE, ranks=2, link=FREE)
+    kept = data_parallel.fsdp(PROFILE, ranks=2, link=FREE, reshard=False)
+    # Sharded state 3 x 4 MiB / 2, saved 8 MiB; gathered: root 2 + two units 2, or all 4.
+    assert resharded.peak_memory_mib[0] == 6 + 2 + 2 + 8
+    assert kept.peak_memory_mib[0] == 6 + 4 + 8
+
+
+def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_its_tail():
+    free = data_parallel.ddp(PROFILE, ranks=4, link=FREE)
+    assert free.step_time_s == pytest.approx(12.0) and free.bubble == pytest.approx(0)
+    buckets = data_parallel.bucket_ready_times(PROFILE)
+    # The first bucket of 1 MiB once the head's backward ends; the rest (under 25 MiB) at the end.
+    assert buckets == [(2.0, MIB), (8.0, 3 * MIB)]
+    # DDP never splits a tensor: a bucket closes once it holds its cap, here the head's weight.
+    head = replace(BLOCKS[-1], parameter_sizes=(8 * MIB, 4096))  # weight, bias (last)
+    uneven = replace(PROFILE, blocks=(*BLOCKS[:-1], head))
+    assert data_parallel.bucket_ready_times(uneven)[0] == (2.0, 8 * MIB + 4096)
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a ring all-reduce of 1 MiB on 2: 1 s
+    predicted = data_parallel.ddp(PROFILE, ranks=2, link=slow)
+    # The first bucket hides behind backward; the last starts as backward ends, and shows.
+    assert predicted.step_time_s == pytest.approx(4.0 + 8.0 + 3.0)
+    assert predicted.bubble == pytest.approx(3 / 15)
+
+
+def test_fsdp_hides_the_blocks_gathers_and_reductions_but_not_the_roots():
+    assert data_parallel.fsdp(PROFILE, ranks=1, link=FREE).step_time_s == pytest.approx(12.0)
+    assert data_parallel.fsdp(PROFILE, ranks=4, link=FREE).step_time_s == pytest.approx(12.0)
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a 2-rank gather of 1 MiB: 0.5 s
+    on_gpu = data_parallel.fsdp(replace(PROFILE, device="cuda:0"), ranks=2, link=slow)
+    # The root (stem and head, 2 MiB) is gathered before anything and reduce-scattered after
+    # everything: 1 s each; every block's own gathers and reductions hide behind compute.
+    assert on_gpu.step_time_s == pytest.approx(12.0 + 1.0 + 1.0)
+    # On a CPU nothing issues a forward gather ahead: each unit's (0.5 s) waits for the block
+    # before, and shows; backward's are prefetched and hide as on a GPU.
+    predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
+    assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0 + 2 * 0.5)
+    assert predicted.kind == "predicted" and predicted.global_batch == 8
+
+
+def test_ranks_sharing_a_cpus_cores_hide_none_of_their_communication():
+    slow = Link("slow", bandwidth_gbps=MIB / 1e9)  # a 2-rank all-reduce of 1 MiB: 1 s
+    # DDP's buckets of 1 and 3 MiB: 4 s of all-reduce after 12 s of compute, none hidden.
+    assert data_parallel.ddp(PROFILE, 2, slow, shared_cores=True).step_time_s == \
+        pytest.approx(12.0 + 4.0)
+    # FSDP: each unit gathered twice (forward, backward) and reduce-scattered, 0.5 s each for
+    # its 1 MiB; the root's 2 MiB gathered and reduce-scattered, 1 s each.
+    assert data_parallel.fsdp(PROFILE, 2, slow, shared_cores=True).step_time_s == \
+        pytest.approx(12.0 + 2 * 3 * 0.5 + 2 * 1.0)
+
+
+def test_each_device_steps_the_optimiser_over_the_parameters_it_holds():
+    stepping = replace(PROFILE, optimizer_s=2.0)  # all 4 MiB of parameters
+    # Stages of 2 and 6 MiB: GPipe's first rank ends last by its 4 s backward, but the second
+    # steps three quarters of the optimiser (6 s against 2 s): both end 2 s after the schedule.
+    uneven = replace(PROFILE, optimizer_s=8.0, blocks=tuple(
+        replace(block, parameter_sizes=(size * MIB,))
+        for block, size in zip(BLOCKS, (1, 1, 3, 3), strict=True)))
+    assert models.pipeline("gpipe", uneven, HALVES, 2, 4, FREE).step_time_s == \
+        pytest.approx(models.pipeline("gpipe", PROFILE, HALVES, 2, 4, FREE).step_time_s + 2.0)
+    assert models.single(stepping, 5).step_time_s == pytest.approx(5 * 12.0 + 2.0)
+    # Two stages of 2 MiB: the rank that ends last steps its half, 1 s.
+    assert models.pipeline("gpipe", stepping, HALVES, 2, 4, FREE).step_time_s == \
+        pytest.approx(models.pipeline("gpipe", PROFILE, HALVES, 2, 4, FREE).step_time_s + 1.0)
+    assert data_parallel.ddp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 2.0)
+    assert data_parallel.fsdp(stepping, 2, FREE).step_time_s == pytest.approx(12.0 + 1.0)
+
+
+def test_the_models_files_are_those_of_their_version():
+    # A change to the models without a new PREDICTOR_VERSION would let a held-out run
+    # measured under the old models be predicted by models tuned since: bump the version
+    # and record the new fingerprint (parbench/advisor/version.py).
+    assert version.fingerprint() == version.FINGERPRINT, (
+        f"parbench/predict changed: bump PREDICTOR_VERSION and set FINGERPRINT = "
+        f"{version.fingerprint()!r}")
+
+
+def test_where_a_models_import_comes_from_is_not_the_model_but_what_it_imports_is():
+    source = version.model_source
+    moved = source(b"from parbench.advisor.links import Link\n"
+                   b"from strategies.partition import cut\n"
+                   b"def f():\n    from parbench.advisor import models\n    return models\n")
+    assert moved == source(b"from parbench.strategies.partition import cut  # moved\n"
+                           b"from parbench.advisor.links import Link\n"
+                           b"def f():\n    from parbench.advisor import models\n"
+                           b"    return models\n")
+    assert moved != source(b"from parbench.advisor.links import Links\n"
+                           b"from strategies.partition import cut\n"
+                           b"def f():\n    from parbench.advisor import models\n"
+                           b"    return models\n")
+    assert source(b"x = 1\n") != source(b"x = 2\n")
+    assert source(b"import math\n") != source(b"import cmath\n")  # only the project's own

@@ -1,0 +1,82 @@
+"""The sweep spec is what a run folder keeps: written and read back whole, a spec of another
+version refused, and a command file from before specs read as its flags were."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parbench.cli import parser
+from parbench.commands.arguments import UsageError
+from parbench.commands.run_spec import read_spec, spec_of
+from parbench.plan import SPEC_VERSION, SpecError, Sweep, SweepSpec
+from parbench.results.folder import RunFolder
+
+ROOT = Path(__file__).resolve().parents[3]
+SEED_1 = ROOT / "results" / "20261125T202329Z-prediction-holdout-seed1-v2"
+
+
+def _parse_run(argv):
+    return parser().parse_args(["run", *argv])
+
+
+def _parse(*argv):
+    return _parse_run(list(argv))
+
+
+def test_a_spec_is_written_and_read_back_whole():
+    spec = spec_of(_parse("--strategy", "single,pipeline", "--split-size", "2,4", "--devices",
+                          "cpu,cpu", "--batch-size", "8", "--image-size", "32"))
+    stored = json.loads(json.dumps(spec.to_json()))
+    assert stored["spec_version"] == SPEC_VERSION
+    assert SweepSpec.from_json(stored) == spec
+    assert [options["split_size"] for options in spec.options] == [2, 4]
+
+
+def test_a_spec_of_another_version_is_refused():
+    stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "spec_version": SPEC_VERSION + 1}
+    with pytest.raises(SpecError, match=f"spec version {SPEC_VERSION + 1}; this parbench reads"):
+        SweepSpec.from_json(stored)
+
+
+def test_a_run_from_before_specs_is_read_as_its_flags_and_sweeps_what_it_measured():
+    """The published seed-1 held-out run kept its flags (command.json from before specs): read
+    back, it draws the same 28 configurations its records hold."""
+    folder = RunFolder(SEED_1)
+    spec = read_spec(folder, _parse_run)
+    assert (spec.experiment, spec.seed, spec.repeats, spec.steps) == (
+        "prediction-holdout", 1, 5, 2)
+    keys = [config.key() for config in Sweep.build(spec).configs]
+    assert keys == [record.config_key for record in folder.read_records()]
+
+
+def test_a_command_file_that_cannot_be_read_is_one_line(tmp_path):
+    folder = RunFolder.create(tmp_path)
+    (folder.path / "command.json").write_text('{"spec_version": 99}')
+    with pytest.raises(UsageError, match="spec version 99"):
+        read_spec(folder, _parse_run)
+
+
+@pytest.mark.parametrize("flags, compiles", [
+    ([], (False,)), (["--compile"], (True,)), (["--compile", "off"], (False,)),
+    (["--compile", "on,off"], (True, False)), (["--compile", "ON, off, on"], (True, False))])
+def test_compile_is_an_axis_of_on_and_off(flags, compiles):
+    spec = spec_of(_parse("--devices", "cpu", *flags))
+    assert spec.compiles == compiles
+    assert SweepSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_a_bad_compile_value_is_one_line():
+    with pytest.raises(UsageError, match="--compile 'yes': give on, off, or on,off"):
+        spec_of(_parse("--devices", "cpu", "--compile", "yes"))
+
+
+def test_runs_from_before_the_compile_axis_resume_as_they_were(tmp_path):
+    """A spec, and a run's flags from before specs, kept `compile` as a bool."""
+    stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "compile": True}
+    del stored["compiles"]
+    assert SweepSpec.from_json(stored).compiles == (True,)
+    folder = RunFolder.create(tmp_path)
+    flags = {"strategy": "single", "devices": ["cpu"], "compile": True, "warmup": 1}
+    (folder.path / "command.json").write_text(json.dumps(flags))
+    assert read_spec(folder, _parse_run).compiles == (True,)
