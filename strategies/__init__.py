@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from parbench.strategies.base import Layout, Plan, Strategy, default_backend
+from parbench.strategies.base import Layout, Strategy, TrainingPlan, default_backend
 from parbench.strategies.ddp import DDP
 from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from parbench.strategies.fsdp import FSDP
@@ -22,10 +22,10 @@ from parbench.strategies.pipeline_schedules import InterleavedPipeline, Schedule
 from parbench.strategies.single import SingleDevice
 
 __all__ = [
-    "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Plan", "Strategy",
-    "StrategyError", "Unavailable", "WorkloadRefused", "allreduces_gradients", "create",
-    "default_backend",
-    "layout_of", "lookup", "names", "option_specs", "options_of", "plan", "plan_on", "takers",
+    "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Strategy",
+    "StrategyError", "TrainingPlan", "Unavailable", "WorkloadRefused", "allreduces_gradients",
+    "create", "default_backend", "layout_of", "lookup", "names", "option_specs", "options_of",
+    "plan", "plan_on", "takers",
 ]
 
 
@@ -88,7 +88,7 @@ def options_of(name: str, options: dict | Options | None = None) -> Options:
 
 
 def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],
-         options: dict | Options | None = None, backend: str | None = None) -> Plan:
+         options: dict | Options | None = None, backend: str | None = None) -> TrainingPlan:
     """How strategy `name` trains `workload` at `global_batch` on the devices it uses out of
     `devices`, with `options`, its ranks on `backend` (None: see `default_backend`): raises
     StrategyError (a usage error), WorkloadRefused or Unavailable (this machine cannot), each
@@ -99,7 +99,7 @@ def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device]
 
 
 def plan_on(name: str, workload, global_batch: int, used: Sequence[torch.device],
-            options: Options, backend: str | None = None) -> Plan:
+            options: Options, backend: str | None = None) -> TrainingPlan:
     """`plan` on the devices the strategy uses, selected already (parbench's planning selects
     them once, and keeps them for a configuration it refuses)."""
     return lookup(name).cls.make_plan(name, workload, global_batch, tuple(used), options,
@@ -120,7 +120,7 @@ def layout_of(name: str) -> Layout | None:
     return entry.cls.layout if entry else None
 
 
-def create(plan: Plan) -> Strategy:
+def create(plan: TrainingPlan) -> Strategy:
     """The strategy a plan describes (not yet set up)."""
     return lookup(plan.strategy).cls(plan)
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from parbench.families.workloads import Workload
     from parbench.measure.timeline import Timeline
 
-__all__ = ["Plan", "ProcessPerDevice", "Strategy", "StrategyError", "Unavailable",
+__all__ = ["ProcessPerDevice", "Strategy", "StrategyError", "TrainingPlan", "Unavailable",
            "WorkloadRefused", "default_backend"]
 
 
@@ -52,7 +52,7 @@ class Layout(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Plan:
+class TrainingPlan:
     """How a registered strategy will train a workload at a global batch on some devices:
     checked and resolved before anything runs (see `Strategy.plan`)."""
 
@@ -109,7 +109,7 @@ class Strategy(ABC):
     # Set by the harness for a step it times action by action (parbench.measure.timeline).
     timeline: Timeline | None = None
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: TrainingPlan) -> None:
         self.plan = plan
         self.workload = plan.workload
         self.devices = plan.devices
@@ -118,7 +118,7 @@ class Strategy(ABC):
     @classmethod
     def make_plan(cls, name: str, workload: Workload, global_batch: int,
                   used: tuple[torch.device, ...], options: OptionsBase,
-                  backend: str | None = None) -> Plan:
+                  backend: str | None = None) -> TrainingPlan:
         """Whether this strategy can train `workload` at `global_batch` on `used` (the devices
         `select_devices` chose) with `options`, and how: raises StrategyError (a usage error),
         WorkloadRefused or Unavailable (this machine cannot) with one line saying why.
@@ -135,7 +135,7 @@ class Strategy(ABC):
             raise Unavailable(reason)
         resolved = options.resolved(global_batch, used)
         cls.check_slice(workload, cls.smallest_slice(global_batch, used, resolved))
-        return Plan(name, workload, global_batch, used, resolved, backend)
+        return TrainingPlan(name, workload, global_batch, used, resolved, backend)
 
     @classmethod
     def smallest_slice(cls, global_batch: int, devices: tuple[torch.device, ...],
@@ -198,19 +198,19 @@ class Strategy(ABC):
         raise StrategyError, or Unavailable where the machine is what lacks it)."""
 
     @classmethod
-    def reference_split(cls, plan: Plan) -> int | None:
-        """See `Plan.reference_split`: by default, the micro-batches it trains on."""
+    def reference_split(cls, plan: TrainingPlan) -> int | None:
+        """See `TrainingPlan.reference_split`: by default, the micro-batches it trains on."""
         return plan.options.micro_batch_size()
 
     @classmethod
-    def verify_relative_tolerance(cls, plan: Plan) -> float | None:
+    def verify_relative_tolerance(cls, plan: TrainingPlan) -> float | None:
         """For a plan that compresses what it communicates (lossy by design), the largest
         parameter difference `parbench verify` accepts after one step, relative to the
         baseline's largest update; None: the plan is exact (within verify's tolerance)."""
         return None
 
     @classmethod
-    def verify_rounds_elsewhere(cls, plan: Plan) -> bool:
+    def verify_rounds_elsewhere(cls, plan: TrainingPlan) -> bool:
         """True for a plan that, in the workload's lower precision, rounds elsewhere than the
         baseline does (it then differs from it by rounding): `parbench verify` accepts a
         difference up to twice the one that precision makes to the baseline's own step,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from parbench.strategies.clock import StepClock
+from parbench.strategies.device_timer import StepClock
 from parbench.strategies.errors import StrategyError
 
 if TYPE_CHECKING:

@@ -53,3 +53,12 @@ def test_the_layout_names_no_module_that_is_not_there():
               and not any(name in packages[sub] for sub in packages
                           if sub.startswith(folder + "/"))]
     assert not absent, f"docs/architecture.md's layout names modules that do not exist: {absent}"
+
+
+def test_the_tests_mirror_the_packages():
+    packages = {init.parent.name for init in (ROOT / "parbench").glob("*/__init__.py")}
+    mirrored = {folder.name for folder in (ROOT / "tests" / "parbench").iterdir()
+                if folder.is_dir() and any(folder.glob("test_*.py"))}
+    assert packages - {"strategies"} <= mirrored, (  # strategies: tests/strategies/
+        f"no tests/parbench/<package>/ for {sorted(packages - {'strategies'} - mirrored)}")
+    assert any((ROOT / "tests" / "strategies").glob("test_*.py"))

@@ -1,6 +1,7 @@
 """The torch/torchvision requirements are ranges that keep a GPU host's own PyTorch, and the
 constraints file pins a pair inside them."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -46,9 +47,14 @@ def test_the_wheel_holds_parbench_alone_with_the_strategies_inside(tmp_path):
     # strategies/ stays at the repository's top and is installed as parbench.strategies (the
     # link parbench/strategies): a user's own `strategies` package cannot collide with it.
     assert (ROOT / "parbench" / "strategies").resolve() == ROOT / "strategies"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-q", "-w", str(tmp_path), str(ROOT)], check=True,
-                   timeout=240, capture_output=True)
+    built_before = (ROOT / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-q", "-w", str(tmp_path), str(ROOT)], check=True,
+                       timeout=240, capture_output=True)
+    finally:  # setuptools builds in the tree: leave none of it behind
+        if not built_before:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     [wheel] = tmp_path.glob("parbench-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

@@ -17,7 +17,7 @@ from parbench.advisor.contention import Sharing
 from parbench.advisor.schedule_replay import StageTimes
 from parbench.families.workloads import Workload
 from parbench.machine.allocator import pin_cpu_allocator
-from parbench.strategies.clock import StepClock
+from parbench.strategies.device_timer import StepClock
 from parbench.strategies.partition import Partition
 
 __all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]

@@ -210,7 +210,7 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
         measured_steps=config.steps,
     )
     if not config.plan.refusal:
-        plan = config.plan.strategy_plan
+        plan = config.plan.training_plan
         options = plan.options
         base.update(strategy_options=options.given(),
                     strategy_settings=options.settings(plan.devices),

@@ -128,7 +128,7 @@ class _Verifier:
             workload = replace(self.workload, compile=False, precision="fp32",
                                initial_loss_scale=Workload.initial_loss_scale)
             config = self.config(strategies.BASELINE, workload, accumulating(split))
-            strategy = strategies.create(config.plan.strategy_plan)
+            strategy = strategies.create(config.plan.training_plan)
             try:
                 with in_process_threads(config):
                     strategy.setup()
@@ -166,7 +166,7 @@ class _Verifier:
         at = self.workload
         while True:
             config = self.config(name, at, kept)
-            reference = self.baseline(config.plan.strategy_plan.reference_split, at)
+            reference = self.baseline(config.plan.training_plan.reference_split, at)
             if not self.skipped(reference.parameters, at):  # once its reference stepped
                 trained = launch.verify_training(config, self.batches)
                 if not self.skipped(trained.parameters, at):
@@ -177,7 +177,7 @@ class _Verifier:
         strategy = strategies.lookup(name).cls
         try:
             config, reference, trained = self.steps(name, kept)
-            plan = config.plan.strategy_plan
+            plan = config.plan.training_plan
             # Both runs stand within about the same rounding of the fp32 run, so within
             # twice it of each other (the triangle inequality).
             rounding = (_max_abs_difference(reference.parameters, self.baseline(

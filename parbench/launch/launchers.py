@@ -15,6 +15,7 @@ from parbench.launch.worker import Trained, combine_trained, train_steps
 from parbench.measure import Pace
 from parbench.measure.measurement import Measurement
 from parbench.plan.config import Config
+from parbench.plan.planning import LauncherKind
 
 __all__ = ["LAUNCHERS", "Launcher", "launcher_for"]
 
@@ -76,9 +77,9 @@ class JobRank(Launcher):
         raise LaunchError("verify starts its own processes; run it without torchrun or srun")
 
 
-LAUNCHERS: dict[str, Launcher] = {
-    "in-process": InProcess(), "own-process": OwnProcess(), "spawn": Spawn(),
-    "job": JobRank(),
+LAUNCHERS: dict[LauncherKind, Launcher] = {
+    LauncherKind.IN_PROCESS: InProcess(), LauncherKind.OWN_PROCESS: OwnProcess(),
+    LauncherKind.SPAWN: Spawn(), LauncherKind.JOB: JobRank(),
 }
 
 

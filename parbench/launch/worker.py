@@ -28,7 +28,7 @@ def _build(config: Config) -> strategies.Strategy:
     """The configuration's strategy, in a process set as the workload asks (cuDNN's search
     set for every configuration, on or off: this process may have run another before)."""
     torch.backends.cudnn.benchmark = config.workload.cudnn_benchmark
-    return strategies.create(config.plan.strategy_plan)
+    return strategies.create(config.plan.training_plan)
 
 
 def _loss_value(loss: torch.Tensor) -> float:

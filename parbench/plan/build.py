@@ -212,7 +212,7 @@ def _with_accumulation_baselines(configs: list[Config]) -> list[Config]:
                     or other.global_batch != config.global_batch
                     or other.devices != config.devices or not other.plan.runs):
                 continue
-            split = other.plan.strategy_plan.options.micro_batch_size()
+            split = other.plan.training_plan.options.micro_batch_size()
             if split and split < config.global_batch and split not in splits:
                 splits.append(split)
         result += [replace(config, options=accumulating(split)) for split in sorted(splits)]

@@ -4,6 +4,7 @@ nothing else decides it again."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,14 +17,23 @@ from parbench.machine.devices import DeviceSet, format_bytes, host_memory_bytes
 if TYPE_CHECKING:
     from parbench.plan.config import Config
 
-__all__ = ["BACKENDS", "LAUNCHERS", "REFUSAL_KINDS", "ConfigError", "PlanRefused", "Refusal",
+__all__ = ["BACKENDS", "REFUSAL_KINDS", "ConfigError", "LauncherKind", "PlanRefused", "Refusal",
            "RunPlan", "plan_config", "process_group_backend", "job_rank"]
 
 BACKENDS = ("auto", "gloo", "nccl")
-# in-process: this process; own-process: a one-process strategy in a worker of its own (under a
-# memory cap an allocation can fail where torch cannot recover); spawn: a process per device on
-# this host; job: this process is one rank of a job torchrun or srun started.
-LAUNCHERS = ("in-process", "own-process", "spawn", "job")
+
+
+class LauncherKind(str, enum.Enum):
+    """Which processes run a configuration (parbench.launch has one launcher for each)."""
+
+    IN_PROCESS = "in-process"  # this process
+    # a one-process strategy in a worker of its own: under a memory cap an allocation can fail
+    # where torch cannot recover
+    OWN_PROCESS = "own-process"
+    SPAWN = "spawn"  # a process per device on this host
+    JOB = "job"  # this process is one rank of a job torchrun or srun started
+
+
 # usage: a mistake in the arguments, always an error. devices: fewer devices than the strategy
 # needs; options: the strategy refuses this combination of options, batch and devices (both an
 # error, unless the sweep gives the strategy others: then recorded as skipped). batch: a forward
@@ -53,14 +63,14 @@ class RunPlan:
     """How one configuration runs here, decided once (see `plan_config`)."""
 
     devices: DeviceSet  # those the strategy uses, out of those given (all, if it refuses them)
-    launcher: str  # LAUNCHERS
+    launcher: LauncherKind
     world_size: int  # processes: one per device used, or 1
     backend: str | None  # process group (gloo or nccl); None for one-process strategies
-    resolved: strategies.Plan | None  # the strategy's own plan; None when refused
+    resolved: strategies.TrainingPlan | None  # the strategy's own plan; None when refused
     refusal: Refusal | None = None
 
     @property
-    def strategy_plan(self) -> strategies.Plan:
+    def training_plan(self) -> strategies.TrainingPlan:
         """The strategy's own plan: its options resolved for this batch and these devices,
         its micro-batches, its devices (raises ConfigError for a refused configuration)."""
         if self.resolved is None:
@@ -123,12 +133,13 @@ def plan_config(config: Config) -> RunPlan:
     in_job = job_rank() is not None
     per_device = cls.process_per_device
     backend = process_group_backend(used, config.backend) if per_device else None
-    launcher = ("job" if in_job else "spawn" if per_device
-                else "own-process" if config.memory_cap_mib else "in-process")
-    strategy_plan, refusal = None, too_few
+    launcher = (LauncherKind.JOB if in_job else LauncherKind.SPAWN if per_device
+                else LauncherKind.OWN_PROCESS if config.memory_cap_mib
+                else LauncherKind.IN_PROCESS)
+    training_plan, refusal = None, too_few
     try:
         if too_few is None:
-            strategy_plan = strategies.plan_on(config.strategy, config.workload,
+            training_plan = strategies.plan_on(config.strategy, config.workload,
                                                config.global_batch, used.logical, options,
                                                backend)
     except strategies.BatchTooSmall as error:  # this batch alone: a sweep's others may run
@@ -145,7 +156,7 @@ def plan_config(config: Config) -> RunPlan:
     if problem and (refusal is None or refusal.kind in ("machine", "batch", "workload")):
         refusal = Refusal("usage", problem)
     return RunPlan(used, launcher, len(used) if per_device else 1, backend,
-                   None if refusal else strategy_plan, refusal)
+                   None if refusal else training_plan, refusal)
 
 
 def _backend_problem(devices: DeviceSet, requested: str) -> str | None:

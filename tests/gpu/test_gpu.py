@@ -214,7 +214,8 @@ def test_data_parallel_replicas_compute_in_the_precision_asked():
 
 
 def test_the_time_balance_and_the_profile_time_blocks_with_cuda_events():
-    """Both mark block boundaries with CUDA events and sync once a pass (strategies.clock)."""
+    """Both mark block boundaries with CUDA events and sync once a pass
+    (strategies.device_timer)."""
     workload = replace(WORKLOAD, model="resnet18", precision="bf16", channels_last=True)
     sample, _ = workload.make_batch(16, GPU)
     partition = plan_cut(workload, workload.build_model_on(GPU), 3, "time", sample)

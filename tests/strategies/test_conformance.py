@@ -106,7 +106,7 @@ def test_its_record_has_the_schema(name, tiny_workload):
     assert len(record.peak_memory_mib) == len(config.used_devices)
     assert record.micro_batches >= 1 and record.stages >= 1
     # The options as planned (defaults resolved), never a value the strategy does not take.
-    assert record.strategy_options == config.plan.strategy_plan.options.given()
+    assert record.strategy_options == config.plan.training_plan.options.given()
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,7 +8,7 @@ from parbench import strategies
 from parbench.families.workloads import Workload
 from parbench.machine.devices import parse_devices
 from parbench.strategies.base import StrategyError
-from parbench.strategies.clock import StepClock
+from parbench.strategies.device_timer import StepClock
 from parbench.strategies.partition import _balanced_bounds, cut_model, plan_cut
 from parbench.strategies.stages import MAX_TIMING_BATCH, timing_batch
 

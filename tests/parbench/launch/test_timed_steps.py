@@ -52,7 +52,7 @@ def _config(workload, strategy: str, devices: str, **options) -> Config:
 def _counted_inside_the_steps(config: Config) -> list[float]:
     """The count as the harness took it before: hooks on through the warm-up and the measured
     steps, peaks from the first measured step."""
-    strategy = strategies.create(config.plan.strategy_plan)
+    strategy = strategies.create(config.plan.training_plan)
     strategy.setup()
     tensors = TensorMemory(strategy.placed_modules())
     try:

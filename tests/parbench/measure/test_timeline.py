@@ -116,12 +116,12 @@ def test_each_span_is_timed_on_its_own_gpu_against_that_gpu_origin(monkeypatch):
 def test_a_strategy_times_each_action_on_its_stage_device(name, tiny_workload):
     """Stage k's actions (rank k's, one process per stage) on devices[k]."""
     from parbench import strategies
-    from parbench.strategies.base import Plan
+    from parbench.strategies.base import TrainingPlan
 
     gpus = (torch.device("cuda:0"), torch.device("cuda:1"))
     entry = strategies.lookup(name)
     options = entry.cls.Options.from_values({"split_size": 2, **entry.preset})
-    strategy = entry.cls(Plan(name, tiny_workload, 4, gpus, options))
+    strategy = entry.cls(TrainingPlan(name, tiny_workload, 4, gpus, options))
 
     class Recorder:
         seen: list = []

@@ -34,15 +34,16 @@ def test_a_plan_says_devices_backend_launcher_and_micro_batches(tiny_workload):
     assert single.devices == DeviceSet((CPU,))
     ddp = _plan("ddp", CPU2, tiny_workload)
     assert (ddp.launcher, ddp.world_size, ddp.backend) == ("spawn", 2, "gloo")
-    assert ddp.strategy_plan.backend == "gloo"
+    assert ddp.training_plan.backend == "gloo"
     pipeline = _plan("pipeline-gpipe", CPU2, tiny_workload, options={"split_size": 2})
-    assert pipeline.strategy_plan.options.micro_batch_size() == 2
+    assert pipeline.training_plan.options.micro_batch_size() == 2
     capped = _plan("single", CPU2, tiny_workload, memory_cap_mib=500)
     assert capped.launcher == "own-process"
 
 
 def test_every_launcher_a_plan_names_is_one_the_launch_package_has():
-    assert set(planning.LAUNCHERS) == set(launch.LAUNCHERS)
+    assert set(launch.LAUNCHERS) == set(planning.LauncherKind)
+    assert all(isinstance(kind, planning.LauncherKind) for kind in launch.LAUNCHERS)
 
 
 @pytest.mark.parametrize("environment", [
@@ -72,7 +73,7 @@ def test_refusals_are_sorted_by_what_to_do_about_them(tiny_workload):
     with pytest.raises(PlanRefused, match="does not divide over 2 replicas"):
         options.check()
     with pytest.raises(ConfigError, match="does not divide"):
-        options.strategy_plan  # noqa: B018 (a refused plan has no strategy plan)
+        options.training_plan  # noqa: B018 (a refused plan has no strategy plan)
 
 
 def test_backend_is_honoured_and_checked_where_it_is_decided(tiny_workload, fake_gpus):
@@ -92,7 +93,7 @@ def test_two_nodes_cuda0_each_are_two_gpus_with_nccl(tiny_workload, fake_gpus):
     nodes = DeviceSet((GPU0, GPU0), hosts=("node-a", "node-b"), nodes=2)
     plan = _plan("ddp", nodes, tiny_workload, options={"comm_hook": "bf16"})
     assert plan.runs, plan.refusal
-    assert plan.backend == "nccl" and plan.strategy_plan.backend == "nccl"
+    assert plan.backend == "nccl" and plan.training_plan.backend == "nccl"
     shared = _plan("ddp", DeviceSet((GPU0, GPU0)), tiny_workload, options={"comm_hook": "bf16"})
     assert shared.backend == "gloo" and "bf16 hook needs NCCL" in shared.refusal.reason
 
