@@ -5,9 +5,11 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from parbench.advisor import recommend
 from parbench.advisor.calibration import CALIBRATION_FILE
 from parbench.machine.devices import cpu_cores
 
@@ -52,6 +54,17 @@ def test_a_resumed_workload_measures_only_the_steps_it_lacks(tmp_path, monkeypat
     assert steps == ["sweep", "confirm"] and done["confirmation"] == "the-confirm"
     assert experiment.measure_missing(spec, tmp_path, done, 3, False, saved.append) == done
     assert steps == ["sweep", "confirm"] and saved == [swept, done]  # each step saved as it ends
+
+
+def test_the_experiment_predicts_and_ranks_by_the_commands_function(tmp_path, monkeypatch):
+    experiment = _experiment(monkeypatch)
+    calls, found = [], SimpleNamespace(table="the table", ranked="the ranking")
+    monkeypatch.setattr(recommend, "recommend_layouts",
+                        lambda *args: calls.append(args) or found)
+    spec = next(case for case in experiment.WORKLOADS if case.memory_mib)
+    assert experiment._predicted(spec, ["configs"], tmp_path) == ("the table", "the ranking")
+    assert calls == [(["configs"], spec.devices, spec.memory_mib, recommend.COUNTED, None,
+                      tmp_path / "profiles")]
 
 
 def test_the_report_says_how_often_the_confirmed_pick_was_within_five_percent(tmp_path,

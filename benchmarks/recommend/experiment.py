@@ -30,9 +30,7 @@ from experiment_report import write_report  # beside this script
 
 from parbench import strategies
 from parbench.advisor import recommend
-from parbench.advisor.layouts import candidate_configs, predicted_layouts
-from parbench.advisor.local_link import measured_link
-from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.layouts import candidate_configs
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main as parbench
 from parbench.commands.arguments import new_run_folder
@@ -99,13 +97,11 @@ def _configs(spec: Case) -> list:
 
 def _predicted(spec: Case, configs: list, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every layout predicted (profiles, contention and the link measured into out/profiles
-    where missing) and ranked as recommend ranks them."""
-    cache = out / "profiles"
-    link = measured_link(configs[0].devices, cache)
-    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link)
-    on = recommend.candidates(table, spec.devices)
-    kept, dropped = recommend.fitting(on, spec.memory_mib, recommend.COUNTED)
-    return table, recommend.ranked(kept, dropped, spec.devices, spec.memory_mib)
+    where missing) and ranked by the function `parbench recommend` calls: the table, and those
+    predicted to fit, ranked."""
+    found = recommend.recommend_layouts(configs, spec.devices, spec.memory_mib,
+                                        recommend.COUNTED, None, out / "profiles")
+    return found.table, found.ranked
 
 
 def measure_sweep(spec: Case, out: Path, repeats: int) -> str:

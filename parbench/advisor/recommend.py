@@ -1,19 +1,26 @@
-"""A predicted sweep turned into a ranked recommendation, and a measured check of it judged."""
+"""Layouts predicted and ranked into a recommendation, and a measured check of it judged."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 
 from parbench import strategies
+from parbench.advisor.layouts import predicted_layouts
+from parbench.advisor.links import AnyLink
+from parbench.advisor.local_link import measured_link
+from parbench.advisor.record_profiles import profiles_for
+from parbench.plan.config import Config
 from parbench.results import stats
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["CALIBRATED", "CAUSES", "CONTROL", "candidates", "confirm_verdict",
-           "dropped_summary", "fitting", "leanest", "option_flags", "ranked", "reference",
-           "row_label"]
+__all__ = ["CALIBRATED", "CAUSES", "CONTROL", "Recommendation", "candidates", "confirm_verdict",
+           "dropped_summary", "fitting", "leanest", "option_flags", "rank_layouts", "ranked",
+           "recommend_layouts", "reference", "row_label"]
 
 # The naive choice a recommendation is measured against: ddp at the full batch.
 CONTROL: tuple[str, dict] = ("ddp", {})
@@ -214,6 +221,40 @@ def ranked(kept: pd.DataFrame, dropped: pd.DataFrame, devices: int,
                                memory_mib)] if rows else []
     reasons += [_losing_reason(row, rows[0], devices, memory_mib) for row in rows[1:]]
     return kept.assign(rank=range(1, len(kept) + 1), reason=reasons)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: DataFrames compared by == have no truth value
+class Recommendation:
+    """A predicted table ranked: its layouts on the devices asked (`candidates`, fastest
+    first), those predicted to fit ranked with why each wins or loses (`ranked`), those
+    predicted not to (`dropped`), and the link predicted over (None: not known here)."""
+
+    table: pd.DataFrame
+    candidates: pd.DataFrame
+    ranked: pd.DataFrame
+    dropped: pd.DataFrame
+    link: AnyLink | None = None
+
+
+def rank_layouts(table: pd.DataFrame, devices: int, memory_mib: float | None,
+                 limited: str = PEAK) -> Recommendation:
+    """`table`'s layouts on `devices` devices, those predicted to fit in `memory_mib` a device
+    (`limited`: the column the limit applies to) ranked, fastest first."""
+    on = candidates(table, devices)
+    kept, dropped = fitting(on, memory_mib, limited)
+    return Recommendation(table, on, ranked(kept, dropped, devices, memory_mib), dropped)
+
+
+def recommend_layouts(configs: Sequence[Config], devices: int, memory_mib: float | None,
+                      limited: str, link: AnyLink | None, cache: Path) -> Recommendation:
+    """Every configuration predicted as a run's record of it would be (what it lacks profiled
+    into `cache`; without a `link`, the collectives of the configurations' devices measured
+    there once) and ranked by rank_layouts: `parbench recommend`'s pipeline, which its
+    published experiment runs too."""
+    if link is None:
+        link = measured_link(configs[0].devices, cache, configs[0].threads_per_device)
+    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link)
+    return replace(rank_layouts(table, devices, memory_mib, limited), link=link)
 
 
 def _bounds(values: list[float]) -> list[float] | None:

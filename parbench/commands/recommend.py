@@ -14,9 +14,8 @@ import torch
 
 from parbench import strategies
 from parbench.advisor import recommend
-from parbench.advisor.layouts import candidate_configs, predicted_layouts
+from parbench.advisor.layouts import candidate_configs
 from parbench.advisor.links import LINKS, NO_LINK, AnyLink, links_help
-from parbench.advisor.local_link import measured_link
 from parbench.advisor.predicted_sweep import predict_sweep
 from parbench.advisor.record_profiles import profiles_for
 from parbench.advisor.version import PREDICTOR_VERSION
@@ -121,10 +120,10 @@ def _devices_here(args: argparse.Namespace, device: str) -> DeviceSet | None:
     return on
 
 
-def _predicted(args: argparse.Namespace) -> pd.DataFrame:
-    """The predicted layouts (profiling what they lack): every configuration parbench runs on
-    the devices at hand (--on, --confirm), predicted as `parbench predict` predicts a run's
-    records of them; else parbench predict's sweep for N devices of their own."""
+def _predicted(args: argparse.Namespace) -> recommend.Recommendation:
+    """The predicted layouts (profiling what they lack), ranked: every configuration parbench
+    runs on the devices at hand (--on, --confirm), predicted as `parbench predict` predicts a
+    run's records of them; else parbench predict's sweep for N devices of their own."""
     record_like = dict(model=args.model, image_size=args.image_size, precision=args.precision,
                        num_classes=args.num_classes, device_kind=args.device,
                        threads_per_device=args.threads)
@@ -132,19 +131,21 @@ def _predicted(args: argparse.Namespace) -> pd.DataFrame:
         if args.on is not None:
             return _predicted_here(args)
         profile_at = profiles_for(record_like, args.profile_cache)
-        return predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
+        table = predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
+    return recommend.rank_layouts(table, args.devices, args.memory, _limited(args))
 
 
-def _predicted_here(args: argparse.Namespace) -> pd.DataFrame:
+def _predicted_here(args: argparse.Namespace) -> recommend.Recommendation:
     splits = args.splits or [resolve_split(args.batch_size, None, args.devices)[0]]
     configs = candidate_configs(workload(args), args.batch_size, args.on, splits,
                                 strategies.names(), **run_settings(args))
     if args.link is None:
         print(f"link: the collectives of {args.on.describe()}, measured once (kept in "
               f"{args.profile_cache})", file=sys.stderr, flush=True)
-        args.link = measured_link(args.on, args.profile_cache, args.threads)
-    return predicted_layouts(configs, lambda record: profiles_for(record, args.profile_cache),
-                             args.link)
+    found = recommend.recommend_layouts(configs, args.devices, args.memory, _limited(args),
+                                        args.link, args.profile_cache)
+    args.link = found.link
+    return found
 
 
 def _limited(args: argparse.Namespace) -> str:
@@ -153,26 +154,25 @@ def _limited(args: argparse.Namespace) -> str:
     return recommend.COUNTED if emulated else recommend.PEAK
 
 
-def _ranking(args: argparse.Namespace, table: pd.DataFrame,
-             on: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The layouts on the devices asked for (`on`) that fit, ranked with their reasons, and
-    the lines said beside them."""
-    refused = [f"not predicted: {reason}" for reason in table.attrs.get("refused", [])]
+def _notes(args: argparse.Namespace, found: recommend.Recommendation) -> list[str]:
+    """The lines said beside the ranking; a UsageError where no layout on the devices asked
+    for could be predicted, or none is predicted to fit."""
+    refused = [f"not predicted: {reason}" for reason in found.table.attrs.get("refused", [])]
+    on = found.candidates
     if on.empty:
         raise UsageError(f"no layout on {args.devices} devices could be predicted ("
                          + "; ".join(refused) + "); change --batch-size or --split-size")
     limited = _limited(args)
-    kept, dropped = recommend.fitting(on, args.memory, limited)
-    if kept.empty:
+    if found.ranked.empty:
         lean = recommend.leanest(on, limited)
         raise UsageError(f"--memory-mib {args.memory:g}: no layout on {args.devices} devices is "
                          f"predicted to fit; the leanest, {recommend.row_label(lean)}, needs "
                          f"{lean[limited]:.1f} MiB a device: give --memory-mib "
                          f"{math.ceil(lean[limited])} or more, more --devices, or "
                          "a smaller --batch-size")
-    notes = [line for line in [recommend.dropped_summary(dropped, len(on), args.memory)]
+    notes = [line for line in [recommend.dropped_summary(found.dropped, len(on), args.memory)]
              if line]
-    return recommend.ranked(kept, dropped, args.devices, args.memory), notes + refused
+    return notes + refused
 
 
 def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.DataFrame,
@@ -208,18 +208,18 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
 
 def command_recommend(args: argparse.Namespace) -> int:
     args = _checked(args)
-    table = _predicted(args)
-    candidates = recommend.candidates(table, args.devices)
-    ranked, notes = _ranking(args, table, candidates)
+    found = _predicted(args)
+    notes = _notes(args, found)
+    ranked = found.ranked
     if args.confirm and args.confirm > len(ranked):
         many = "1 layout is" if len(ranked) == 1 else f"{len(ranked)} layouts are"
         raise UsageError(f"--confirm {args.confirm}: {many} predicted on "
                          f"{args.devices} devices" + (" to fit" if args.memory else "")
                          + f"; give --confirm {len(ranked)} or fewer")
-    _print_ranking(args, table, ranked, notes)
+    _print_ranking(args, found.table, ranked, notes)
     if args.confirm:
         sys.stdout.flush()  # the prediction before the measurement's progress on stderr
-        confirm(args, candidates, ranked)
+        confirm(args, found.candidates, ranked)
     return 0
 
 

@@ -5,18 +5,25 @@ before anything is profiled, and one small measured confirmation."""
 import json
 import math
 import re
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from parbench.advisor import record_profiles
+from parbench.advisor import recommend, record_profiles
+from parbench.advisor.links import named_link
 from parbench.advisor.recommend import (
+    COUNTED,
     candidates,
     confirm_verdict,
     dropped_summary,
     fitting,
     option_flags,
+    rank_layouts,
     ranked,
+    recommend_layouts,
     reference,
 )
 from parbench.advisor.version import PREDICTOR_VERSION
@@ -125,6 +132,42 @@ def test_a_close_second_on_less_memory_and_a_tie_are_named():
     ties, _ = _ranked(rows=rows[2:])
     assert ties["reason"].tolist() == [
         "ties pipeline-interleaved-1f1b --split-size 4 --balance time", "ties the pick"]
+
+
+def test_rank_layouts_keeps_the_table_and_splits_the_candidates_into_ranked_and_dropped():
+    table = _table()
+    found = rank_layouts(table, 2, 120)
+    assert found.table is table and found.link is None
+    assert found.candidates["strategy"].tolist() == ["fsdp", "ddp", "pipeline-zbv",
+                                                     "model-parallel"]
+    assert found.ranked["strategy"].tolist() == ["fsdp", "pipeline-zbv", "model-parallel"]
+    assert found.dropped["strategy"].tolist() == ["ddp"]
+    expected, dropped = _ranked(memory_mib=120)  # the steps it is made of, one by one
+    pd.testing.assert_frame_equal(found.ranked, expected)
+    pd.testing.assert_frame_equal(found.dropped, dropped)
+    counted = table.assign(counted_memory_max_mib=table["peak_memory_max_mib"] - 100)
+    assert rank_layouts(counted, 2, 120, COUNTED).dropped.empty  # the limit on the column named
+
+
+def test_recommend_layouts_predicts_every_configuration_and_measures_a_missing_link(
+        monkeypatch, tmp_path):
+    measured, predicted, given = [], [], named_link("nvlink4")
+    monkeypatch.setattr(recommend, "measured_link", lambda devices, cache, threads:
+                        measured.append((devices, cache, threads)) or given)
+    monkeypatch.setattr(recommend, "profiles_for", lambda record, cache: (record, cache))
+
+    def predicted_layouts(configs, profiler, link):
+        predicted.append((configs, profiler("record"), link))
+        return _table()
+
+    monkeypatch.setattr(recommend, "predicted_layouts", predicted_layouts)
+    configs = [SimpleNamespace(devices="cpu,cpu", threads_per_device=3)]
+    found = recommend_layouts(configs, 2, 120, recommend.PEAK, None, tmp_path)
+    assert measured == [("cpu,cpu", tmp_path, 3)] and found.link is given
+    assert predicted == [(configs, ("record", tmp_path), given)]
+    assert found.ranked["strategy"].tolist() == ["fsdp", "pipeline-zbv", "model-parallel"]
+    assert recommend_layouts(configs, 2, None, recommend.PEAK, given, tmp_path).link is given
+    assert len(measured) == 1  # a link given is not measured
 
 
 # Throughput per round (images/s) of three measured configurations.
@@ -265,3 +308,34 @@ def test_a_recommendation_confirmed_on_two_emulated_devices(capsys, profiles, tm
     records = json.loads((folder / "records.json").read_text())
     assert [r["config_key"] for r in records] == [row["config_key"] for row in measured]
     assert f"parbench report {folder} adds the run's README" in out
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_command_ranks_the_devices_at_hand_through_recommend_layouts(
+        capsys, monkeypatch, no_profiling, tmp_path):
+    calls = []
+
+    def recommended(configs, devices, memory_mib, limited, link, cache):
+        calls.append((devices, memory_mib, limited, link.describe(), cache))
+        table = _table().assign(counted_memory_max_mib=lambda rows: rows["peak_memory_max_mib"])
+        return replace(rank_layouts(table, devices, memory_mib, limited), link=link)
+
+    monkeypatch.setattr(recommend, "recommend_layouts", recommended)
+    monkeypatch.chdir(tmp_path)  # --on checks that the results folder is writable
+    assert main(["recommend", *SMALL, "--profile-cache", str(tmp_path), "--on",
+                 "cpu,cpu"]) == 0
+    assert calls == [(2, None, COUNTED, named_link("nvlink4").describe(), tmp_path)]
+    out = capsys.readouterr().out
+    assert "counted MiB/device" in out and "top 4 of 4 layouts" in out
+
+
+def test_neither_the_command_nor_the_experiment_assembles_the_pipeline_itself():
+    """Both predict and rank through parbench.advisor.recommend's recommend_layouts and
+    rank_layouts, so that the published experiment judges what the command recommends."""
+    for path in ("parbench/commands/recommend.py", "benchmarks/recommend/experiment.py"):
+        source = (ROOT / path).read_text()
+        for step in ("predicted_layouts(", "measured_link(", "recommend.candidates(",
+                     "recommend.fitting(", "recommend.ranked("):
+            assert step not in source, f"{path} calls {step[:-1]} itself"

@@ -173,7 +173,7 @@ def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys
     """The rest checked for real: the pipeline at verify's default batch (8) in micro-batches of
     2, its default (4 in all). That a strategy's step equals the baseline's is
     tests/strategies/test_conformance.py's; that verify exits 0 when every strategy passes,
-    tests/parbench/plan/test_verify_steps.py's command test."""
+    tests/parbench/drive/test_verify_steps.py's command test."""
     from parbench import launch
 
     real = launch.verify_training
