@@ -1,1 +1,1 @@
-"""The `parbench` commands, one module each; `parbench.cli` wires their arguments."""
+"""The `parbench` commands, one module each; `parser.py` wires their arguments."""

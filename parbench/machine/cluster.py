@@ -19,7 +19,7 @@ __all__ = ["Job", "first_host", "job", "slurm_stop_reason"]
 class Job:
     """One process of a job a cluster launcher started, one process per device."""
 
-    launcher: str  # "torchrun" or "slurm"
+    started_by: str  # "torchrun" or "slurm" (not a parbench launcher: LauncherKind)
     rank: int
     world_size: int
     local_rank: int  # its device on its node
@@ -32,7 +32,7 @@ class Job:
     def describe(self) -> str:
         """What a record's environment says of the job: `slurm job 12.0, 2 ranks`."""
         named = f" {self.job_id}" if self.job_id not in ("", "none") else ""
-        return f"{self.launcher} job{named}, {self.world_size} ranks"
+        return f"{self.started_by} job{named}, {self.world_size} ranks"
 
     def export(self) -> None:
         """The variables torch.distributed's env:// rendezvous reads, set from this job (srun

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import strategies  # noqa: E402
+from parbench import strategies  # noqa: E402
 
 __all__ = ["best_settings", "compared_batch", "compiled_column", "config_label", "has_intervals",
            "interval_errors", "interval_of", "is_compiled", "make_axes", "options_text",

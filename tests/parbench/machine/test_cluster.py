@@ -35,7 +35,7 @@ def test_srun_s_variables_make_a_job_meeting_at_the_first_node():
     assert job(SLURM).describe() == "slurm job 123456.0, 4 ranks"
     assert job({**TORCHRUN, "TORCHELASTIC_RUN_ID": "none"}).describe() == "torchrun job, 4 ranks"
     assert job({**SLURM, "MASTER_ADDR": "head", "MASTER_PORT": "1234"}).master_addr == "head"
-    assert job({**SLURM, **TORCHRUN}).launcher == "torchrun"  # torchrun inside an allocation
+    assert job({**SLURM, **TORCHRUN}).started_by == "torchrun"  # torchrun inside an allocation
 
 
 @pytest.mark.parametrize("nodelist, host", [("node01", "node01"), ("node[07-09,12]", "node07"),
