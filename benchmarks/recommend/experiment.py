@@ -14,7 +14,13 @@ in FINAL_ROUNDS interleaved rounds of their own, and the best and each pick's re
 from those rounds only. The sweep's best is the largest of some 30 noisy means, and judging a
 pick against it on the same rounds reads regret high by the winner's luck; the final's rounds
 did not choose the contenders. The sweep-only regrets are kept beside (experiment.json,
-README.md).
+README.md), and so are two baselines judged alike (always single, and the best of as many
+layouts as recommend measured drawn at random: experiment_baselines.py).
+
+    python benchmarks/recommend/experiment_report.py results/<time>-recommend-experiment
+
+writes README.md and regret.png again from experiment.json and the stored records, measuring
+and predicting nothing.
 """
 
 from __future__ import annotations
