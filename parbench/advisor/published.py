@@ -16,20 +16,23 @@ from parbench.advisor.figures import (
     write_prediction_figure,
     write_ranking_figure,
 )
-from parbench.advisor.links import LINKS, AnyLink, MeasuredLink, named_link
+from parbench.advisor.links import LINKS, AnyLink, MeasuredLink, MissingCollective, named_link
 from parbench.advisor.memory_calls import MEMORY_CALLS_FILE, memory_calls
 from parbench.advisor.naive import with_naive
 from parbench.advisor.record_profiles import profiles_for
-from parbench.advisor.records import predicted_beside_measured
+from parbench.advisor.records import predict_record, predicted_beside_measured
 from parbench.advisor.summary import PREDICTIONS_FILE, with_reader_columns
 from parbench.advisor.version import PREDICTOR_VERSION, fingerprint
 from parbench.results.folder import RunFolder, atomic_write_text
 
-__all__ = ["PREDICTION_FILE", "PROFILES_FOLDER", "Published", "kept_files", "predict_into",
-           "run_link", "run_records", "stale_models", "stored_prediction"]
+__all__ = ["NOT_COVERED", "PREDICTION_FILE", "PROFILES_FOLDER", "Published", "kept_files",
+           "left_out", "predict_into", "run_link", "run_records", "stale_models",
+           "stored_prediction"]
 
 PREDICTION_FILE = "prediction.json"  # how the run's predictions were made: link, version
 PROFILES_FOLDER = "profiles"  # the profiles and contention factors they were made from
+NOT_COVERED = ("the models do not cover it (nn.DataParallel, ddp's communication hooks, fsdp's "
+               "mixed precision, --compile, unequal micro-batches)")
 
 
 def run_link(folder: RunFolder, name: str, backend: str | None = None) -> AnyLink:
@@ -95,6 +98,28 @@ class Published:
     table: pd.DataFrame
     figures: list[Path]
     calls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # every measured record not in `table`, with why (`not_predicted`)
+    left: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dict], Callable],
+             link: AnyLink) -> pd.DataFrame:
+    """Each measured (ok) record that `table` does not predict, with why in `not_predicted`:
+    the collective its link lacks (measure it with `parbench collectives --into`), or what the
+    models do not cover."""
+    predicted = set(table["config_index"]) if "config_index" in table else set()
+    rows = []
+    for _, record in records[records["status"] == "ok"].iterrows():
+        if record["config_index"] in predicted:
+            continue
+        measured = record.to_dict()
+        try:
+            why = None if predict_record(measured, profiler(measured), link) is None else (
+                "predicted, but left out of the table")
+        except MissingCollective as error:
+            why = str(error)
+        rows.append({**measured, "not_predicted": why or NOT_COVERED})
+    return pd.DataFrame(rows)
 
 
 def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
@@ -108,16 +133,20 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     cache = folder.path / PROFILES_FOLDER
     profiler = profiler or (lambda record: profiles_for(record, cache))
     table = predicted_beside_measured(records, profiler, link)
+    left = left_out(records, table, profiler, link)
     calls = memory_calls(records, profiler, link)
     if not calls.empty:
         atomic_write_text(folder.path / MEMORY_CALLS_FILE, calls.assign(
             predictor_version=PREDICTOR_VERSION).to_csv(index=False))
     if table.empty:
-        return Published(table, [], calls)
+        return Published(table, [], calls, left)
     table = with_reader_columns(with_naive(table, profiler), link.name).assign(
         predictor_version=PREDICTOR_VERSION)
+    # every measured record is a row: those left out name why, with no prediction
+    written = pd.concat([table, left.assign(predictor_version=PREDICTOR_VERSION)],
+                        ignore_index=True) if not left.empty else table
     atomic_write_text(folder.path / PREDICTIONS_FILE,
-                      table.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
+                      written.drop(columns=["timeline", "predicted_timeline"], errors="ignore")
                       .to_csv(index=False))
     atomic_write_text(folder.path / PREDICTION_FILE, json.dumps(
         {"link": link_name, "predictor_version": PREDICTOR_VERSION,
@@ -125,4 +154,4 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     figures = [write_prediction_figure(table, folder.path, link.name)]
     ranked = write_ranking_figure(table, folder.path)
     figures += ([ranked] if ranked else []) + write_predicted_timelines(table, folder.path)
-    return Published(table, figures, calls)
+    return Published(table, figures, calls, left)

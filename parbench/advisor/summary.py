@@ -13,9 +13,9 @@ from parbench.plots.common import interval_of, options_text
 from parbench.reporting.markdown import cell, markdown_table
 from parbench.results.folder import load_records
 
-__all__ = ["PREDICTIONS_FILE", "error_summary", "memory_summary", "naive_summary",
-           "prediction_section", "ranking_summary", "speedup_summary", "trace_summary",
-           "with_reader_columns"]
+__all__ = ["PREDICTIONS_FILE", "error_summary", "left_out_summary", "left_rows",
+           "memory_summary", "naive_summary", "prediction_section", "predicted_rows",
+           "ranking_summary", "speedup_summary", "trace_summary", "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -133,6 +133,7 @@ def prediction_section(folder: Path) -> list[str]:
     if not path.exists():
         return []
     table = pd.read_csv(path)
+    table, left = predicted_rows(table), left_rows(table)
     if table.empty:
         return []
     table = _with_trials(table, Path(folder))
@@ -167,11 +168,36 @@ def prediction_section(folder: Path) -> list[str]:
              + (f" Peak memory on the fullest device: {memory}." if memory else "")
              + " What the model leaves out is in parbench's docs/prediction.md.", "",
              *[f"- {line}." for line in (naive_summary(table), ranking_summary(table),
-                                        _version_line(table)) if line], "",
+                                        left_out_summary(left), _version_line(table))
+               if line], "",
              markdown_table(rows, headings), "", "![predictions](predictions.png)", ""]
     if (Path(folder) / "ranking.png").is_file():
         lines += ["![ranking](ranking.png)", ""]
     return lines
+
+
+def predicted_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """predictions.csv's rows that hold a prediction (the others name why they have none)."""
+    if "not_predicted" not in table:
+        return table
+    return table[table["not_predicted"].isna()].reset_index(drop=True)
+
+
+def left_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """predictions.csv's measured records that have no prediction, with why."""
+    if "not_predicted" not in table:
+        return table.iloc[0:0]
+    return table[table["not_predicted"].notna()].reset_index(drop=True)
+
+
+def left_out_summary(left: pd.DataFrame) -> str | None:
+    """Each measured configuration not predicted, and why (None: every one was)."""
+    if left.empty:
+        return None
+    return (f"not predicted, {len(left)} measured configuration{'s' * (len(left) > 1)}: "
+            + "; ".join(f"{r['strategy']}{_settings_suffix(r)} on {int(r['world_size'])} "
+                        f"rank{'s' * (int(r['world_size']) != 1)}: {r['not_predicted']}"
+                        for _, r in left.iterrows()))
 
 
 def _with_trials(table: pd.DataFrame, folder: Path) -> pd.DataFrame:

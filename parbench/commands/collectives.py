@@ -71,13 +71,45 @@ def command_collectives(args: argparse.Namespace) -> int:
                           at_least("--factor", args.factor, 2))
     iterations = at_least("--iterations", args.iterations, 1)
     warmup = at_least("--warmup", args.warmup, 0)
-    # The processes and process group a ddp configuration on these devices would start.
+    threads = at_least("--threads-per-device", args.threads_per_device, 1)
+    timeout_s = positive("--timeout", args.timeout)
+    into = open_run_folder(args.into) if args.into else None
+    # Into a run: every group size its strategies may need on these devices (a pipeline's
+    # 2-rank sends beside ddp's N ranks), each on the first devices, as those strategies use
+    # them; the rows of the groups measured replace theirs, the others are kept.
+    groups = range(2 if args.into else len(devices), len(devices) + 1)
+    rows = [row for size in groups for row in _measured(
+        args, devices.take(size), names, sizes, iterations, warmup, threads, timeout_s)]
+    folder = into or new_run_folder(args.results_dir, args.tag or "collectives")
+    if into:
+        measured = {(r["world_size"], r["backend"], r["devices"]) for r in rows}
+        rows = [r for r in into.read_collectives()
+                if (r["world_size"], r["backend"], r["devices"]) not in measured] + rows
+    else:
+        folder.write_environment(measuring_environment())
+    folder.write_collectives(rows)
+    figure = write_collectives_figure(rows, folder.path)
+    print(f"{'group':<7} {'collective':<15} {'size':>10} {'time us':>12} {'algbw GB/s':>11} "
+          f"{'busbw GB/s':>11}")
+    for row in rows:
+        print(f"{row['world_size']:>2}-rank {row['collective']:<15} "
+              f"{format_bytes(row['size_bytes']):>10} "
+              f"{row['time_s'] * 1e6:>12.1f} {row['algbw_gbps']:>11.3f} "
+              f"{row['busbw_gbps']:>11.3f}")
+    emulated = " (EMULATED: ranks share a device)" if devices.emulated else ""
+    print(f"\n{', '.join(str(size) for size in groups)} ranks on {devices.describe()}, "
+          f"{rows[-1]['backend']}{emulated}; busbw = algbw x 2(n-1)/n for all-reduce, "
+          "x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
+    print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
+    return 0
+
+
+def _measured(args: argparse.Namespace, devices, names: list[str], sizes: list[int],
+              iterations: int, warmup: int, threads: int, timeout_s: float) -> list[dict]:
+    """Each collective's rows on `devices`, in the processes and process group a ddp
+    configuration on them would start."""
     config = checked(Config("ddp", Workload(), len(devices), devices, backend=args.backend,
-                            threads_per_device=at_least("--threads-per-device",
-                                                        args.threads_per_device, 1),
-                            timeout_s=positive("--timeout", args.timeout)))
-    folder = (open_run_folder(args.into) if args.into
-              else new_run_folder(args.results_dir, args.tag or "collectives"))
+                            threads_per_device=threads, timeout_s=timeout_s))
     backend, world = config.plan.backend, len(devices)
     try:
         measured = launch.measure_collectives(config, names, sizes, iterations, warmup)
@@ -91,21 +123,7 @@ def command_collectives(args: argparse.Namespace) -> int:
                          world_size=world, devices=devices.describe(),
                          device_kind=devices.kind, emulated=devices.emulated,
                          iterations=iterations, warmup=warmup))
-    if not args.into:
-        folder.write_environment(measuring_environment())
-    folder.write_collectives(rows)
-    figure = write_collectives_figure(rows, folder.path)
-    print(f"{'collective':<15} {'size':>10} {'time us':>12} {'algbw GB/s':>11} "
-          f"{'busbw GB/s':>11}")
-    for row in rows:
-        print(f"{row['collective']:<15} {format_bytes(row['size_bytes']):>10} "
-              f"{row['time_s'] * 1e6:>12.1f} {row['algbw_gbps']:>11.3f} "
-              f"{row['busbw_gbps']:>11.3f}")
-    emulated = " (EMULATED: ranks share a device)" if devices.emulated else ""
-    print(f"\n{world} ranks on {devices.describe()}, {backend}{emulated}; busbw = algbw x "
-          "2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
-    print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
-    return 0
+    return rows
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -135,8 +153,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     collectives.add_argument("--warmup", type=int, default=1,
                              help="untimed calls per size first (default 1)")
     collectives.add_argument("--into", metavar="RUN", help="write into this run folder (its "
-                             "communication figure then draws the ideal DDP step) instead "
-                             "of a new one")
+                             "communication figure then draws the ideal DDP step, and "
+                             "`predict RUN --link measured` reads it) instead of a new one: "
+                             "every group size from 2 ranks to the devices given is measured, "
+                             "and the folder's rows of other groups are kept")
     collectives.add_argument("--tag", default="", help="suffix for the new folder's name "
                              "(default: collectives)")
     add_common_arguments(collectives, "--threads-per-device", "--timeout", "--results-dir")

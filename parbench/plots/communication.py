@@ -140,7 +140,7 @@ def plot_collectives(rows: list[dict]):
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    world = int(frame["world_size"].iloc[0])
+    world = ", ".join(str(int(size)) for size in sorted(frame["world_size"].unique()))
     emulated = ("\nEMULATED: the ranks share one physical device"
                 if frame["emulated"].astype(bool).any() else "")
     ax.set_title(f"Collective bandwidth on {world} ranks: busbw = size / time x 2(n-1)/n for "

@@ -9,6 +9,7 @@ from parbench.cli import main
 from parbench.commands.arguments import UsageError
 from parbench.commands.collectives import message_sizes, parse_size
 from parbench.measure.collectives import bus_bandwidth, interpolated_time_s
+from parbench.results.folder import RunFolder
 from tests.support import ok_record
 
 
@@ -56,6 +57,29 @@ def test_collectives_on_two_cpu_ranks_write_rows_and_a_figure(tmp_path, capsys, 
     assert (folder / "collectives.csv").is_file() and (folder / "collectives.png").is_file()
     assert "busbw = algbw x 2(n-1)/n for all-reduce" in out
     assert child_pids() == []
+
+
+def test_collectives_into_a_run_measure_every_group_size_and_keep_the_others(tmp_path,
+                                                                              capsys):
+    # A 3-device run's pipelines send between 2 ranks, its ddp all-reduces over 3: --into
+    # measures both, and keeps the rows of a group it did not measure (here a made-up 4).
+    folder = RunFolder.create(tmp_path, "run")
+    folder.write_command({})
+    kept = {"collective": "all_reduce", "size_bytes": 4096, "time_s": 1e-3, "world_size": 4,
+            "backend": "gloo", "devices": "cpu,cpu,cpu,cpu", "algbw_gbps": 0.0041,
+            "busbw_gbps": 0.0061, "device_kind": "cpu", "emulated": True, "iterations": 1,
+            "warmup": 0}
+    folder.write_collectives([kept])
+    status = main(["collectives", "--devices", "cpu,cpu,cpu", "--max-size", "4KiB",
+                   "--collective", "all_reduce,all_gather", "--iterations", "1",
+                   "--into", str(folder.path)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    rows = folder.read_collectives()
+    assert sorted({(r["world_size"], r["devices"]) for r in rows}) == [
+        (2, "cpu,cpu"), (3, "cpu,cpu,cpu"), (4, "cpu,cpu,cpu,cpu")]
+    assert rows[0] == kept and len(rows) == 1 + 2 * 2
+    assert "2, 3 ranks on cpu,cpu,cpu" in out
 
 
 @pytest.mark.parametrize("argv, message", [
