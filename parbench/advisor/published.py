@@ -123,17 +123,21 @@ def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dic
 
 
 def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
-                 profiler: Callable[[dict], Callable] | None = None) -> Published:
+                 profiler: Callable[[dict], Callable] | None = None,
+                 left: pd.DataFrame | None = None) -> Published:
     """The run's records predicted by this version of the models, from the profiles in
     folder/profiles (measured there where missing), written into the folder. A ValueError
     where the link or a record lacks what a prediction needs; an empty table where no record
-    is of a modelled strategy (nothing written then)."""
+    is of a modelled strategy (nothing written then). `left`: records the caller kept out,
+    with why (`not_predicted`), written and reported beside those the models leave out."""
     backends = list(records["backend"].dropna()) if "backend" in records else []
     link = run_link(folder, link_name, backends[0] if backends else None)
     cache = folder.path / PROFILES_FOLDER
     profiler = profiler or (lambda record: profiles_for(record, cache))
     table = predicted_beside_measured(records, profiler, link)
-    left = left_out(records, table, profiler, link)
+    frames = [frame for frame in (left, left_out(records, table, profiler, link))
+              if frame is not None and not frame.empty]
+    left = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     calls = memory_calls(records, profiler, link)
     if not calls.empty:
         atomic_write_text(folder.path / MEMORY_CALLS_FILE, calls.assign(

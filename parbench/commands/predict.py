@@ -157,27 +157,28 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
     return folder, records
 
 
-def _modelled_only(records: pd.DataFrame) -> pd.DataFrame:
-    """The records whose settings the models model; each other ok record named, with the
-    settings that keep it out (ddp and fsdp at the tuned defaults: models version 6 model
-    torch's own)."""
-    unmodelled = [unmodelled_settings(row.to_dict()) if row["status"] == "ok" else {}
-                  for _, row in records.iterrows()]
-    for (_, row), settings in zip(records.iterrows(), unmodelled, strict=True):
-        if settings:
+def _modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The records whose settings the models model, and each other ok record with why
+    (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
+    models version 6 model torch's own), each also printed."""
+    modelled = (f"timing model version {PREDICTOR_VERSION} models torch's own settings for it "
+                f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, resharding "
+                "yes or no)")
+    why = {}
+    for index, row in records[records["status"] == "ok"].iterrows():
+        if settings := unmodelled_settings(row.to_dict()):
             named = ", ".join(f"{k}={v}" for k, v in settings.items())
-            print(f"left out: {row['strategy']} on {row['devices']} ({named}): timing model "
-                  f"version {PREDICTOR_VERSION} models torch's own settings for it "
-                  f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, "
-                  "resharding yes or no)")
-    return records[[not settings for settings in unmodelled]]
+            print(f"left out: {row['strategy']} on {row['devices']} ({named}): {modelled}")
+            why[index] = f"{modelled}, not {named}"
+    left = records.loc[list(why)].assign(not_predicted=list(why.values()))
+    return records.drop(index=list(why)), left
 
 
 def _predict_run(args: argparse.Namespace) -> int:
     folder, records = _checked_run_arguments(args)
-    records = _modelled_only(records)
+    records, unmodelled = _modelled_only(records)
     try:
-        published = predict_into(folder, records, args.link)
+        published = predict_into(folder, records, args.link, left=unmodelled)
     except ValueError as error:  # a record without what a prediction needs
         raise UsageError(str(error)) from None
     table = published.table

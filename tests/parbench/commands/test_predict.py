@@ -95,10 +95,16 @@ def predicted(tmp_path_factory) -> tuple[RunFolder, Path, str]:
 def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted):
     folder, cache, out = predicted
     assert "PREDICTED beside measured" in out and "median |error|" in out
-    table = pd.read_csv(folder.path / "predictions.csv")
+    written = pd.read_csv(folder.path / "predictions.csv")
+    table = written[written["not_predicted"].isna()].reset_index(drop=True)
     assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp"]  # modelled ones
     assert ("left out: ddp on cpu,cpu (gradient_as_bucket_view=True, static_graph=True): "
             "timing model version") in out
+    # every measured record is a row: the one left out says why, and the summary names it
+    [left] = written[written["not_predicted"].notna()].to_dict("records")
+    assert left["strategy"] == "ddp" and pd.isna(left["predicted_step_time_s"])
+    assert left["not_predicted"].endswith("not gradient_as_bucket_view=True, static_graph=True")
+    assert "not predicted, 1 measured configuration: ddp on 2 ranks: timing model" in out
     expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
     assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
     assert (folder.path / "predictions.png").is_file()
