@@ -4,6 +4,7 @@ collectives and its own profiles: written again into a temporary folder, every f
 
 import concurrent.futures
 import contextlib
+import importlib.util
 import io
 import multiprocessing
 import shutil
@@ -105,3 +106,11 @@ def test_the_tracked_tree_stays_within_its_budget():
     svg = [str(path.relative_to(ROOT)) for path in tracked if path.suffix == ".svg"
            and RESULTS in path.parents]
     assert not svg, f"figures are tracked as PNG only (report writes the SVG): {svg[:3]}"
+
+
+def test_the_h200_profile_check_is_what_its_script_writes_from_the_published_files():
+    spec = importlib.util.spec_from_file_location(
+        "profile_check", ROOT / "benchmarks" / "gpu" / "profile_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (module.RUN / "profile-check.md").read_text() == module.page()
