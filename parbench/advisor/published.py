@@ -112,13 +112,16 @@ def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dic
     for _, record in records[records["status"] == "ok"].iterrows():
         if record["config_index"] in predicted:
             continue
+        # predicted_beside_measured drops a record where predict_record returns None or raises
+        # MissingCollective (a model file: changing it would change the models' version), so
+        # the one that raises is asked again here for its message
         measured = record.to_dict()
         try:
-            why = None if predict_record(measured, profiler(measured), link) is None else (
-                "predicted, but left out of the table")
+            predict_record(measured, profiler(measured), link)
+            why = NOT_COVERED
         except MissingCollective as error:
             why = str(error)
-        rows.append({**measured, "not_predicted": why or NOT_COVERED})
+        rows.append({**measured, "not_predicted": why})
     return pd.DataFrame(rows)
 
 

@@ -78,13 +78,14 @@ def command_collectives(args: argparse.Namespace) -> int:
     # 2-rank sends beside ddp's N ranks), each on the first devices, as those strategies use
     # them; the rows of the groups measured replace theirs, the others are kept.
     groups = range(2 if args.into else len(devices), len(devices) + 1)
-    rows = [row for size in groups for row in _measured(
+    measured = [row for size in groups for row in _measured(
         args, devices.take(size), names, sizes, iterations, warmup, threads, timeout_s)]
     folder = into or new_run_folder(args.results_dir, args.tag or "collectives")
+    rows = measured
     if into:
-        measured = {(r["world_size"], r["backend"], r["devices"]) for r in rows}
+        groups_measured = {(r["world_size"], r["backend"], r["devices"]) for r in measured}
         rows = [r for r in into.read_collectives()
-                if (r["world_size"], r["backend"], r["devices"]) not in measured] + rows
+                if (r["world_size"], r["backend"], r["devices"]) not in groups_measured] + measured
     else:
         folder.write_environment(measuring_environment())
     folder.write_collectives(rows)
@@ -98,7 +99,7 @@ def command_collectives(args: argparse.Namespace) -> int:
               f"{row['busbw_gbps']:>11.3f}")
     emulated = " (EMULATED: ranks share a device)" if devices.emulated else ""
     print(f"\n{', '.join(str(size) for size in groups)} ranks on {devices.describe()}, "
-          f"{rows[-1]['backend']}{emulated}; busbw = algbw x 2(n-1)/n for all-reduce, "
+          f"{measured[0]['backend']}{emulated}; busbw = algbw x 2(n-1)/n for all-reduce, "
           "x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
     print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
     return 0
