@@ -15,8 +15,6 @@ import pytest
 from scipy.stats import binomtest
 
 from parbench.advisor import recommend
-from parbench.advisor.calibration import CALIBRATION_FILE
-from parbench.machine.devices import cpu_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "results" / "20261126T110536Z-recommend-experiment"
@@ -187,20 +185,3 @@ def test_the_published_report_is_what_its_stored_measurements_write(tmp_path, mo
         assert (tmp_path / name).read_bytes() == (PUBLISHED / name).read_bytes(), (
             f"{name} differs from what the report writes: regenerate it with `python "
             f"benchmarks/recommend/experiment_report.py {PUBLISHED.relative_to(ROOT)}`")
-
-
-@pytest.mark.skipif(cpu_cores() != 2, reason="the calibration was fitted on a 2-core CPU, and "
-                    "the models' sharing of the cores is this machine's")
-def test_the_calibration_is_what_its_tuning_runs_fit(tmp_path, monkeypatch):
-    """calibration.json, fitted again from the published tuning experiment (its profiles,
-    contention and link kept in it), is the committed file: no factor is typed in by hand."""
-    _experiment(monkeypatch)  # calibrate imports it by its own name
-    monkeypatch.setitem(sys.modules, "experiment", sys.modules["recommend_experiment"])
-    spec = importlib.util.spec_from_file_location(
-        "recommend_calibrate", ROOT / "benchmarks" / "recommend" / "calibrate.py")
-    calibrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calibrate)
-    fitted = tmp_path / "calibration.json"
-    folder = ROOT / "results" / json.loads(CALIBRATION_FILE.read_text())["fitted_on"]
-    assert calibrate.main([str(folder), "--into", str(fitted)]) == 0
-    assert json.loads(fitted.read_text()) == json.loads(CALIBRATION_FILE.read_text())

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pandas as pd
 
-from parbench.advisor import calibration
 from parbench.advisor.links import AnyLink
 from parbench.advisor.memory_calls import as_planned
 from parbench.advisor.predicted_sweep import with_causes
@@ -109,7 +108,7 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
             micro_batches=planned.get("micro_batches"), partition=planned.get("partition"),
             options=dict(config.options), step_time_s=predicted.step_time_s,
             throughput_ips=predicted.throughput_ips,
-            bubble_or_exposed_comm=predicted.bubble, calibration=predicted.calibration,
+            bubble_or_exposed_comm=predicted.bubble,
             peak_memory_max_mib=max(predicted.peak_memory_mib),
             counted_memory_max_mib=max(predicted.counted_memory_mib),
             data_parallel=layout is not None and layout.data_parallel))
@@ -119,8 +118,7 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
     single = dict(planned_fields(replace(first, strategy="single", options={})),
                   cpu_cores_available=cpu_cores())
     alone = profiler(single)  # one device: nothing shares it
-    table = with_causes(pd.DataFrame(rows), first.global_batch, len(first.devices), alone,
-                        calibration.factor(single))
+    table = with_causes(pd.DataFrame(rows), first.global_batch, len(first.devices), alone)
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused
     return table

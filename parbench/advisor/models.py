@@ -32,8 +32,8 @@ class Prediction:
     # exposed communication.
     bubble: float | None = None
     spans: tuple[tuple, ...] = field(default=(), repr=False)  # a predicted timeline
-    # The measured over predicted throughput it was scaled by (parbench.advisor.calibration).
-    calibration: float = 1.0
+    # What it counts beyond compute and the link (parbench.advisor.fixed_costs): seconds.
+    fixed_cost_s: float = 0.0
     kind: str = KIND
 
     @property
@@ -132,11 +132,13 @@ def _slowdown(profile: Profile, side_by_side: int = 1) -> Callable[[int], float]
 
 
 def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
-             micro_batches: int, link: AnyLink, side_by_side: int = 1) -> Prediction:
+             micro_batches: int, link: AnyLink, side_by_side: int = 1,
+             action_s: float = 0.0) -> Prediction:
     """`schedule` (a key of SCHEDULES) over `ranks` devices holding `partition`'s stages as
     parbench places them, `micro_batches` micro-batches of the profiled size: torch's action
-    list replayed with the profiled stage times and the link's transfer times (`side_by_side`:
-    the identical pipelines running beside it, which share the CPU with it)."""
+    list replayed with the profiled stage times, `action_s` more for each action (the
+    runtime's fixed cost), and the link's transfer times (`side_by_side`: the identical
+    pipelines running beside it, which share the CPU with it)."""
     chosen = SCHEDULES[schedule]
     per_rank = partition.stages // ranks
     if partition.stages % ranks or (per_rank > 1) != chosen.multi_stage:
@@ -150,7 +152,7 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
         times[0] = StageTimes(first.forward_s, 0.0, first.input_grad_s + first.weight_grad_s)
     cut_bytes = profile.cut_bytes(partition)
     replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]),
-                      _slowdown(profile, side_by_side))
+                      _slowdown(profile, side_by_side), action_s)
     ranges = partition.stage_ranges()
     saved = [sum(profile.blocks[i].saved_bytes for i in r) for r in ranges]
     memory, ends = [], []

@@ -152,18 +152,17 @@ def _data_parallel(strategy: str) -> bool:
 
 
 def with_causes(table: pd.DataFrame, global_batch: int, devices: int,
-                profile_at: Callable[[int], Profile], single_scale: float = 1.0) -> pd.DataFrame:
+                profile_at: Callable[[int], Profile]) -> pd.DataFrame:
     """The speedup over single on the whole batch (`profile_at`: one device's profiles) split
     into its causes, as parbench run splits a measured one: the micro-batch effect (single
     accumulating the images a device works on at once, against the whole batch) x the
-    parallel effect (the rest). `single_scale`: single's calibration, where the table's rows
-    are calibrated (parbench.advisor.calibration)."""
+    parallel effect (the rest)."""
     per_device = [int(split) if pd.notna(split) else
                   global_batch // devices if _data_parallel(strategy) else global_batch
                   for strategy, split in zip(table["strategy"], table["split_size"], strict=True)]
-    single = models.single(profile_at(global_batch), 1).throughput_ips * single_scale
+    single = models.single(profile_at(global_batch), 1).throughput_ips
     rate = {size: models.single(profile_at(size), global_batch // size).throughput_ips
-            * single_scale for size in set(per_device)}
+            for size in set(per_device)}
     speedup = table["throughput_ips"] / single
     micro_batch = pd.Series([rate[size] / single for size in per_device], index=table.index)
     return table.assign(speedup_vs_single=speedup, micro_batch_effect=micro_batch,

@@ -16,11 +16,16 @@ from parbench.advisor.figures import (
     write_prediction_figure,
     write_ranking_figure,
 )
-from parbench.advisor.links import LINKS, AnyLink, MeasuredLink, MissingCollective, named_link
+from parbench.advisor.links import LINKS, AnyLink, MeasuredLink, named_link
 from parbench.advisor.memory_calls import MEMORY_CALLS_FILE, memory_calls
 from parbench.advisor.naive import with_naive
 from parbench.advisor.record_profiles import profiles_for
-from parbench.advisor.records import predict_record, predicted_beside_measured
+from parbench.advisor.records import (
+    NOT_COVERED,
+    fixed_costs_of,
+    left_out,
+    predicted_beside_measured,
+)
 from parbench.advisor.summary import PREDICTIONS_FILE, with_reader_columns
 from parbench.advisor.version import PREDICTOR_VERSION, fingerprint
 from parbench.results.folder import RunFolder, atomic_write_text
@@ -31,8 +36,6 @@ __all__ = ["NOT_COVERED", "PREDICTION_FILE", "PROFILES_FOLDER", "Published", "ke
 
 PREDICTION_FILE = "prediction.json"  # how the run's predictions were made: link, version
 PROFILES_FOLDER = "profiles"  # the profiles and contention factors they were made from
-NOT_COVERED = ("the models do not cover it (nn.DataParallel, ddp's communication hooks, fsdp's "
-               "mixed precision, --compile, unequal micro-batches)")
 
 
 def run_link(folder: RunFolder, name: str, backend: str | None = None) -> AnyLink:
@@ -102,29 +105,6 @@ class Published:
     left: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dict], Callable],
-             link: AnyLink) -> pd.DataFrame:
-    """Each measured (ok) record that `table` does not predict, with why in `not_predicted`:
-    the collective its link lacks (measure it with `parbench collectives --into`), or what the
-    models do not cover."""
-    predicted = set(table["config_index"]) if "config_index" in table else set()
-    rows = []
-    for _, record in records[records["status"] == "ok"].iterrows():
-        if record["config_index"] in predicted:
-            continue
-        # predicted_beside_measured drops a record where predict_record returns None or raises
-        # MissingCollective (a model file: changing it would change the models' version), so
-        # the one that raises is asked again here for its message
-        measured = record.to_dict()
-        try:
-            predict_record(measured, profiler(measured), link)
-            why = NOT_COVERED
-        except MissingCollective as error:
-            why = str(error)
-        rows.append({**measured, "not_predicted": why})
-    return pd.DataFrame(rows)
-
-
 def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
                  profiler: Callable[[dict], Callable] | None = None,
                  left: pd.DataFrame | None = None) -> Published:
@@ -137,7 +117,9 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     link = run_link(folder, link_name, backends[0] if backends else None)
     cache = folder.path / PROFILES_FOLDER
     profiler = profiler or (lambda record: profiles_for(record, cache))
-    table = predicted_beside_measured(records, profiler, link)
+    table = predicted_beside_measured(
+        records, profiler, link,
+        lambda record: fixed_costs_of(record, profiler(record), link, cache))
     frames = [frame for frame in (left, left_out(records, table, profiler, link))
               if frame is not None and not frame.empty]
     left = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -18,7 +18,7 @@ from parbench.plan.config import Config
 from parbench.results import stats
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["CALIBRATED", "CAUSES", "CONTROL", "Recommendation", "candidates", "confirm_verdict",
+__all__ = ["CAUSES", "CONTROL", "Recommendation", "candidates", "confirm_verdict",
            "dropped_summary", "fitting", "leanest", "option_flags", "rank_layouts", "ranked",
            "recommend_layouts", "reference", "row_label"]
 
@@ -28,12 +28,7 @@ CONTROL: tuple[str, dict] = ("ddp", {})
 CAUSES = ("why: against the runner-up for the pick, against the pick for the rest, the largest "
           "of idle time (a pipeline's bubble, data parallelism's exposed communication, stages "
           "in turn), the micro-batch effect (single's per-image rate at the images a device "
-          "runs at once over its rate on the whole batch), the calibration (below) and the "
-          "busy time they leave")
-CALIBRATED = ("calibrated: each layout's prediction scaled by what its strategy measured over "
-              "its prediction on the tuning workloads on a CPU like this one (gloo's copies and "
-              "the pipelining runtime competing for the cores, which the models do not see; "
-              "parbench/advisor/calibration.json, docs/recommend.md)")
+          "runs at once over its rate on the whole batch) and the busy time they leave")
 # A predicted difference under this share is a tie, not a reason.
 TIE = 0.005
 
@@ -155,19 +150,14 @@ def _causes(row: Mapping, other: Mapping, devices: int,
             versus: str) -> dict[str, tuple[float, str]]:
     """How much faster `row` is predicted than `other` (log of the ratio) from each cause,
     with a phrase naming it (`versus`: how it names `other`): idle time, the micro-batch
-    effect, the calibration (parbench.advisor.calibration), and the busy time that leaves."""
+    effect, and the busy time that leaves."""
     name, idle = _idle(row, devices)
     other_name, other_idle = _idle(other, devices)
     from_idle = math.log((1 - idle) / (1 - other_idle))
     effect, other_effect = row["micro_batch_effect"], other["micro_batch_effect"]
     from_micro = math.log(effect / other_effect)
-    scaled, other_scaled = row.get("calibration", 1.0), other.get("calibration", 1.0)
-    from_calibration = math.log(scaled / other_scaled)
-    busy = (math.log(row["throughput_ips"] / other["throughput_ips"]) - from_idle - from_micro
-            - from_calibration)
+    busy = math.log(row["throughput_ips"] / other["throughput_ips"]) - from_idle - from_micro
     return {
-        "calibration": (from_calibration, f"what its kind measured beyond the models on this "
-                                          f"CPU, {scaled:.2f}x; {versus}: {other_scaled:.2f}x"),
         "idle": (from_idle, f"{name} {_share(idle)} of the step; {versus}: {other_name} "
                             f"{_share(other_idle)}"),
         "micro": (from_micro, f"micro-batch effect {effect:.2f}x; {versus}: "

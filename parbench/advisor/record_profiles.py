@@ -18,7 +18,7 @@ from parbench.families.workloads import Workload
 from parbench.machine.devices import cpu_cores
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["DEFAULT_CACHE", "profiles_for"]
+__all__ = ["DEFAULT_CACHE", "profiles_for", "workload_of"]
 
 DEFAULT_CACHE = Path.home() / ".cache" / "parbench" / "profiles"
 
@@ -31,15 +31,20 @@ def profiles_for(record_like: dict, cache: Path | None = None,
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError("the run was measured on cuda and this machine has no GPU: predict "
                          "it on a machine with one (the profile is taken on the device)")
-    workload = Workload(model=record_like["model"], image_size=int(record_like["image_size"]),
-                        precision=record_like["precision"],
-                        num_classes=int(record_like.get("num_classes") or 1000),
-                        channels_last=bool(record_like.get("channels_last")),
-                        compile=bool(record_like.get("compile")))
+    workload = workload_of(record_like)
     threads = int(record_like.get("threads_per_device") or 1)
     at_once = _devices_computing_at_once(record_like) if kind == "cpu" else 1
     return functools.partial(_profile, cache or DEFAULT_CACHE, workload, kind=kind,
                              threads=threads, at_once=at_once)
+
+
+def workload_of(record_like: dict) -> Workload:
+    """What a record trained: its model, images, classes, precision and memory format."""
+    return Workload(model=record_like["model"], image_size=int(record_like["image_size"]),
+                    precision=record_like["precision"],
+                    num_classes=int(record_like.get("num_classes") or 1000),
+                    channels_last=bool(record_like.get("channels_last")),
+                    compile=bool(record_like.get("compile")))
 
 
 def _devices_computing_at_once(record: dict) -> int:

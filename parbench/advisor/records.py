@@ -5,13 +5,16 @@ error against the measurement."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 
 from parbench.advisor import data_parallel, models
-from parbench.advisor.calibration import calibrated
+from parbench.advisor.fixed_costs import NO_FIXED_COSTS, FixedCosts, load_or_probe
 from parbench.advisor.links import NO_LINK, AnyLink, MissingCollective
 from parbench.advisor.profile import Profile
+from parbench.advisor.record_profiles import workload_of
 from parbench.advisor.sharded_pipelines import sharded_pipelines
 from parbench.advisor.trace_check import replayed_trace
 from parbench.results.comparisons import comparison_key, is_baseline
@@ -20,9 +23,13 @@ from parbench.strategies import Layout, layout_of, options_of
 from parbench.strategies.partition import Partition
 from parbench.strategies.pipeline_schedules import ScheduleOptions
 
-__all__ = ["partition_of", "predict_record", "predicted_beside_measured", "profiled_size"]
+__all__ = ["NOT_COVERED", "fixed_costs_of", "left_out", "partition_of", "predict_record",
+           "predicted_beside_measured", "profiled_size"]
 
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
+CostsOf = Callable[[dict], FixedCosts]  # a record's fixed costs (fixed_costs_of)
+NOT_COVERED = ("the models do not cover it (nn.DataParallel, ddp's communication hooks, fsdp's "
+               "mixed precision, --compile, unequal micro-batches)")
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
 _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, sync_batchnorm=False)
 
@@ -62,19 +69,44 @@ def _modelled(record: dict) -> bool:
     return layout in _MODELLED
 
 
-def predict_record(record: dict, profile_at: ProfileAt,
-                   link: AnyLink) -> models.Prediction | None:
-    """The prediction for a measured record's configuration; None where the models do not
-    cover it (nn.DataParallel, ddp's hooks, fsdp's mixed precision, --compile).
-    Its model is the one for the layout its strategy declares (strategies.Layout)."""
+def predict_record(record: dict, profile_at: ProfileAt, link: AnyLink,
+                   fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction | None:
+    """The prediction for a measured record's configuration, with its `fixed` costs (those its
+    probe measured: fixed_costs_of); None where the models do not cover it (nn.DataParallel,
+    ddp's hooks, fsdp's mixed precision, --compile). Its model is the one for the layout its
+    strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
-    return calibrated(_modelled_prediction(record, profile_at, link), record)
+    return _modelled_prediction(record, profile_at, link, fixed)
 
 
-def _modelled_prediction(record: dict, profile_at: ProfileAt,
-                         link: AnyLink) -> models.Prediction:
-    """The layout's timing model's prediction, as the model makes it."""
+def fixed_costs_of(record: dict, profile_at: ProfileAt, link: AnyLink,
+                   cache: Path) -> FixedCosts:
+    """What `record`'s probe measured beyond the models' prediction of it (measured once into
+    `cache`; none for a layout without fixed costs or the models do not cover)."""
+    if not _modelled(record):
+        return NO_FIXED_COSTS
+    return load_or_probe(cache, record, workload_of(record), lambda probe, costs:
+                         _modelled_prediction(probe, profile_at, link, costs).step_time_s)
+
+
+def _modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
+                         fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction:
+    """The layout's timing model's prediction with the record's fixed costs."""
+    predicted = _layout_model(record, profile_at, link, fixed.per_action_s)
+    if fixed.per_step_s:
+        return replace(predicted, step_time_s=predicted.step_time_s + fixed.per_step_s,
+                       fixed_cost_s=fixed.per_step_s)
+    if fixed.per_action_s:
+        actions = sum(1 for span in predicted.spans if span[2] in "FBIW")
+        return replace(predicted, fixed_cost_s=fixed.per_action_s * actions)
+    return predicted
+
+
+def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
+                  action_s: float) -> models.Prediction:
+    """The layout's timing model's prediction, as the model makes it (`action_s`: each
+    action's fixed cost, for the multi-process pipelines)."""
     layout = layout_of(record["strategy"])
     options = record.get("strategy_options") or {}
     micro_batches = int(_number(record.get("micro_batches")) or 1)
@@ -101,10 +133,11 @@ def _modelled_prediction(record: dict, profile_at: ProfileAt,
         return models.tick_pipeline(profile, partition, micro_batches)
     if layout is Layout.SHARDED_PIPELINES:
         return sharded_pipelines(profile, partition, int(options["pipelines"]), micro_batches,
-                                 link)
+                                 link, action_s)
     scheduled = options_of(record["strategy"], options)  # its schedule: a preset option
     assert isinstance(scheduled, ScheduleOptions), layout
-    return models.pipeline(scheduled.schedule, profile, partition, ranks, micro_batches, link)
+    return models.pipeline(scheduled.schedule, profile, partition, ranks, micro_batches, link,
+                           action_s=action_s)
 
 
 def profiled_size(record: dict) -> int:
@@ -129,16 +162,18 @@ def _cores_shared(record: dict) -> bool:
 
 
 def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
-                              link: AnyLink) -> pd.DataFrame:
+                              link: AnyLink, costs_of: CostsOf | None = None) -> pd.DataFrame:
     """The run's measured records the models cover, each with its prediction (`profiler`
-    gives a record's profiles): `prediction_error` is predicted / measured step time - 1
-    (negative: the model is too fast); `speedup_error` is the predicted speedup over the run's
-    baseline against the measured one (see `_with_speedups`)."""
+    gives a record's profiles, `costs_of` its fixed costs: none where not given):
+    `prediction_error` is predicted / measured step time - 1 (negative: the model is too
+    fast); `speedup_error` is the predicted speedup over the run's baseline against the
+    measured one (see `_with_speedups`). Records left out are left_out's."""
     rows = []
     for _, record in records[records["status"] == "ok"].iterrows():
         measured = record.to_dict()
         try:
-            predicted = predict_record(measured, profiler(measured), link)
+            fixed = costs_of(measured) if costs_of else NO_FIXED_COSTS
+            predicted = predict_record(measured, profiler(measured), link, fixed)
         except MissingCollective:  # e.g. hsdp's groups where only N ranks were measured
             continue
         if predicted is None:
@@ -151,12 +186,35 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      "predicted_high_s": predicted.step_time_s * profile.step_high_ratio,
                      "prediction_error": predicted.step_time_s
                      / measured["step_time_median_s"] - 1,
+                     "predicted_fixed_cost_s": predicted.fixed_cost_s,
+                     "fixed_cost_per_action_s": fixed.per_action_s or None,
+                     "fixed_cost_probe": fixed.probe or None,
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
                      "predicted_counted_memory_mib": list(predicted.counted_memory_mib),
                      "memory_error": _memory_error(predicted, measured),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})
     return _with_speedups(pd.DataFrame(rows))
+
+
+def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
+             link: AnyLink) -> pd.DataFrame:
+    """Each measured (ok) record that `table` (predicted_beside_measured's) does not predict,
+    with why in `not_predicted`: the collective its link lacks (measure it with `parbench
+    collectives --into`), or what the models do not cover."""
+    predicted = set(table["config_index"]) if "config_index" in table else set()
+    rows = []
+    for _, record in records[records["status"] == "ok"].iterrows():
+        if record["config_index"] in predicted:
+            continue
+        measured = record.to_dict()
+        try:
+            predict_record(measured, profiler(measured), link)
+            why = NOT_COVERED
+        except MissingCollective as error:
+            why = str(error)
+        rows.append({**measured, "not_predicted": why})
+    return pd.DataFrame(rows)
 
 
 def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:

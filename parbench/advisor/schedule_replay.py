@@ -90,7 +90,8 @@ def _in_micro_batch_order(actions: list[tuple[int, str, int]]) -> list[tuple[int
 
 def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Sequence[StageTimes],
            transfer_s: Callable[[int], float] = lambda stage: 0.0,
-           slowdown: Callable[[int], float] = lambda computing: 1.0) -> Replayed:
+           slowdown: Callable[[int], float] = lambda computing: 1.0,
+           action_s: float = 0.0) -> Replayed:
     """Run `actions` (per rank, in order) as a list schedule: an action starts when its rank is
     free and its inputs are there; a forward needs the previous stage's forward of the same
     micro-batch, a backward (B or I) its own forward and the next stage's backward, a weight
@@ -98,6 +99,9 @@ def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Seque
     activation (or its gradient) at the cut after `stage`. The sender does not wait for it
     (torch's single-stage loops do wait for their sends, which on one link costs a transfer
     per cut and micro-batch at most: small beside a stage's compute here).
+
+    Every action also costs `action_s` beyond its compute (the pipelining runtime's own work
+    for it, measured: parbench.advisor.fixed_costs), slowed alike where ranks share a processor.
 
     Ranks that share a processor (emulated devices on one CPU) slow each other only while they
     compute at once: with k ranks computing, each action runs `slowdown(k)` times as long as
@@ -118,7 +122,7 @@ def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Seque
             stage, kind, micro_batch = rank_actions[position[rank]]
             ready = _ready_at(stage, kind, micro_batch, done, rank_of, last, transfer_s)
             if ready is not None and ready <= now:
-                running[rank] = [stage_times[stage].of(kind), now]
+                running[rank] = [stage_times[stage].of(kind) + action_s, now]
             elif ready is not None:
                 later.append(ready)
         if not running and not later:

@@ -16,15 +16,15 @@ __all__ = ["sharded_pipelines"]
 
 
 def sharded_pipelines(profile: Profile, partition: Partition, pipelines: int,
-                      micro_batches: int, link: AnyLink) -> Prediction:
+                      micro_batches: int, link: AnyLink, action_s: float = 0.0) -> Prediction:
     """`pipelines` pipelines of partition.stages ranks, each running 1F1B on `micro_batches`
     micro-batches of the profiled size (its 1/P of the batch): one pipeline's replayed step,
     starting once the slowest stage's all-gather is done and each rank's reduce-scatter after
     it (over the P ranks holding that stage: neither overlaps compute), and the optimiser
     over its stage's shard. Its bubble is the replayed pipeline's; the exposed collectives
-    are in the step, not in it."""
+    are in the step, not in it. `action_s`: each action's fixed cost (models.pipeline)."""
     stages = partition.stages
-    one = pipeline("1f1b", profile, partition, stages, micro_batches, link, pipelines)
+    one = pipeline("1f1b", profile, partition, stages, micro_batches, link, pipelines, action_s)
     ranges = partition.stage_ranges()
     sizes = [sum(profile.blocks[i].parameter_bytes for i in r) for r in ranges]
     # The schedule's first forward of each stage waits for its gather, and every stage

@@ -51,13 +51,14 @@ def replayed_trace(record: dict, cut_bytes: list[int], link: AnyLink) -> tuple[f
         return None
     times = trace_stage_times(spans)
     traced = max(span[4] for span in spans) - min(span[3] for span in spans)
-    micro_batches = int(record["micro_batches"])
+    options = record.get("strategy_options") or {}
+    micro_batches = int(record["micro_batches"])  # one pipeline's (pipeline-fsdp runs P)
     if layout is Layout.TICK_PIPELINE:  # one process, stages handing tensors over in memory
         return tick_step_s(times, micro_batches), traced
-    options = options_of(record["strategy"], record.get("strategy_options"))
-    assert isinstance(options, ScheduleOptions), layout
-    schedule = SCHEDULES[options.schedule]
-    ranks = int(record["world_size"])
+    scheduled = options_of(record["strategy"], options)
+    assert isinstance(scheduled, ScheduleOptions), layout
+    schedule = SCHEDULES[scheduled.schedule]
+    ranks = int(record["world_size"]) // int(options.get("pipelines") or 1)
     actions = schedule_actions(schedule.torch_class, ranks, micro_batches, len(times) // ranks)
     replayed = replay(actions, times, lambda cut: link.transfer_s(cut_bytes[cut]))
     return replayed.step_time_s, traced

@@ -195,8 +195,6 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
           row["step_time_s"], row["throughput_ips"], row[_limited(args)], row["reason"]]
          for row in shown.to_dict("records")]))
     print(recommend.CAUSES)
-    if (ranked.get("calibration", pd.Series([1.0])) != 1.0).any():
-        print(recommend.CALIBRATED)
     single = recommend.reference(table)
     if single is not None and args.devices > 1:
         print(f"reference, PREDICTED: single on 1 device at the whole batch, step "

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from parbench.advisor import models, record_profiles
+from parbench.advisor import models, record_profiles, records
 from parbench.advisor.contention import CONTENTION_VERSION, slowdown_path
+from parbench.advisor.fixed_costs import NO_FIXED_COSTS
 from parbench.advisor.links import Link
 from parbench.advisor.predicted_sweep import above_ideal_notes
 from parbench.advisor.profile import BlockProfile, Profile
@@ -122,7 +123,10 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
 
 
-def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, capsys):
+def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, capsys,
+                                                                   monkeypatch):
+    # the slowdown alone: no probe's fixed cost (solved against each slowdown) beside it
+    monkeypatch.setattr(records, "load_or_probe", lambda *_: NO_FIXED_COSTS)
     steps, profiled = {}, []
     for slowdown in (1.0, 1.5):
         record_profiles._profile.cache_clear()  # a profile is otherwise read once per process

@@ -1,0 +1,150 @@
+"""What a strategy's step costs beyond its profiled compute and its bytes on the link, measured
+on the device at hand: the same strategy, ranks and options run through the core's launcher on
+micro-batches of PROBE_IMAGES images (the probe), less what the models predict for the probe
+without it; per action of a multi-process pipeline (the pipelining runtime's own work, its
+sends' and receives' latency), per step of a data-parallel layout (DDP's hooks and bucket
+copies, FSDP's unit hooks and DTensor copies, a collective's wait for the slower rank: a
+model's buckets and units are the same at any batch). A one-rank group costs what it measures.
+Cached beside the profiles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from parbench.advisor.cache import cached, settings_key
+from parbench.families.workloads import Workload
+from parbench.launch import measure
+from parbench.machine.devices import parse_devices
+from parbench.plan.config import Config
+from parbench.strategies import Layout, layout_of
+
+__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "probe_record",
+           "probed", "solve_action_cost"]
+
+FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are measured again
+# Images a micro-batch (a data-parallel rank's share) holds in the probe: the fewest that
+# BatchNorm trains on where a ResNet's last block is 1x1 pixel, so compute is least.
+PROBE_IMAGES = 2
+PROBE_WARMUP, PROBE_STEPS = 2, 8
+# Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
+_PER_ACTION = (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
+_PER_STEP = (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Seconds a prediction adds beyond compute and the link: to every compute action of a
+    multi-process pipeline (F, B, I or W), and once to a data-parallel step; `probe` says what
+    was measured (empty: nothing, as for hardware that is not here)."""
+
+    per_action_s: float = 0.0
+    per_step_s: float = 0.0
+    probe: str = ""
+
+
+NO_FIXED_COSTS = FixedCosts()
+
+
+def probed(record: dict) -> bool:
+    """Whether a record's layout has fixed costs a probe measures."""
+    return layout_of(str(record["strategy"])) in _PER_ACTION + _PER_STEP
+
+
+def probe_record(record: dict) -> dict:
+    """The probe of `record`'s configuration: its strategy, devices, ranks and options, on
+    micro-batches of PROBE_IMAGES images (a pipeline two per rank of its stages, a
+    data-parallel rank one), a configuration other than the record's own."""
+    layout = layout_of(str(record["strategy"]))
+    options = dict(record.get("strategy_options") or {})
+    ranks = int(record.get("world_size") or 1)
+    if layout in _PER_ACTION:
+        pipelines = int(options.get("pipelines") or 1)
+        micro_batches = 2 * (ranks // pipelines)
+        if _same_size(record, PROBE_IMAGES, micro_batches * pipelines):
+            micro_batches += ranks // pipelines
+        options["split_size"] = PROBE_IMAGES
+        batch = PROBE_IMAGES * micro_batches * pipelines
+        return {**record, "strategy_options": options, "split_size": PROBE_IMAGES,
+                "micro_batches": micro_batches, "global_batch": batch}
+    images = PROBE_IMAGES + (PROBE_IMAGES if _same_size(record, None, ranks * PROBE_IMAGES)
+                             else 0)
+    return {**record, "strategy_options": options, "global_batch": images * ranks}
+
+
+def _same_size(record: dict, split: int | None, micro_batches_or_batch: int) -> bool:
+    """Whether the probe would be the record's own configuration."""
+    if split is None:
+        return int(record["global_batch"]) == micro_batches_or_batch
+    recorded = record.get("split_size")
+    return (recorded is not None and int(recorded) == split
+            and int(record["global_batch"]) == split * micro_batches_or_batch)
+
+
+def _config(probe: dict, workload: Workload) -> Config:
+    options = {k: v for k, v in probe["strategy_options"].items() if v is not None}
+    return Config(str(probe["strategy"]), workload, int(probe["global_batch"]),
+                  parse_devices(str(probe["devices"])), warmup=PROBE_WARMUP, steps=PROBE_STEPS,
+                  threads_per_device=int(probe.get("threads_per_device") or 1),
+                  options=options, backend=str(probe.get("backend") or "auto"))
+
+
+def _measured(probe: dict, workload: Workload) -> dict:
+    """The probe run once through the core's launcher: its median step and its cut."""
+    config = _config(probe, workload)
+    reason = config.refusal() or config.unavailable_reason()
+    if reason:
+        raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
+    measured = measure(config)
+    assert measured is not None  # rank 0 of a launcher of this machine's own
+    return {"step_s": statistics.median(measured.step_times_s),
+            "partition": measured.partition, "micro_batches": measured.micro_batches}
+
+
+def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
+    """The cost per action that makes `predicted_step(cost)` (increasing in it) equal the
+    measured step: 0 where the prediction without it is already as slow (no cost is
+    negative), by bisection to a microsecond."""
+    if predicted_step(0.0) >= measured_s:
+        return 0.0
+    low, high = 0.0, measured_s
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        low, high = (middle, high) if predicted_step(middle) < measured_s else (low, middle)
+    return (low + high) / 2
+
+
+def _path(cache: Path, probe: dict, workload: Workload) -> Path:
+    options = {k: v for k, v in probe["strategy_options"].items()
+               if k not in ("split_size", "balance")}
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    settings = settings_key(workload, str(probe["device_kind"]),
+                            int(probe.get("threads_per_device") or 1), PROBE_IMAGES)
+    devices = len(str(probe["devices"]).split(","))
+    return cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}.json"
+
+
+def load_or_probe(cache: Path, record: dict, workload: Workload,
+                  predict: Callable[[dict, FixedCosts], float]) -> FixedCosts:
+    """`record`'s fixed costs from its probe (measured and cached where there is none):
+    `predict(probe record, costs)` is the models' step for the probe with those costs."""
+    if not probed(record):
+        return NO_FIXED_COSTS
+    probe = probe_record(record)
+    stored = cached(_path(cache, probe, workload), FIXED_COSTS_VERSION,
+                    lambda: _measured(probe, workload))
+    probe = {**probe, "partition": stored["partition"] or probe.get("partition"),
+             "micro_batches": stored["micro_batches"] or probe.get("micro_batches")}
+    label = (f"{probe['strategy']} on {probe['global_batch']} images "
+             f"({probe.get('split_size') or PROBE_IMAGES} a micro-batch): "
+             f"{stored['step_s']:.4g} s measured")
+    if layout_of(str(record["strategy"])) in _PER_ACTION:
+        cost = solve_action_cost(lambda s: predict(probe, FixedCosts(per_action_s=s)),
+                                 stored["step_s"])
+        return FixedCosts(per_action_s=cost, probe=label)
+    extra = stored["step_s"] - predict(probe, NO_FIXED_COSTS)
+    return FixedCosts(per_step_s=max(0.0, extra), probe=label)

@@ -1,0 +1,122 @@
+"""Fixed costs: the probe is another configuration than the record's, its cost per action is
+what makes the replay match it, per step what is left over, and a real probe runs through the
+core's launcher and is kept."""
+
+import json
+
+import pytest
+
+from parbench.advisor import fixed_costs
+from parbench.advisor.fixed_costs import (
+    NO_FIXED_COSTS,
+    FixedCosts,
+    load_or_probe,
+    probe_record,
+    solve_action_cost,
+)
+from parbench.advisor.links import NO_LINK
+from parbench.advisor.records import fixed_costs_of, predict_record
+from parbench.advisor.schedule_replay import StageTimes, replay, schedule_actions
+from parbench.families.workloads import Workload
+from parbench.strategies.pipeline_schedules import SCHEDULES
+
+WORKLOAD = Workload(model="resnet18", image_size=32, num_classes=10)
+
+
+def _record(strategy: str, **fields) -> dict:
+    return {"strategy": strategy, "model": "resnet18", "image_size": 32, "precision": "fp32",
+            "num_classes": 10, "device_kind": "cpu", "threads_per_device": 1,
+            "devices": "cpu,cpu", "world_size": 2, "emulated": True, "status": "ok",
+            "strategy_options": {}, **fields}
+
+
+def test_the_cost_per_action_is_what_makes_the_prediction_match_the_probe():
+    assert solve_action_cost(lambda cost: 0.1 + 8 * cost, 0.26) == pytest.approx(0.02, abs=1e-6)
+    # a prediction already as slow as the probe needs no cost, and none is negative
+    assert solve_action_cost(lambda cost: 0.3 + 8 * cost, 0.26) == 0.0
+
+
+def test_each_action_of_the_replay_pays_the_cost_once():
+    # GPipe with equal stages: every rank runs M forwards and M backwards on the critical path
+    # of M + K - 1 ticks each way, so a cost c an action lengthens the step by 2(M + K - 1)c
+    ranks, micro_batches, cost = 2, 4, 0.01
+    actions = schedule_actions(SCHEDULES["gpipe"].torch_class, ranks, micro_batches, 1)
+    times = [StageTimes(0.1, 0.1, 0.1)] * ranks
+    without = replay(actions, times).step_time_s
+    with_cost = replay(actions, times, action_s=cost).step_time_s
+    assert with_cost - without == pytest.approx(2 * (micro_batches + ranks - 1) * cost)
+
+
+@pytest.mark.parametrize("record", [
+    _record("pipeline-gpipe", global_batch=8, split_size=2, micro_batches=4,
+            strategy_options={"split_size": 2, "stages": 2}),
+    _record("pipeline-fsdp", devices="cpu,cpu,cpu,cpu", world_size=4, global_batch=16,
+            split_size=2, micro_batches=4,
+            strategy_options={"split_size": 2, "stages": 2, "pipelines": 2}),
+    _record("ddp", global_batch=4),
+    _record("fsdp", global_batch=32),
+])
+def test_the_probe_is_never_the_records_own_configuration(record):
+    probe = probe_record(record)
+    assert (probe["global_batch"], probe.get("split_size")) != (
+        record["global_batch"], record.get("split_size"))
+    assert probe["strategy"] == record["strategy"]
+    assert probe["devices"] == record["devices"]
+    split = probe.get("split_size") or probe["global_batch"] // probe["world_size"]
+    assert split in (fixed_costs.PROBE_IMAGES, 2 * fixed_costs.PROBE_IMAGES)
+
+
+def _stored(tmp_path, record: dict, step_s: float) -> None:
+    """A probe's measurement kept where load_or_probe looks for it."""
+    path = fixed_costs._path(tmp_path, probe_record(record), WORKLOAD)
+    path.write_text(json.dumps({"version": fixed_costs.FIXED_COSTS_VERSION, "step_s": step_s,
+                                "partition": None, "micro_batches": None}))
+
+
+def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch):
+    def refuse(*_):
+        raise AssertionError("a kept probe is not measured again")
+
+    monkeypatch.setattr(fixed_costs, "_measured", refuse)
+    ddp = _record("ddp", global_batch=16)
+    _stored(tmp_path, ddp, 0.5)
+    costs = load_or_probe(tmp_path, ddp, WORKLOAD, lambda probe, costs: 0.3)
+    assert costs.per_step_s == pytest.approx(0.2) and costs.per_action_s == 0.0
+    pipeline = _record("pipeline-1f1b", global_batch=16, split_size=4, micro_batches=4,
+                       strategy_options={"split_size": 4, "stages": 2})
+    _stored(tmp_path, pipeline, 0.5)
+    costs = load_or_probe(tmp_path, pipeline, WORKLOAD,
+                          lambda probe, costs: 0.1 + 10 * costs.per_action_s)
+    assert costs.per_action_s == pytest.approx(0.04, abs=1e-6) and costs.per_step_s == 0.0
+    assert "0.5 s measured" in costs.probe
+    # one device, one process: nothing to probe
+    assert load_or_probe(tmp_path, _record("single", devices="cpu", world_size=1,
+                                           global_batch=16), WORKLOAD, refuse) == NO_FIXED_COSTS
+
+
+def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
+    """ddp on one device, probed for real through the core's launcher (one process of its own):
+    the cost it measured is added to the prediction once, and kept for the next."""
+    from parbench.advisor.profile import profile_blocks
+
+    record = _record("ddp", devices="cpu", world_size=1, emulated=False, global_batch=8,
+                     cpu_cores_available=2)
+    profiles = {}
+
+    def profile_at(micro_batch):
+        if micro_batch not in profiles:
+            profiles[micro_batch] = profile_blocks(WORKLOAD, micro_batch, repeats=1)
+        return profiles[micro_batch]
+
+    costs = fixed_costs_of(record, profile_at, NO_LINK, tmp_path)
+    assert costs.per_step_s >= 0.0 and "ddp on 2 images" in costs.probe
+    assert list(tmp_path.glob("fixed-ddp-*-x1.json"))
+    plain = predict_record(record, profile_at, NO_LINK)
+    probed = predict_record(record, profile_at, NO_LINK, costs)
+    assert probed.step_time_s == pytest.approx(plain.step_time_s + costs.per_step_s)
+    assert probed.fixed_cost_s == costs.per_step_s
+    assert fixed_costs_of(record, profile_at, NO_LINK, tmp_path) == costs  # kept, not measured
+
+
+def test_fixed_costs_are_named_as_measured():
+    assert FixedCosts().probe == "" and NO_FIXED_COSTS.per_action_s == 0.0
