@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pandas as pd
 
+from parbench.advisor.fixed_costs import NO_FIXED_COSTS
 from parbench.advisor.links import AnyLink
 from parbench.advisor.memory_calls import as_planned
 from parbench.advisor.predicted_sweep import with_causes
-from parbench.advisor.records import ProfileAt, predict_record, profiled_size
+from parbench.advisor.records import CostsOf, ProfileAt, predict_record, profiled_size
 from parbench.drive.runner import planned_fields
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, cpu_cores
@@ -84,17 +85,19 @@ def candidate_configs(workload: Workload, global_batch: int, devices: DeviceSet,
 
 
 def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], ProfileAt],
-                      link: AnyLink) -> pd.DataFrame:
+                      link: AnyLink, costs_of: CostsOf | None = None) -> pd.DataFrame:
     """Each configuration's predicted step and memory, fastest first, in
     parbench.advisor.predicted_sweep's columns (with `options`, the configuration's own, and
-    its `config_key`); those the models do not cover are listed in attrs["refused"]."""
+    its `config_key`), with the fixed costs `costs_of` gives (none where not given); those
+    the models do not cover are listed in attrs["refused"]."""
     rows, refused = [], []
     for config in configs:
         record = dict(planned_fields(config), cpu_cores_available=cpu_cores())
         profile_at = profiler(record)
         planned = as_planned(record, profile_at(profiled_size(record)))
         try:
-            predicted = predict_record(planned, profile_at, link)
+            fixed = costs_of(planned) if costs_of else NO_FIXED_COSTS
+            predicted = predict_record(planned, profile_at, link, fixed)
         except Exception as error:  # noqa: BLE001 (torch refuses a schedule's shape its way)
             refused.append(f"{config.label()}: {error}")
             continue
@@ -108,7 +111,7 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
             micro_batches=planned.get("micro_batches"), partition=planned.get("partition"),
             options=dict(config.options), step_time_s=predicted.step_time_s,
             throughput_ips=predicted.throughput_ips,
-            bubble_or_exposed_comm=predicted.bubble,
+            bubble_or_exposed_comm=predicted.bubble, fixed_cost_s=predicted.fixed_cost_s,
             peak_memory_max_mib=max(predicted.peak_memory_mib),
             counted_memory_max_mib=max(predicted.counted_memory_mib),
             data_parallel=layout is not None and layout.data_parallel))

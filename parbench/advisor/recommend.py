@@ -10,10 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from parbench import strategies
+from parbench.advisor.fixed_costs import FixedCosts
 from parbench.advisor.layouts import predicted_layouts
 from parbench.advisor.links import AnyLink
 from parbench.advisor.local_link import measured_link
 from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.records import fixed_costs_of
 from parbench.plan.config import Config
 from parbench.results import stats
 from parbench.strategies import Layout, layout_of
@@ -239,11 +241,18 @@ def recommend_layouts(configs: Sequence[Config], devices: int, memory_mib: float
                       limited: str, link: AnyLink | None, cache: Path) -> Recommendation:
     """Every configuration predicted as a run's record of it would be (what it lacks profiled
     into `cache`; without a `link`, the collectives of the configurations' devices measured
-    there once) and ranked by rank_layouts: `parbench recommend`'s pipeline, which its
+    there once, and each layout's fixed costs probed on them: parbench.advisor.fixed_costs)
+    and ranked by rank_layouts: `parbench recommend`'s pipeline, which its
     published experiment runs too."""
-    if link is None:
+    costs_of = None
+    if link is None:  # the devices at hand: their fixed costs are measured too
         link = measured_link(configs[0].devices, cache, configs[0].threads_per_device)
-    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link)
+        measured = link
+
+        def costs_of(record: dict) -> FixedCosts:
+            return fixed_costs_of(record, profiles_for(record, cache), measured, cache)
+    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link,
+                              costs_of)
     return replace(rank_layouts(table, devices, memory_mib, limited), link=link)
 
 

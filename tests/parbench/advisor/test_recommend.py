@@ -151,13 +151,14 @@ def test_rank_layouts_keeps_the_table_and_splits_the_candidates_into_ranked_and_
 
 def test_recommend_layouts_predicts_every_configuration_and_measures_a_missing_link(
         monkeypatch, tmp_path):
-    measured, predicted, given = [], [], named_link("nvlink4")
+    measured, predicted, probing, given = [], [], [], named_link("nvlink4")
     monkeypatch.setattr(recommend, "measured_link", lambda devices, cache, threads:
                         measured.append((devices, cache, threads)) or given)
     monkeypatch.setattr(recommend, "profiles_for", lambda record, cache: (record, cache))
 
-    def predicted_layouts(configs, profiler, link):
+    def predicted_layouts(configs, profiler, link, costs_of=None):
         predicted.append((configs, profiler("record"), link))
+        probing.append(costs_of is not None)
         return _table()
 
     monkeypatch.setattr(recommend, "predicted_layouts", predicted_layouts)
@@ -168,6 +169,8 @@ def test_recommend_layouts_predicts_every_configuration_and_measures_a_missing_l
     assert found.ranked["strategy"].tolist() == ["fsdp", "pipeline-zbv", "model-parallel"]
     assert recommend_layouts(configs, 2, None, recommend.PEAK, given, tmp_path).link is given
     assert len(measured) == 1  # a link given is not measured
+    # fixed costs are probed on the devices at hand (the measured link), not for a named one
+    assert probing == [True, False]
 
 
 # Throughput per round (images/s) of three measured configurations.

@@ -1,0 +1,341 @@
+"""Every error figure that README.md, docs/*.md and results/README.md quote: the pages quoting
+it, the exact text, the published file it comes from, and how it is recomputed from that file.
+tests/test_published_figures.py recomputes each and finds its text in its pages, and fails on
+an error figure in those pages that is not listed here.
+
+The one metric every model version is stated in (headline()): the predicted step time against
+the measured one, predicted / measured step time - 1 (`prediction_error` in predictions.csv,
+the measured step being the record's `step_time_median_s`), over every predicted record of the
+version's held-out draw: the median |error| (the middle value, or the mean of the two middle
+ones, as `parbench predict` prints it), the worst |error|, and the count. The current version
+is the highest with a headline entry, and must be parbench.advisor.version.PREDICTOR_VERSION;
+each page in PAGES leads with its headline, and marks every earlier version's figures as
+history (a "History" heading or sentence between the two).
+
+A new version's figure is one entry (its text written into each page named, tables included:
+a page's `\\|` reads as `|`, and line breaks as spaces); `step_errors(run)` reads a held-out
+run's predictions.csv, `experiment_all(run)` a recommend experiment's draw:
+
+    Figure(PAGES, "median |error| 9.9% of the step time, worst 30.0%, over 40 held-out "
+           "configurations", "results/<run>/predictions.csv",
+           lambda: headline(step_errors("<run>")), version=7, kind="headline"),
+
+The previous version's headline entry stays, as history: its `pages` keep only the pages that
+still quote it (under a "History" heading or sentence after the new headline).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+PAGES = ("README.md", "docs/prediction.md", "docs/recommend.md", "results/README.md")
+
+V1 = "20261125T185755Z-prediction-holdout-seed0"
+V2 = "20261125T202329Z-prediction-holdout-seed1-v2"
+V3_VIT = "20261125T225641Z-prediction-holdout-vit-seed0-v3"
+VIT_QUICK = "20261125T213725Z"
+V5 = "20261126T071141Z-recommend-experiment"
+V6 = "20261126T110536Z-recommend-experiment"
+H200 = "20261126T004029Z-gpu-reference-h200"
+V7 = "20261127T041422Z-prediction-holdout-devices-seed0-v7"
+
+
+@dataclass(frozen=True)
+class Figure:
+    pages: tuple[str, ...]  # the files quoting it, from the project's root
+    text: str  # the exact text quoted (unescaped; whitespace as single spaces)
+    source: str  # the published file it is recomputed from
+    recompute: Callable[[], str] | None  # gives `text` again from `source`
+    history: str = ""  # where recompute is None: why it cannot be recomputed
+    version: int | None = None  # the model version it judges, where one
+    kind: str = "detail"  # "headline": the version's figure in the one metric (HEADLINE)
+
+
+# ---- recomputing ----------------------------------------------------------------------
+
+def _pct(value: float, digits: int = 1) -> str:
+    return f"{value:.{digits}%}"
+
+
+def _signed(value: float, digits: int = 1) -> str:
+    text = f"{value:+.{digits}%}"
+    return text[1:] if float(text[:-1]) == 0 else text  # "0%", not "-0%"
+
+
+def headline(errors: list[float]) -> str:
+    """The one metric: median and worst |error| of the step time, and the count."""
+    absolute = [abs(e) for e in errors]
+    return (f"median |error| {_pct(statistics.median(absolute))} of the step time, worst "
+            f"{_pct(max(absolute))}, over {len(absolute)} held-out configurations")
+
+
+@cache
+def predictions(run: str) -> pd.DataFrame:
+    """A held-out run's predicted records (predictions.csv, those with a prediction)."""
+    table = pd.read_csv(RESULTS / run / "predictions.csv")
+    return table[table["prediction_error"].notna()]
+
+
+def step_errors(run: str) -> list[float]:
+    """predictions.csv's prediction_error: predicted / measured step time - 1."""
+    return predictions(run)["prediction_error"].tolist()
+
+
+def _flags_key(label: str) -> tuple:
+    head, *flags = label.split(" --")
+    return head.strip(), tuple(sorted(flags))
+
+
+@cache
+def experiment_step_errors(run: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """A recommend experiment's held-out draw in the one metric, by workload: each layout its
+    sweep measured (experiment.json's ranking), predicted step time (the batch over its
+    predicted throughput) over the sweep record's measured step_time_median_s, less 1."""
+    from parbench.advisor.recommend import option_flags
+
+    root = RESULTS / run
+    out = []
+    for case in json.loads((root / "experiment.json").read_text())["workloads"]:
+        records = json.loads((root / case["run"] / "records.json").read_text())
+        by_label = {_flags_key(f"{r['strategy']} "
+                               f"{option_flags(json.loads(r['config_key'])['options'])}"): r
+                    for r in records if r["status"] == "ok"}
+        errors = []
+        for row in case["ranking"]:
+            if row["measured_ips"] is None:
+                continue
+            record = by_label[_flags_key(row["label"])]
+            predicted_step = record["global_batch"] / row["predicted_ips"]
+            errors.append(predicted_step / record["step_time_median_s"] - 1)
+        out.append((case["workload"]["name"], tuple(errors)))
+    return tuple(out)
+
+
+def experiment_all(run: str) -> list[float]:
+    return [e for _, errors in experiment_step_errors(run) for e in errors]
+
+
+def _experiment(run: str) -> list[dict]:
+    return json.loads((RESULTS / run / "experiment.json").read_text())["workloads"]
+
+
+def experiment_report_errors(run: str, key: str) -> tuple[float, float, int, int]:
+    """As experiment_report.py gives them: the upper median |error|, the worst, how many
+    within 10%, of how many ("throughput": predicted over measured throughput - 1;
+    "memory": the fullest device's predicted over counted peak - 1)."""
+    if key == "throughput":
+        errors = [e for c in _experiment(run) if c.get("throughput")
+                  for e in c["throughput"]["errors"]]
+    else:
+        errors = [e["error"] for c in _experiment(run) for e in c.get("memory_errors", [])]
+    errors = sorted(abs(e) for e in errors)
+    return errors[len(errors) // 2], errors[-1], sum(e <= 0.10 for e in errors), len(errors)
+
+
+def _throughput() -> str:
+    median, worst, within, count = experiment_report_errors(V6, "throughput")
+    return (f"in throughput: median |error| {_pct(median)} (the upper of the two middle "
+            f"values), worst {_pct(worst)}, {within} of {count} within 10%")
+
+
+def _v6_signed() -> str:
+    return ", ".join(_signed(statistics.median(errors), 0)
+                     for _, errors in experiment_step_errors(V6))
+
+
+def _gpu_accumulating() -> str:
+    spec = importlib.util.spec_from_file_location(
+        "profile_check", ROOT / "benchmarks" / "gpu" / "profile_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    split = [abs(r["predicted_ms"] / r["measured_ms"] - 1)
+             for r in module.rows() if r["micro_batches"] > 1]
+    return _pct(statistics.median(split))
+
+
+def _within(run: str, limit: float = 0.10) -> str:
+    errors = predictions(run)["prediction_error"].abs()
+    return f"{(errors <= limit).sum()} of {len(errors)} within 10%"
+
+
+def _median(run: str, column: str = "prediction_error") -> str:
+    return _pct(predictions(run)[column].abs().median())
+
+
+def _worst(run: str, column: str = "prediction_error") -> str:
+    return _pct(predictions(run)[column].abs().max())
+
+
+def _median_signed(run: str, column: str = "prediction_error") -> str:
+    return _signed(predictions(run)[column].dropna().median())
+
+
+def _memory(run: str) -> tuple[str, str]:
+    """The memory errors as experiment_report.py gives them: median and worst; the count."""
+    median, worst, within, count = experiment_report_errors(run, "memory")
+    return (f"median |error| {_pct(median)}, worst {_pct(worst)}",
+            f"{within} of {count} within 10%")
+
+
+def _by_devices(run: str) -> str:
+    """The one metric within each device count of a draw."""
+    table = predictions(run)
+    devices = table["devices"].astype(str).str.count(",") + 1
+    parts = []
+    for count, errors in table.groupby(devices)["prediction_error"]:
+        parts.append(f"{count} device{'s' if count > 1 else ''} median |error| "
+                     f"{_pct(errors.abs().median())}, worst {_pct(errors.abs().max())}")
+    return "; ".join(parts)
+
+
+def _csv(run: str) -> str:
+    return f"results/{run}/predictions.csv"
+
+
+def _exp(run: str) -> str:
+    return f"results/{run}/experiment.json (and its sweeps' records.json)"
+
+
+# ---- the figures ----------------------------------------------------------------------
+
+P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
+
+FIGURES: tuple[Figure, ...] = (
+    # The current version, 7: its held-out draw on 1 to 4 devices (seed 0).
+    Figure(PAGES, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
+           "configurations", _csv(V7), lambda: headline(step_errors(V7)), version=7,
+           kind="headline"),
+    Figure((P,), "median |error| of the step | <= 5% | **5.2%** (24 of 28 within 10%; median "
+           "signed -2.8%)", _csv(V7),
+           lambda: f"median |error| of the step | <= 5% | **{_median(V7)}** ({_within(V7)}; "
+                   f"median signed {_median_signed(V7)})", version=7),
+    Figure((P,), "worst |error| | <= 15% | **15.7%**", _csv(V7),
+           lambda: f"worst |error| | <= 15% | **{_worst(V7)}**", version=7),
+    Figure((P, RES), "the naive estimate's median |error| 76.8% (worst 96.0%)", _csv(V7),
+           lambda: f"the naive estimate's median |error| {_median(V7, 'naive_error')} "
+                   f"(worst {_worst(V7, 'naive_error')})", version=7),
+    Figure((P,), "1 device median |error| 1.7%, worst 5.9%; 2 devices median |error| 5.3%, "
+           "worst 15.7%; 3 devices median |error| 3.7%, worst 5.0%; 4 devices median |error| "
+           "6.0%, worst 11.5%", _csv(V7), lambda: _by_devices(V7), version=7),
+    Figure((P,), "Speedups over single: median |error| 3.4%, worst 18.4%", _csv(V7),
+           lambda: f"Speedups over single: median |error| {_median(V7, 'speedup_error')}, "
+                   f"worst {_worst(V7, 'speedup_error')}", version=7),
+    Figure((P,), "traced compute): median |error| 2.9%, worst 14.0%", _csv(V7),
+           lambda: f"traced compute): median |error| {_median(V7, 'trace_replay_error')}, "
+                   f"worst {_worst(V7, 'trace_replay_error')}", version=7),
+    Figure((P,), "counts it): median |error| 0.2%, worst 3.4%", _csv(V7),
+           lambda: f"counts it): median |error| {_median(V7, 'memory_error')}, worst "
+                   f"{_worst(V7, 'memory_error')}", version=7),
+    # History: version 6, whose held-out draw is the recommend experiment's five workloads.
+    Figure((P, R, RES), "median |error| 21.0% of the step time, worst 61.7%, over 124 held-out "
+           "configurations", _exp(V6), lambda: headline(experiment_all(V6)), version=6,
+           kind="headline"),
+    Figure((R, P), "median signed error of the step -23%, 0%, +20%, +9%, +36%", _exp(V6),
+           lambda: f"median signed error of the step {_v6_signed()}", version=6),
+    Figure((R,), "in throughput: median |error| 18.2% (the upper of the two middle values), "
+           "worst 79.5%, 27 of 124 within 10%", _exp(V6),
+           _throughput, version=6),
+    Figure((R, P), "median |error| 0.4%, worst 29.6%", _exp(V6),
+           lambda: _memory(V6)[0], version=6),
+    Figure((R, P), "118 of 124 within 10%", _exp(V6),
+           lambda: _memory(V6)[1], version=6),
+    # History: version 5, on its own held-out draw (now version 6's tuning data).
+    Figure((P,), "median |error| 16.0% of the step time, worst 59.4%, over 145 held-out "
+           "configurations", _exp(V5), lambda: headline(experiment_all(V5)), version=5,
+           kind="headline"),
+    Figure((R,), "memory median |error| 0.8%, worst 28.4%, 135 of 145 within 10%", _exp(V5),
+           lambda: "memory {}, {}".format(*_memory(V5)), version=5),
+    # History: version 3 on the ViT draw (seed 0), and on the ViT's quick comparison.
+    Figure((P,), "median |error| 3.8% of the step time, worst 36.3%, over 14 held-out "
+           "configurations", _csv(V3_VIT), lambda: headline(step_errors(V3_VIT)), version=3,
+           kind="headline"),
+    Figure((P,), "median |error| of the step | <= 5% | **3.8%**", _csv(V3_VIT),
+           lambda: f"median |error| of the step | <= 5% | **{_median(V3_VIT)}**", version=3),
+    Figure((P,), "worst |error| | <= 15% | **36.3%**", _csv(V3_VIT),
+           lambda: f"worst |error| | <= 15% | **{_worst(V3_VIT)}**", version=3),
+    Figure((P,), "the naive estimate's median |error| | model at most half of it | **8.5%** "
+           "(worst 49.2%)", _csv(V3_VIT),
+           lambda: f"the naive estimate's median |error| | model at most half of it | "
+                   f"**{_median(V3_VIT, 'naive_error')}** "
+                   f"(worst {_worst(V3_VIT, 'naive_error')})", version=3),
+    Figure((RES,), "predict a held-out ViT step to a median 3.8%", _csv(V3_VIT),
+           lambda: f"predict a held-out ViT step to a median {_median(V3_VIT)}", version=3),
+    Figure((P,), "replays the 7 traced pipelines to a median 1.4% (worst 2.8%)", _csv(V3_VIT),
+           lambda: f"replays the 7 traced pipelines to a median "
+                   f"{_median(V3_VIT, 'trace_replay_error')} "
+                   f"(worst {_worst(V3_VIT, 'trace_replay_error')})", version=3),
+    Figure((P,), "median |error| **11.4%**, worst **20.9%**", _csv(VIT_QUICK),
+           lambda: f"median |error| **{_median(VIT_QUICK)}**, worst **{_worst(VIT_QUICK)}**",
+           version=3),
+    Figure((RES,), "predict its steps to a median 11.4% (worst 20.9%, fsdp)", _csv(VIT_QUICK),
+           lambda: f"predict its steps to a median {_median(VIT_QUICK)} (worst "
+                   f"{_worst(VIT_QUICK)}, fsdp)", version=3),
+    Figure((P,), "pipelines to a median 1.8% (worst 6.1%)", _csv(VIT_QUICK),
+           lambda: f"pipelines to a median {_median(VIT_QUICK, 'trace_replay_error')} "
+                   f"(worst {_worst(VIT_QUICK, 'trace_replay_error')})", version=3),
+    # History: version 2 on the seed-1 draw.
+    Figure((P,), "median |error| 3.5% of the step time, worst 16.4%, over 28 held-out "
+           "configurations", _csv(V2), lambda: headline(step_errors(V2)), version=2,
+           kind="headline"),
+    Figure((P,), "median |error| of the step | <= 5% | **3.5%** (25 of 28 within 10%",
+           _csv(V2), lambda: f"median |error| of the step | <= 5% | **{_median(V2)}** "
+                             f"({_within(V2)}", version=2),
+    Figure((P,), "median signed -0.7%", _csv(V2),
+           lambda: f"median signed {_median_signed(V2)}", version=2),
+    Figure((P,), "worst |error| | <= 15% | **16.4%**", _csv(V2),
+           lambda: f"worst |error| | <= 15% | **{_worst(V2)}**", version=2),
+    Figure((P,), "the naive estimate's median |error| | model at most half of it | **34.0%** "
+           "(worst 73.1%)", _csv(V2),
+           lambda: f"the naive estimate's median |error| | model at most half of it | "
+                   f"**{_median(V2, 'naive_error')}** (worst {_worst(V2, 'naive_error')})",
+           version=2),
+    Figure((RES,), "predict a held-out step to a median 3.5% (worst 16.4%)", _csv(V2),
+           lambda: f"predict a held-out step to a median {_median(V2)} (worst {_worst(V2)})",
+           version=2),
+    Figure((RES,), "25 of 28 within 10%", _csv(V2), lambda: _within(V2), version=2),
+    # History: version 1 on the seed-0 draw.
+    Figure((P,), "median |error| 6.2% of the step time, worst 40.1%, over 28 held-out "
+           "configurations", _csv(V1), lambda: headline(step_errors(V1)), version=1,
+           kind="headline"),
+    Figure((P,), "median |error| of the step | <= 5% | **6.2%** (17 of 28 within 10%",
+           _csv(V1), lambda: f"median |error| of the step | <= 5% | **{_median(V1)}** "
+                             f"({_within(V1)}", version=1),
+    Figure((P,), "median signed error -2.6%", _csv(V1),
+           lambda: f"median signed error {_median_signed(V1)}", version=1),
+    Figure((P,), "worst |error| | <= 15% | **40.1%**", _csv(V1),
+           lambda: f"worst |error| | <= 15% | **{_worst(V1)}**", version=1),
+    Figure((P,), "the naive estimate's median |error| | model at most half of it | **25.4%** "
+           "(worst 76.7%)", _csv(V1),
+           lambda: f"the naive estimate's median |error| | model at most half of it | "
+                   f"**{_median(V1, 'naive_error')}** (worst {_worst(V1, 'naive_error')})",
+           version=1),
+    Figure((P,), "median 4.7%, worst 15.3%, median signed -4.7%", _csv(V1),
+           lambda: f"median {_median(V1, 'trace_replay_error')}, worst "
+                   f"{_worst(V1, 'trace_replay_error')}, median signed "
+                   f"{_median_signed(V1, 'trace_replay_error')}", version=1),
+    Figure((RES,), "predict a held-out step to a median 6.2% (worst 40.1%)", _csv(V1),
+           lambda: f"predict a held-out step to a median {_median(V1)} (worst {_worst(V1)})",
+           version=1),
+    # The H200's profile against its own single steps (no version's held-out draw).
+    Figure((P,), "accumulating splits at a median |error| of 27.5%",
+           f"results/{H200}/6-tutorial (records.json) and 10-predicted/profiles",
+           lambda: f"accumulating splits at a median |error| of {_gpu_accumulating()}"),
+    Figure((README,), "accumulating a median 27.5%",
+           f"results/{H200}/6-tutorial (records.json) and 10-predicted/profiles",
+           lambda: f"accumulating a median {_gpu_accumulating()}"),
+    # History that cannot be recomputed.
+    Figure((P,), "median 4.9%, worst 16.8% over those 30 configurations",
+           "the runs of 2026-11-25 as first predicted", None,
+           history="version 1's error on the runs it was developed against, before "
+                   "predictions.csv was published; those runs keep no predictions"),
+)
