@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are 
 # BatchNorm trains on where a ResNet's last block is 1x1 pixel, so compute is least.
 PROBE_IMAGES = 2
 PROBE_WARMUP, PROBE_STEPS = 2, 8
+PROBE_TIMEOUT_S = 300.0  # a probe is seconds of work: one that hangs is ended, not waited on
 # Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
 _PER_ACTION = (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
 _PER_STEP = (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
@@ -65,24 +67,30 @@ def probe_record(record: dict) -> dict:
     if layout in _PER_ACTION:
         pipelines = int(options.get("pipelines") or 1)
         micro_batches = 2 * (ranks // pipelines)
-        if _same_size(record, PROBE_IMAGES, micro_batches * pipelines):
+        if _is_split(record, PROBE_IMAGES, PROBE_IMAGES * micro_batches * pipelines):
             micro_batches += ranks // pipelines
         options["split_size"] = PROBE_IMAGES
         batch = PROBE_IMAGES * micro_batches * pipelines
         return {**record, "strategy_options": options, "split_size": PROBE_IMAGES,
                 "micro_batches": micro_batches, "global_batch": batch}
-    images = PROBE_IMAGES + (PROBE_IMAGES if _same_size(record, None, ranks * PROBE_IMAGES)
-                             else 0)
+    images = 2 * PROBE_IMAGES if int(record["global_batch"]) == PROBE_IMAGES * ranks \
+        else PROBE_IMAGES
     return {**record, "strategy_options": options, "global_batch": images * ranks}
 
 
-def _same_size(record: dict, split: int | None, micro_batches_or_batch: int) -> bool:
-    """Whether the probe would be the record's own configuration."""
-    if split is None:
-        return int(record["global_batch"]) == micro_batches_or_batch
-    recorded = record.get("split_size")
-    return (recorded is not None and int(recorded) == split
-            and int(record["global_batch"]) == split * micro_batches_or_batch)
+def _is_split(record: dict, split: int, batch: int) -> bool:
+    """Whether the record is `batch` images in micro-batches of `split` (the probe itself)."""
+    recorded = _number(record.get("split_size"))
+    return recorded == split and int(record["global_batch"]) == batch
+
+
+def _number(value) -> float | None:
+    """A record's number; None where it has none (missing, or NaN in a table)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
 
 
 def _config(probe: dict, workload: Workload) -> Config:
@@ -90,7 +98,8 @@ def _config(probe: dict, workload: Workload) -> Config:
     return Config(str(probe["strategy"]), workload, int(probe["global_batch"]),
                   parse_devices(str(probe["devices"])), warmup=PROBE_WARMUP, steps=PROBE_STEPS,
                   threads_per_device=int(probe.get("threads_per_device") or 1),
-                  options=options, backend=str(probe.get("backend") or "auto"))
+                  options=options, timeout_s=PROBE_TIMEOUT_S,
+                  backend=str(probe.get("backend") or "auto"))
 
 
 def _measured(probe: dict, workload: Workload) -> dict:
@@ -101,7 +110,7 @@ def _measured(probe: dict, workload: Workload) -> dict:
         raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
     measured = measure(config)
     assert measured is not None  # rank 0 of a launcher of this machine's own
-    return {"step_s": statistics.median(measured.step_times_s),
+    return {"step_s": statistics.median(measured.step_times_s), "global_batch": config.global_batch,
             "partition": measured.partition, "micro_batches": measured.micro_batches}
 
 
@@ -125,7 +134,8 @@ def _path(cache: Path, probe: dict, workload: Workload) -> Path:
     settings = settings_key(workload, str(probe["device_kind"]),
                             int(probe.get("threads_per_device") or 1), PROBE_IMAGES)
     devices = len(str(probe["devices"]).split(","))
-    return cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}.json"
+    return (cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}"
+                    f"-g{probe['global_batch']}.json")
 
 
 def load_or_probe(cache: Path, record: dict, workload: Workload,
@@ -139,10 +149,12 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
                     lambda: _measured(probe, workload))
     probe = {**probe, "partition": stored["partition"] or probe.get("partition"),
              "micro_batches": stored["micro_batches"] or probe.get("micro_batches")}
-    label = (f"{probe['strategy']} on {probe['global_batch']} images "
-             f"({probe.get('split_size') or PROBE_IMAGES} a micro-batch): "
+    per_action = layout_of(str(record["strategy"])) in _PER_ACTION
+    images = (f"{int(probe['split_size'])} a micro-batch" if per_action else
+              f"{int(probe['global_batch']) // int(probe.get('world_size') or 1)} a rank")
+    label = (f"{probe['strategy']} on {probe['global_batch']} images ({images}): "
              f"{stored['step_s']:.4g} s measured")
-    if layout_of(str(record["strategy"])) in _PER_ACTION:
+    if per_action:
         cost = solve_action_cost(lambda s: predict(probe, FixedCosts(per_action_s=s)),
                                  stored["step_s"])
         return FixedCosts(per_action_s=cost, probe=label)

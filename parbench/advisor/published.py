@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from parbench.advisor.costs_at_hand import measured_costs
 from parbench.advisor.figures import (
     write_predicted_timelines,
     write_prediction_figure,
@@ -22,7 +23,6 @@ from parbench.advisor.naive import with_naive
 from parbench.advisor.record_profiles import profiles_for
 from parbench.advisor.records import (
     NOT_COVERED,
-    fixed_costs_of,
     left_out,
     predicted_beside_measured,
 )
@@ -119,7 +119,7 @@ def predict_into(folder: RunFolder, records: pd.DataFrame, link_name: str,
     profiler = profiler or (lambda record: profiles_for(record, cache))
     table = predicted_beside_measured(
         records, profiler, link,
-        lambda record: fixed_costs_of(record, profiler(record), link, cache))
+        lambda record: measured_costs(record, profiler(record), link, cache))
     frames = [frame for frame in (left, left_out(records, table, profiler, link))
               if frame is not None and not frame.empty]
     left = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from parbench import strategies
+from parbench.advisor.costs_at_hand import measured_costs
 from parbench.advisor.fixed_costs import FixedCosts
 from parbench.advisor.layouts import predicted_layouts
 from parbench.advisor.links import AnyLink
 from parbench.advisor.local_link import measured_link
 from parbench.advisor.record_profiles import profiles_for
-from parbench.advisor.records import fixed_costs_of
 from parbench.plan.config import Config
 from parbench.results import stats
 from parbench.strategies import Layout, layout_of
@@ -244,16 +244,16 @@ def recommend_layouts(configs: Sequence[Config], devices: int, memory_mib: float
     there once, and each layout's fixed costs probed on them: parbench.advisor.fixed_costs)
     and ranked by rank_layouts: `parbench recommend`'s pipeline, which its
     published experiment runs too."""
-    costs_of = None
-    if link is None:  # the devices at hand: their fixed costs are measured too
-        link = measured_link(configs[0].devices, cache, configs[0].threads_per_device)
-        measured = link
+    at_hand = link is None  # the devices here: their fixed costs are probed on them too
+    used = measured_link(configs[0].devices, cache, configs[0].threads_per_device) \
+        if link is None else link
 
-        def costs_of(record: dict) -> FixedCosts:
-            return fixed_costs_of(record, profiles_for(record, cache), measured, cache)
-    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), link,
-                              costs_of)
-    return replace(rank_layouts(table, devices, memory_mib, limited), link=link)
+    def probed(record: dict) -> FixedCosts:
+        return measured_costs(record, profiles_for(record, cache), used, cache)
+
+    table = predicted_layouts(configs, lambda record: profiles_for(record, cache), used,
+                              probed if at_hand else None)
+    return replace(rank_layouts(table, devices, memory_mib, limited), link=used)
 
 
 def _bounds(values: list[float]) -> list[float] | None:

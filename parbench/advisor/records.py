@@ -97,9 +97,9 @@ def _modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
     if fixed.per_step_s:
         return replace(predicted, step_time_s=predicted.step_time_s + fixed.per_step_s,
                        fixed_cost_s=fixed.per_step_s)
-    if fixed.per_action_s:
-        actions = sum(1 for span in predicted.spans if span[2] in "FBIW")
-        return replace(predicted, fixed_cost_s=fixed.per_action_s * actions)
+    if fixed.per_action_s:  # what the actions' costs add to the step, their overlap counted
+        without = _layout_model(record, profile_at, link, 0.0).step_time_s
+        return replace(predicted, fixed_cost_s=predicted.step_time_s - without)
     return predicted
 
 
@@ -172,12 +172,14 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
     for _, record in records[records["status"] == "ok"].iterrows():
         measured = record.to_dict()
         try:
+            # probed only once the record is known to be predicted: a probe is a measurement
+            if predict_record(measured, profiler(measured), link) is None:
+                continue
             fixed = costs_of(measured) if costs_of else NO_FIXED_COSTS
             predicted = predict_record(measured, profiler(measured), link, fixed)
         except MissingCollective:  # e.g. hsdp's groups where only N ranks were measured
             continue
-        if predicted is None:
-            continue
+        assert predicted is not None  # covered, as the same record was a line above
         profile = profiler(measured)(profiled_size(measured))
         rows.append({**measured, **_trace_check(measured, profiler(measured), link),
                      "predicted_step_time_s": predicted.step_time_s,

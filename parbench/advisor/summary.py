@@ -13,8 +13,8 @@ from parbench.plots.common import interval_of, options_text
 from parbench.reporting.markdown import cell, markdown_table
 from parbench.results.folder import load_records
 
-__all__ = ["PREDICTIONS_FILE", "error_summary", "left_out_summary", "left_rows",
-           "memory_summary", "naive_summary", "prediction_section", "predicted_rows",
+__all__ = ["PREDICTIONS_FILE", "error_summary", "fixed_costs_summary", "left_out_summary",
+           "left_rows", "memory_summary", "naive_summary", "prediction_section", "predicted_rows",
            "ranking_summary", "speedup_summary", "trace_summary", "with_reader_columns"]
 
 PREDICTIONS_FILE = "predictions.csv"
@@ -124,6 +124,25 @@ def trace_summary(table: pd.DataFrame) -> str | None:
             f"step's own compute times, against that step): median |error| "
             f"{errors.abs().median():.1%}, worst {errors.abs().max():.1%} over {len(errors)} "
             f"pipelines (median {errors.median():+.1%})")
+
+
+def fixed_costs_summary(table: pd.DataFrame) -> str | None:
+    """What the probes' fixed costs add to the predicted steps (as version 8 on counts them),
+    and any probe that failed (None where no record was probed)."""
+    if "fixed_cost_probe" not in table or table["fixed_cost_probe"].isna().all():
+        return None
+    probed = table[table["fixed_cost_probe"].notna()]
+    failed = probed[probed["fixed_cost_probe"].str.startswith("probe failed")]
+    measured = probed.drop(failed.index)
+    parts = []
+    if not measured.empty:
+        share = measured["predicted_fixed_cost_s"] / measured["predicted_step_time_s"]
+        parts.append(f"fixed costs measured by a probe on this device for {len(measured)} "
+                     f"configurations: {share.median():.0%} of their predicted step on the "
+                     f"median ({share.min():.0%} to {share.max():.0%})")
+    parts += [f"{r['strategy']}{_settings_suffix(r)}: {r['fixed_cost_probe']}"
+              for _, r in failed.iterrows()]
+    return "; ".join(parts)
 
 
 def prediction_section(folder: Path) -> list[str]:

@@ -29,6 +29,7 @@ from parbench.advisor.record_profiles import DEFAULT_CACHE, profiles_for
 from parbench.advisor.summary import (
     PREDICTIONS_FILE,
     error_summary,
+    fixed_costs_summary,
     left_out_summary,
     memory_summary,
     naive_summary,
@@ -199,7 +200,8 @@ def _predict_run(args: argparse.Namespace) -> int:
                  "measured_bubble_fraction", "predicted_bubble_fraction"]].to_string(
         index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"prediction error (predicted / measured step - 1): {error_summary(table)}")
-    for line in (left_out_summary(published.left), naive_summary(table), ranking_summary(table)):
+    for line in (left_out_summary(published.left), naive_summary(table), ranking_summary(table),
+                 fixed_costs_summary(table)):
         if line:
             print(line)
     speedups, traced, memory = (speedup_summary(table), trace_summary(table),

@@ -3,6 +3,7 @@ what makes the replay match it, per step what is left over, and a real probe run
 core's launcher and is kept."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from parbench.advisor.fixed_costs import (
     solve_action_cost,
 )
 from parbench.advisor.links import NO_LINK
+from parbench.advisor.profile import BlockProfile, Profile
 from parbench.advisor.records import fixed_costs_of, predict_record
 from parbench.advisor.schedule_replay import StageTimes, replay, schedule_actions
 from parbench.families.workloads import Workload
@@ -110,7 +112,7 @@ def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
 
     costs = fixed_costs_of(record, profile_at, NO_LINK, tmp_path)
     assert costs.per_step_s >= 0.0 and "ddp on 2 images" in costs.probe
-    assert list(tmp_path.glob("fixed-ddp-*-x1.json"))
+    assert list(tmp_path.glob("fixed-ddp-*-x1-g2.json"))
     plain = predict_record(record, profile_at, NO_LINK)
     probed = predict_record(record, profile_at, NO_LINK, costs)
     assert probed.step_time_s == pytest.approx(plain.step_time_s + costs.per_step_s)
@@ -120,3 +122,92 @@ def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
 
 def test_fixed_costs_are_named_as_measured():
     assert FixedCosts().probe == "" and NO_FIXED_COSTS.per_action_s == 0.0
+
+
+def test_a_probe_that_fails_leaves_the_record_predicted_and_says_why(tmp_path, monkeypatch):
+    from parbench.advisor import records
+    from parbench.advisor.costs_at_hand import measured_costs
+    from parbench.launch import LaunchError
+
+    def fail(*_):
+        raise LaunchError("rank 1 exited with -9")
+
+    monkeypatch.setattr(records, "load_or_probe", fail)
+    costs = measured_costs(_record("ddp", global_batch=16), lambda size: None, NO_LINK, tmp_path)
+    assert costs.per_step_s == costs.per_action_s == 0.0
+    assert costs.probe == "probe failed, no fixed cost added: rank 1 exited with -9"
+
+
+def test_the_summary_names_what_the_probes_add_and_each_that_failed():
+    import pandas as pd
+
+    from parbench.advisor.summary import fixed_costs_summary
+
+    table = pd.DataFrame([
+        dict(strategy="single", fixed_cost_probe=None, predicted_fixed_cost_s=0.0,
+             predicted_step_time_s=1.0),
+        dict(strategy="ddp", fixed_cost_probe="ddp on 4 images", predicted_fixed_cost_s=0.1,
+             predicted_step_time_s=1.0),
+        dict(strategy="pipeline-1f1b", fixed_cost_probe="pipeline-1f1b on 8 images",
+             predicted_fixed_cost_s=0.3, predicted_step_time_s=1.0),
+        dict(strategy="fsdp", fixed_cost_probe="probe failed, no fixed cost added: timeout",
+             predicted_fixed_cost_s=0.0, predicted_step_time_s=1.0)])
+    assert fixed_costs_summary(table) == (
+        "fixed costs measured by a probe on this device for 2 configurations: 20% of their "
+        "predicted step on the median (10% to 30%); fsdp: probe failed, no fixed cost added: "
+        "timeout")
+    assert fixed_costs_summary(table.iloc[:1]) is None
+
+
+def test_probes_of_different_sizes_are_kept_apart():
+    # batch 4 on 2 ranks is the probe's own size, so its probe takes 4 images a rank
+    small, usual = _record("ddp", global_batch=4), _record("ddp", global_batch=16)
+    assert probe_record(small)["global_batch"] == 8 and probe_record(usual)["global_batch"] == 4
+    assert (fixed_costs._path(Path("c"), probe_record(small), WORKLOAD)
+            != fixed_costs._path(Path("c"), probe_record(usual), WORKLOAD))
+
+
+def test_the_probe_is_named_by_its_images_as_a_table_holds_the_record(tmp_path):
+    # read back from a table, a data-parallel record's split is NaN, not None
+    record = _record("ddp", global_batch=16, split_size=float("nan"))
+    _stored(tmp_path, record, 0.5)
+    costs = load_or_probe(tmp_path, record, WORKLOAD, lambda probe, costs: 0.3)
+    assert costs.probe == "ddp on 4 images (2 a rank): 0.5 s measured"
+
+
+def test_a_pipelines_fixed_cost_is_what_its_actions_add_to_the_step():
+    names = ("stem", "a", "b", "head")
+    blocks = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=1, parameter_sizes=(1,),
+                                saved_bytes=1) for name in names)
+    profile = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 2, 3, blocks)
+    record = _record("pipeline-gpipe", global_batch=8, split_size=2, micro_batches=4,
+                     partition="stem..a | b..head", device_kind="cuda", emulated=False,
+                     strategy_options={"split_size": 2, "stages": 2})
+    plain = predict_record(record, lambda size: profile, NO_LINK)
+    costed = predict_record(record, lambda size: profile, NO_LINK, FixedCosts(per_action_s=0.5))
+    # GPipe on 2 ranks, 4 micro-batches: (4 + 1) ticks each way on the critical path
+    assert costed.step_time_s - plain.step_time_s == pytest.approx(2 * 5 * 0.5)
+    assert costed.fixed_cost_s == pytest.approx(costed.step_time_s - plain.step_time_s)
+    assert plain.fixed_cost_s == 0.0
+
+
+FOUR = dict(devices="cpu,cpu,cpu,cpu", world_size=4, global_batch=32)
+
+
+@pytest.mark.parametrize("strategy, options", [
+    ("pipeline-gpipe", {"stages": 4, "split_size": 4}),
+    ("pipeline-1f1b", {"stages": 4, "split_size": 4}),
+    *((name, {"stages": 4, "split_size": 4, "stages_per_rank": 2})
+      for name in ("pipeline-interleaved-1f1b", "pipeline-looped-bfs", "pipeline-zero-bubble",
+                   "pipeline-zbv", "pipeline-dualpipev")),
+    ("pipeline-fsdp", {"stages": 2, "split_size": 4, "pipelines": 2}),
+    ("ddp", {"zero": True}),
+    ("fsdp", {"reshard_after_forward": "no"}),
+    ("hsdp", {"shard_size": 2}),
+])
+def test_every_probed_layouts_probe_is_a_configuration_parbench_runs(strategy, options):
+    record = _record(strategy, strategy_options={**options, "balance": "time"},
+                     split_size=options.get("split_size"), **FOUR)
+    config = fixed_costs._config(probe_record(record), WORKLOAD)
+    assert config.refusal() is None and config.plan.runs
+    assert config.timeout_s == fixed_costs.PROBE_TIMEOUT_S
