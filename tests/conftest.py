@@ -1,7 +1,6 @@
 """Shared fixtures: a tiny workload that trains in well under a second on one CPU thread, this
 process's children (to check none is left behind), and a small image folder."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -68,10 +67,4 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_harness():
     """A harness module by its path from the repository's root (benchmarks/ is not an
     installed package)."""
-    def load(path: str):
-        spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    return support.script

@@ -26,7 +26,6 @@ still quote it (under a "History" heading or sentence after the new headline).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 from collections.abc import Callable
@@ -35,6 +34,8 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
+
+from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -154,10 +155,7 @@ def _v6_signed() -> str:
 
 
 def _gpu_accumulating() -> str:
-    spec = importlib.util.spec_from_file_location(
-        "profile_check", ROOT / "benchmarks" / "gpu" / "profile_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script("benchmarks/gpu/profile_check.py")
     split = [abs(r["predicted_ms"] / r["measured_ms"] - 1)
              for r in module.rows() if r["micro_batches"] > 1]
     return _pct(statistics.median(split))

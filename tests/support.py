@@ -1,12 +1,13 @@
 """What many test modules share (`from tests.support import ...`; pytest's pythonpath holds
 the project's root): two emulated CPU devices, the tiny workload's command-line flags, an ok
-record of it, this process's children, a one-rank process group, and the GPU reference
-script's modules."""
+record of it, this process's children, a one-rank process group, the GPU reference
+script's modules, and any script of the repository loaded by its path."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import sys
 import types
@@ -15,8 +16,10 @@ from pathlib import Path
 from parbench.machine.devices import parse_devices
 from parbench.results.record import Record
 
-__all__ = ["CPU2", "GPU_REFERENCE", "TINY_FLAGS", "child_pids", "children", "gpu_reference_modules",
-           "ok_record", "one_rank", "plain_pytest_env"]
+__all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
+           "gpu_reference_modules", "ok_record", "one_rank", "plain_pytest_env", "script"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CPU2 = parse_devices("cpu,cpu")
 # The tiny workload on the command line: a ResNet-18 at 32 px with 10 classes (conftest's
@@ -27,6 +30,16 @@ GPU_REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "re
 _GPU_REFERENCE_MODULES = {"reference": "reference", "plan": "reference_chunks",
                           "host": "reference_host", "commit": "reference_commit",
                           "estimates": "reference_estimates"}
+
+
+def script(path: str) -> types.ModuleType:
+    """A script of the repository by its path from the root (benchmarks/ is not an installed
+    package), loaded as a module of its file's name."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    assert spec and spec.loader, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def plain_pytest_env() -> dict[str, str]:

@@ -4,7 +4,6 @@ collectives and its own profiles: written again into a temporary folder, every f
 
 import concurrent.futures
 import contextlib
-import importlib.util
 import io
 import multiprocessing
 import shutil
@@ -16,6 +15,7 @@ import pytest
 from parbench.advisor.published import kept_files, stale_models, stored_prediction
 from parbench.cli import main
 from parbench.results.folder import RunFolder
+from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -111,8 +111,5 @@ def test_the_tracked_tree_stays_within_its_budget():
 
 
 def test_the_h200_profile_check_is_what_its_script_writes_from_the_published_files():
-    spec = importlib.util.spec_from_file_location(
-        "profile_check", ROOT / "benchmarks" / "gpu" / "profile_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script("benchmarks/gpu/profile_check.py")
     assert (module.RUN / "profile-check.md").read_text() == module.page()

@@ -30,7 +30,8 @@ CONTROL: tuple[str, dict] = ("ddp", {})
 CAUSES = ("why: against the runner-up for the pick, against the pick for the rest, the largest "
           "of idle time (a pipeline's bubble, data parallelism's exposed communication, stages "
           "in turn), the micro-batch effect (single's per-image rate at the images a device "
-          "runs at once over its rate on the whole batch) and the busy time they leave")
+          "runs at once over its rate on the whole batch), the fixed costs probed on the "
+          "devices at hand (the runtime's own work) and the busy time they leave")
 # A predicted difference under this share is a tie, not a reason.
 TIE = 0.005
 
@@ -152,14 +153,21 @@ def _causes(row: Mapping, other: Mapping, devices: int,
             versus: str) -> dict[str, tuple[float, str]]:
     """How much faster `row` is predicted than `other` (log of the ratio) from each cause,
     with a phrase naming it (`versus`: how it names `other`): idle time, the micro-batch
-    effect, and the busy time that leaves."""
+    effect, the fixed costs a probe measured (where either has some), and the busy time that
+    leaves."""
     name, idle = _idle(row, devices)
     other_name, other_idle = _idle(other, devices)
     from_idle = math.log((1 - idle) / (1 - other_idle))
     effect, other_effect = row["micro_batch_effect"], other["micro_batch_effect"]
     from_micro = math.log(effect / other_effect)
-    busy = math.log(row["throughput_ips"] / other["throughput_ips"]) - from_idle - from_micro
-    return {
+    fixed, other_fixed = _fixed_share(row), _fixed_share(other)
+    from_fixed = math.log((1 - fixed) / (1 - other_fixed))
+    busy = (math.log(row["throughput_ips"] / other["throughput_ips"]) - from_idle - from_micro
+            - from_fixed)
+    causes = {} if fixed == other_fixed == 0 else {
+        "fixed": (from_fixed, f"fixed costs (the runtime's own, probed) {_share(fixed)} of the "
+                              f"step; {versus}: {_share(other_fixed)}")}
+    return causes | {
         "idle": (from_idle, f"{name} {_share(idle)} of the step; {versus}: {other_name} "
                             f"{_share(other_idle)}"),
         "micro": (from_micro, f"micro-batch effect {effect:.2f}x; {versus}: "
@@ -168,6 +176,15 @@ def _causes(row: Mapping, other: Mapping, devices: int,
                        f"time a device than {versus}{_busy_hint(row['strategy'])}, idle time "
                        "and micro-batching aside"),
     }
+
+
+def _fixed_share(row: Mapping) -> float:
+    """The share of a row's predicted step its fixed costs take (parbench.advisor.fixed_costs;
+    0 where none were probed)."""
+    fixed = row.get("fixed_cost_s")
+    if fixed is None or pd.isna(fixed) or not row["step_time_s"]:
+        return 0.0
+    return min(float(fixed) / float(row["step_time_s"]), 0.99)
 
 
 def _share(value: float) -> str:

@@ -39,6 +39,7 @@ from parbench.advisor.summary import (
 )
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
+from parbench.commands.environment import warn_if_measured_elsewhere
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plan.experiments import held_out_version
@@ -177,6 +178,7 @@ def _modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _predict_run(args: argparse.Namespace) -> int:
     folder, records = _checked_run_arguments(args)
+    warn_if_measured_elsewhere(folder)
     records, unmodelled = _modelled_only(records)
     try:
         published = predict_into(folder, records, args.link, left=unmodelled)

@@ -16,7 +16,7 @@ from parbench.machine.allocator import allocator_description
 from parbench.machine.cluster import job
 from parbench.machine.devices import cpu_cores
 
-__all__ = ["collect_environment", "format_environment"]
+__all__ = ["collect_environment", "cpu_model", "format_environment"]
 
 _SOURCE_DIR = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,8 @@ def _git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what platform knows of it."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
@@ -93,7 +94,7 @@ def collect_environment() -> dict:
         "gpu_count": len(cuda_devices),
         "gpu_names": ";".join(d["name"] for d in cuda_devices),
         "gpu_memory_gib": ";".join(str(d["memory_gib"]) for d in cuda_devices),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores_available": cpu_cores(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),

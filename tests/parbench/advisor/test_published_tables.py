@@ -1,7 +1,6 @@
 """The published tables' comparison is what its script writes from the committed predictions;
 the level and recomputation transforms and torchgpipe's cuts give their known answers."""
 
-import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from parbench.advisor.published_predictions import (
     torchgpipe_partition,
 )
 from parbench.advisor.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
+from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[3]
 TABLES = ROOT / "results" / "published-tables"
@@ -30,12 +30,7 @@ PROFILE = Profile("resnet101", 224, "fp32", 1000, False, "cpu", 1, 8, 3, tuple(
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "benchmarks" / "published" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script(f"benchmarks/published/{name}.py")
 
 
 def _committed() -> dict:

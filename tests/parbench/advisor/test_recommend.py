@@ -106,6 +106,17 @@ def test_a_layout_that_loses_on_micro_batching_says_so():
         "20% behind the pick: micro-batch effect 0.50x; the pick: 0.90x")
 
 
+def test_a_layout_that_loses_on_its_fixed_costs_says_so():
+    # the same bubble and micro-batches: what sets them apart is the runtime's probed costs
+    rows = [("pipeline-zero-bubble", 2, 4, CUT, 0.060, 0.10, 70.0, 0.8),
+            ("pipeline-gpipe", 2, 4, CUT, 0.040, 0.10, 70.0, 0.8)]
+    table = _table(rows).assign(fixed_cost_s=[0.004, 0.024])  # fastest first: gpipe, then zb
+    kept, dropped = fitting(candidates(table, 2), None)
+    reason = ranked(kept, dropped, 2, None)["reason"].iloc[1]
+    assert reason == ("33% behind the pick: fixed costs (the runtime's own, probed) 40% of the "
+                      "step; the pick: 10%")
+
+
 def test_layouts_predicted_not_to_fit_are_dropped_and_the_pick_says_it_fits():
     table, dropped = _ranked(memory_mib=120)
     assert table["strategy"].tolist() == ["fsdp", "pipeline-zbv", "model-parallel"]

@@ -410,3 +410,21 @@ def test_a_bad_run_folder_is_one_line_and_exit_2_before_profiling(tmp_path, caps
     err = _refusal(capsys, [str(run), "--link", "pcie4",
                             *argv])
     assert message.format(run=run) in err, err
+
+
+def test_a_run_from_another_cpu_is_predicted_with_a_warning(tmp_path):
+    from parbench.commands.environment import other_machine
+    from parbench.machine.devices import cpu_cores
+    from parbench.machine.environment import cpu_model
+
+    folder = RunFolder(tmp_path)
+    (tmp_path / "env.json").write_text(json.dumps(
+        {"cpu_model": cpu_model(), "cpu_cores_available": cpu_cores()}))
+    assert other_machine(folder) is None  # this machine's own run
+    (tmp_path / "env.json").write_text(json.dumps(
+        {"cpu_model": "Some Other CPU", "cpu_cores_available": cpu_cores() + 62}))
+    warning = other_machine(folder)
+    assert warning.startswith(f"warning: {tmp_path.name} was measured on Some Other CPU with "
+                              f"{cpu_cores() + 62} cores, and this machine is {cpu_model()}")
+    (tmp_path / "env.json").write_text("{}")
+    assert other_machine(folder) is None  # a run that does not say
