@@ -297,3 +297,22 @@ def test_main_runs_the_default_parts_each_into_its_folder_and_the_archive(gpu, t
     assert (root / "a-test" / "one.log").read_text() == "a\n"
     with tarfile.open(archive) as tar:
         assert f"{root.name}/b-test/two.log" in tar.getnames()
+
+
+def test_a_step_names_its_parts_run_by_pattern_resolved_when_it_starts(gpu, tmp_path):
+    pattern = str(tmp_path / "*-data-parallel")
+    assert gpu.reference._resolved(["predict", pattern]) == ["predict", pattern]  # none yet
+    run = tmp_path / "20261127T050000Z-data-parallel"
+    run.mkdir()
+    assert gpu.reference._resolved(["predict", pattern, "--link", "nvlink4"]) == [
+        "predict", str(run), "--link", "nvlink4"]
+    (tmp_path / "20261127T060000Z-data-parallel").mkdir()
+    assert gpu.reference._resolved([pattern]) == [pattern]  # several: the command refuses
+    # the step that predicts part e's run comes after that run, by the run's own tag
+    [part] = [p for p in gpu.plan.parts("cuda:0", None, COMMIT) if p.letter == "e"]
+    steps = {step.name: step for step in part.steps}
+    predicted = steps["data-parallel-predicted"]
+    assert predicted.after == "data-parallel"
+    assert "{folder}/*-data-parallel" in predicted.argv
+    assert steps["data-parallel"].argv[steps["data-parallel"].argv.index("--tag") + 1] == (
+        "data-parallel")

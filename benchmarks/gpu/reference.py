@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import re
@@ -58,6 +59,17 @@ PER_TEST_HELP = ("benchmarks/gpu/per_test_timeout.py, loaded with -p as pytest-t
 
 def _fill(argv: tuple[str, ...], values: dict[str, str]) -> list[str]:
     return [arg.format(**values) if "{" in arg else arg for arg in argv]
+
+
+def _resolved(argv: list[str]) -> list[str]:
+    """Each argument naming a run folder by a pattern (`*`: the time a step's run started)
+    as the one folder it matches when the step starts (left as it is where none or several
+    do, which the command then refuses in its own words)."""
+    resolved = []
+    for arg in argv:
+        matches = sorted(glob.glob(arg)) if "*" in arg else []
+        resolved.append(matches[0] if len(matches) == 1 else arg)
+    return resolved
 
 
 def run_step(step: Step, argv: list[str], folder: Path, timeout_s: float) -> dict:
@@ -147,7 +159,7 @@ def run_part(part: Part, folder: Path, deadlines: dict[str, float],
             entry = {"step": step.name, "status": "not started: its time had run out"}
         else:
             values = {"folder": str(folder), "step": step.name}
-            entry = run_step(step, _fill(step.argv, values), folder, remaining)
+            entry = run_step(step, _resolved(_fill(step.argv, values)), folder, remaining)
         done.append(entry)
         (folder / "steps.json").write_text(json.dumps(done, indent=2) + "\n")
         print(f"  {step.name}: {entry['status']}"

@@ -199,6 +199,19 @@ def _data_parallel(shared: str) -> Step:
         run_estimate(trials, ROUNDS, WARMUP, STEPS))
 
 
+def _data_parallel_predicted() -> Step:
+    """The data-parallel step's run predicted on this GPU: its profiles, and the fixed costs of
+    ddp and fsdp on one rank measured by their probes (parbench.advisor.fixed_costs), each
+    beside what the run measured: what version 8's one-rank costs are on a GPU."""
+    return Step("data-parallel-predicted", _parbench(
+        "predict", "{folder}/*-data-parallel", "--link", "nvlink4"),
+        planning(RUN_START_S + FORKSERVER_S + 2 * 10.0 + 2 * (SPAWN_TRIAL_S + 10 * 0.05),
+                 f"start {RUN_START_S} s + forkserver {FORKSERVER_S} s + two profiles "
+                 f"(micro-batch 120 and 2) about 10 s each + the torch-default ddp's and "
+                 f"fsdp's probes, a spawned trial's {SPAWN_TRIAL_S} s and 10 steps of about "
+                 "50 ms each"), after="data-parallel")
+
+
 def _timm_step(device: str, timm_benchmark: Path) -> Step:
     found = timm_benchmark.is_file()
     argv = (sys.executable, str(timm_benchmark), "--device", device, "--bench", "train",
@@ -261,8 +274,9 @@ def _later(device: str, shared: str, asv_commit: str | None) -> list[Part]:
     return [
         Part("e", "data-parallel-and-slow", "(b)'s ddp and fsdp on one rank at torch's "
              "defaults and tuned, (c)'s channels_last and cuDNN's search apart, and the slow "
-             "GPU tests", (_data_parallel(shared), *apart,
-                           _gpu_tests("gpu-tests-slow", SLOW_TESTS, 120)), default=False),
+             "GPU tests, and (b)'s ddp and fsdp predicted with their fixed costs probed",
+             (_data_parallel(shared), _data_parallel_predicted(), *apart,
+              _gpu_tests("gpu-tests-slow", SLOW_TESTS, 120)), default=False),
         Part("f", "suites", "the benchmark suites' GPU tests, the pytest-benchmark suite, and "
              "the tutorial's job PREDICTED on 2, 4 and 8 such GPUs over NVLink", (
             suites,
