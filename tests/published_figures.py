@@ -204,6 +204,39 @@ def _exp(run: str) -> str:
     return f"results/{run}/experiment.json (and its sweeps' records.json)"
 
 
+# ---- the rows every held-out draw's goals table has ----------------------------------
+
+def _headline_row(run: str, text: str, version: int, pages: tuple[str, ...]) -> Figure:
+    return Figure(pages, text, _csv(run), lambda: headline(step_errors(run)), version=version,
+                  kind="headline")
+
+
+def _median_row(run: str, text: str, version: int) -> Figure:
+    """The goals table's median row, with how many are within 10% where it says so."""
+    within = "within 10%" in text
+    return Figure((P,), text, _csv(run), lambda: f"median |error| of the step | <= 5% | "
+                  f"**{_median(run)}**" + (f" ({_within(run)}" if within else ""),
+                  version=version)
+
+
+def _worst_row(run: str, text: str, version: int) -> Figure:
+    return Figure((P,), text, _csv(run),
+                  lambda: f"worst |error| | <= 15% | **{_worst(run)}**", version=version)
+
+
+def _naive_row(run: str, text: str, version: int) -> Figure:
+    return Figure((P,), text, _csv(run), lambda: (
+        f"the naive estimate's median |error| | model at most half of it | "
+        f"**{_median(run, 'naive_error')}** (worst {_worst(run, 'naive_error')})"),
+        version=version)
+
+
+def _sentence_row(run: str, text: str, version: int) -> Figure:
+    """results/README.md's sentence on a draw: its median and worst."""
+    return Figure((RES,), text, _csv(run), lambda: f"predict a held-out step to a median "
+                  f"{_median(run)} (worst {_worst(run)})", version=version)
+
+
 # ---- the figures ----------------------------------------------------------------------
 
 P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
@@ -211,15 +244,13 @@ P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.m
 FIGURES: tuple[Figure, ...] = (
     # The current version, 8: version 7's steps (docs/prediction.md, version 8), so version 7's
     # held-out draw (seed 0, one device and 2 to 4 emulated ones) is its figure.
-    Figure(PAGES, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
-           "configurations", _csv(V7), lambda: headline(step_errors(V7)), version=8,
-           kind="headline"),
+    _headline_row(V7, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
+                  "configurations", 8, PAGES),
     Figure((P,), "median |error| of the step | <= 5% | **5.2%** (24 of 28 within 10%; median "
            "signed -2.8%)", _csv(V7),
            lambda: f"median |error| of the step | <= 5% | **{_median(V7)}** ({_within(V7)}; "
                    f"median signed {_median_signed(V7)})", version=7),
-    Figure((P,), "worst |error| | <= 15% | **15.7%**", _csv(V7),
-           lambda: f"worst |error| | <= 15% | **{_worst(V7)}**", version=7),
+    _worst_row(V7, "worst |error| | <= 15% | **15.7%**", 7),
     Figure((P, RES), "the naive estimate's median |error| 76.8% (worst 96.0%)", _csv(V7),
            lambda: f"the naive estimate's median |error| {_median(V7, 'naive_error')} "
                    f"(worst {_worst(V7, 'naive_error')})", version=7),
@@ -255,18 +286,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure((R,), "memory median |error| 0.8%, worst 28.4%, 135 of 145 within 10%", _exp(V5),
            lambda: "memory {}, {}".format(*_memory(V5)), version=5),
     # History: version 3 on the ViT draw (seed 0), and on the ViT's quick comparison.
-    Figure((P,), "median |error| 3.8% of the step time, worst 36.3%, over 14 held-out "
-           "configurations", _csv(V3_VIT), lambda: headline(step_errors(V3_VIT)), version=3,
-           kind="headline"),
-    Figure((P,), "median |error| of the step | <= 5% | **3.8%**", _csv(V3_VIT),
-           lambda: f"median |error| of the step | <= 5% | **{_median(V3_VIT)}**", version=3),
-    Figure((P,), "worst |error| | <= 15% | **36.3%**", _csv(V3_VIT),
-           lambda: f"worst |error| | <= 15% | **{_worst(V3_VIT)}**", version=3),
-    Figure((P,), "the naive estimate's median |error| | model at most half of it | **8.5%** "
-           "(worst 49.2%)", _csv(V3_VIT),
-           lambda: f"the naive estimate's median |error| | model at most half of it | "
-                   f"**{_median(V3_VIT, 'naive_error')}** "
-                   f"(worst {_worst(V3_VIT, 'naive_error')})", version=3),
+    _headline_row(V3_VIT, "median |error| 3.8% of the step time, worst 36.3%, over 14 "
+                  "held-out configurations", 3, (P,)),
+    _median_row(V3_VIT, "median |error| of the step | <= 5% | **3.8%**", 3),
+    _worst_row(V3_VIT, "worst |error| | <= 15% | **36.3%**", 3),
+    _naive_row(V3_VIT, "the naive estimate's median |error| | model at most half of it | "
+               "**8.5%** (worst 49.2%)", 3),
     Figure((RES,), "predict a held-out ViT step to a median 3.8%", _csv(V3_VIT),
            lambda: f"predict a held-out ViT step to a median {_median(V3_VIT)}", version=3),
     Figure((P,), "replays the 7 traced pipelines to a median 1.4% (worst 2.8%)", _csv(V3_VIT),
@@ -283,48 +308,30 @@ FIGURES: tuple[Figure, ...] = (
            lambda: f"pipelines to a median {_median(VIT_QUICK, 'trace_replay_error')} "
                    f"(worst {_worst(VIT_QUICK, 'trace_replay_error')})", version=3),
     # History: version 2 on the seed-1 draw.
-    Figure((P,), "median |error| 3.5% of the step time, worst 16.4%, over 28 held-out "
-           "configurations", _csv(V2), lambda: headline(step_errors(V2)), version=2,
-           kind="headline"),
-    Figure((P,), "median |error| of the step | <= 5% | **3.5%** (25 of 28 within 10%",
-           _csv(V2), lambda: f"median |error| of the step | <= 5% | **{_median(V2)}** "
-                             f"({_within(V2)}", version=2),
+    _headline_row(V2, "median |error| 3.5% of the step time, worst 16.4%, over 28 held-out "
+                  "configurations", 2, (P,)),
+    _median_row(V2, "median |error| of the step | <= 5% | **3.5%** (25 of 28 within 10%", 2),
     Figure((P,), "median signed -0.7%", _csv(V2),
            lambda: f"median signed {_median_signed(V2)}", version=2),
-    Figure((P,), "worst |error| | <= 15% | **16.4%**", _csv(V2),
-           lambda: f"worst |error| | <= 15% | **{_worst(V2)}**", version=2),
-    Figure((P,), "the naive estimate's median |error| | model at most half of it | **34.0%** "
-           "(worst 73.1%)", _csv(V2),
-           lambda: f"the naive estimate's median |error| | model at most half of it | "
-                   f"**{_median(V2, 'naive_error')}** (worst {_worst(V2, 'naive_error')})",
-           version=2),
-    Figure((RES,), "predict a held-out step to a median 3.5% (worst 16.4%)", _csv(V2),
-           lambda: f"predict a held-out step to a median {_median(V2)} (worst {_worst(V2)})",
-           version=2),
+    _worst_row(V2, "worst |error| | <= 15% | **16.4%**", 2),
+    _naive_row(V2, "the naive estimate's median |error| | model at most half of it | "
+               "**34.0%** (worst 73.1%)", 2),
+    _sentence_row(V2, "predict a held-out step to a median 3.5% (worst 16.4%)", 2),
     Figure((RES,), "25 of 28 within 10%", _csv(V2), lambda: _within(V2), version=2),
     # History: version 1 on the seed-0 draw.
-    Figure((P,), "median |error| 6.2% of the step time, worst 40.1%, over 28 held-out "
-           "configurations", _csv(V1), lambda: headline(step_errors(V1)), version=1,
-           kind="headline"),
-    Figure((P,), "median |error| of the step | <= 5% | **6.2%** (17 of 28 within 10%",
-           _csv(V1), lambda: f"median |error| of the step | <= 5% | **{_median(V1)}** "
-                             f"({_within(V1)}", version=1),
+    _headline_row(V1, "median |error| 6.2% of the step time, worst 40.1%, over 28 held-out "
+                  "configurations", 1, (P,)),
+    _median_row(V1, "median |error| of the step | <= 5% | **6.2%** (17 of 28 within 10%", 1),
     Figure((P,), "median signed error -2.6%", _csv(V1),
            lambda: f"median signed error {_median_signed(V1)}", version=1),
-    Figure((P,), "worst |error| | <= 15% | **40.1%**", _csv(V1),
-           lambda: f"worst |error| | <= 15% | **{_worst(V1)}**", version=1),
-    Figure((P,), "the naive estimate's median |error| | model at most half of it | **25.4%** "
-           "(worst 76.7%)", _csv(V1),
-           lambda: f"the naive estimate's median |error| | model at most half of it | "
-                   f"**{_median(V1, 'naive_error')}** (worst {_worst(V1, 'naive_error')})",
-           version=1),
+    _worst_row(V1, "worst |error| | <= 15% | **40.1%**", 1),
+    _naive_row(V1, "the naive estimate's median |error| | model at most half of it | "
+               "**25.4%** (worst 76.7%)", 1),
     Figure((P,), "median 4.7%, worst 15.3%, median signed -4.7%", _csv(V1),
            lambda: f"median {_median(V1, 'trace_replay_error')}, worst "
                    f"{_worst(V1, 'trace_replay_error')}, median signed "
                    f"{_median_signed(V1, 'trace_replay_error')}", version=1),
-    Figure((RES,), "predict a held-out step to a median 6.2% (worst 40.1%)", _csv(V1),
-           lambda: f"predict a held-out step to a median {_median(V1)} (worst {_worst(V1)})",
-           version=1),
+    _sentence_row(V1, "predict a held-out step to a median 6.2% (worst 40.1%)", 1),
     # The H200's profile against its own single steps (no version's held-out draw).
     Figure((P,), "accumulating splits at a median |error| of 27.5%",
            f"results/{H200}/6-tutorial (records.json) and 10-predicted/profiles",
