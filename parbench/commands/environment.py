@@ -4,7 +4,6 @@ was measured on this machine."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from parbench.advisor.version import PREDICTOR_VERSION
@@ -24,11 +23,7 @@ def other_machine(folder: RunFolder) -> str | None:
     """A warning where the run was measured on another CPU than this one (its env.json): what
     its profiles/ folder lacks, and every fixed-cost probe, is measured here (None: the same,
     or the run does not say)."""
-    path = folder.path / "env.json"
-    try:
-        there = json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError:
-        return None
+    there = folder.read_environment()
     ran = (there.get("cpu_model"), there.get("cpu_cores_available"))
     here = (cpu_model(), cpu_cores())
     if None in ran or ran == here:

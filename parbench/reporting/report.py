@@ -12,7 +12,7 @@ import pandas as pd
 from parbench.plots import config_label
 from parbench.reporting.answers import answers, noise_floor
 from parbench.reporting.markdown import cell, markdown_table
-from parbench.results.folder import atomic_write_text, load_records
+from parbench.results.folder import RunFolder, atomic_write_text, load_records
 from parbench.results.record import columns, heading
 
 __all__ = ["INDEX_BEGIN", "INDEX_END", "markdown_table", "write_index", "write_run_report"]
@@ -29,12 +29,9 @@ ENVIRONMENT = (("host", "host"), ("timestamp_utc", "measured (UTC)"),
                ("platform", "platform"))
 
 def _environment(frame: pd.DataFrame, folder: Path) -> dict:
-    env_file = folder / "env.json"
-    if env_file.is_file():
-        try:
-            return json.loads(env_file.read_text())
-        except json.JSONDecodeError:
-            pass
+    environment = RunFolder(folder).read_environment()
+    if environment:
+        return environment
     first = frame.iloc[0]
     return {key: first.get(key) for key, _ in ENVIRONMENT}
 

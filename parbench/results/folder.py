@@ -100,6 +100,14 @@ class RunFolder:
     def write_environment(self, environment: dict) -> None:
         atomic_write_text(self.path / "env.json", json.dumps(environment, indent=2) + "\n")
 
+    def read_environment(self) -> dict:
+        """env.json's environment; empty where the run has none, or it cannot be read."""
+        path = self.path / "env.json"
+        try:
+            return json.loads(path.read_text()) if path.is_file() else {}
+        except json.JSONDecodeError:
+            return {}
+
     def write_timeline(self, record: Record) -> Path | None:
         """timelines/<config index>-<strategy>.json.gz: the record's measured step as a
         gzipped Chrome trace (Perfetto opens it as it is), if it has one. The record keeps the

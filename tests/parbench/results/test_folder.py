@@ -69,3 +69,12 @@ def test_without_git_the_commit_is_the_one_the_copier_names(monkeypatch):
     assert environment._git_commit() == "unknown"
     monkeypatch.setenv("PARBENCH_COMMIT", "0123abc")
     assert environment._git_commit() == "0123abc"
+
+
+def test_a_runs_environment_reads_back_or_is_empty(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.read_environment() == {}  # none written
+    folder.write_environment({"cpu_model": "c", "cpu_cores_available": 2})
+    assert folder.read_environment() == {"cpu_model": "c", "cpu_cores_available": 2}
+    (tmp_path / "env.json").write_text("{not json")
+    assert folder.read_environment() == {}
