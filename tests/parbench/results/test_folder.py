@@ -78,3 +78,14 @@ def test_a_runs_environment_reads_back_or_is_empty(tmp_path):
     assert folder.read_environment() == {"cpu_model": "c", "cpu_cores_available": 2}
     (tmp_path / "env.json").write_text("{not json")
     assert folder.read_environment() == {}
+
+
+def test_records_json_is_one_record_a_line_and_reads_back(tmp_path):
+    from parbench.results.folder import records_json
+
+    rows = [{"strategy": "single", "step_times_s": [0.1, 0.2], "timeline": [[0, 0, "F", 0, 1]]},
+            {"strategy": "ddp", "step_times_s": [0.3], "timeline": None}]
+    text = records_json(rows)
+    assert json.loads(text) == rows
+    assert text.splitlines()[1:3] == [json.dumps(rows[0]) + ",", json.dumps(rows[1])]
+    assert json.loads(records_json([])) == []
