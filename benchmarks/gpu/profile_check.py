@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 from parbench.advisor import models
-from parbench.advisor.profile import load_or_profile
+from parbench.advisor.profile import profile_path, stored_profile
 from parbench.families.workloads import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,8 @@ def rows() -> list[dict]:
             continue
         micro_batches = int(record.get("micro_batches") or 1)
         size = record["global_batch"] // micro_batches
-        predicted = models.single(load_or_profile(PROFILES, TUTORIAL, size, "cuda", 1),
-                                  micro_batches)
+        profile = stored_profile(profile_path(PROFILES, TUTORIAL, size, "cuda"))
+        predicted = models.single(profile, micro_batches)
         out.append(dict(micro_batches=micro_batches, size=size,
                         measured_ms=record["step_time_median_s"] * 1e3,
                         predicted_ms=predicted.step_time_s * 1e3,

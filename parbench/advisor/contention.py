@@ -1,10 +1,12 @@
 """How much slower a step computes when several emulated devices compute at once on one CPU:
-the whole training step timed in one process alone and in N processes together, in
-interleaved rounds in the same processes (so the machine's drift falls on both alike), with
-the threads and the allocator a run's workers have; cached like a profile."""
+the whole training step timed in one process alone, in N processes together each at its own
+pace, and in N processes in lock-step (each step waits for the slowest, as data-parallel
+ranks do), in interleaved rounds in the same processes (so the machine's drift falls on all
+alike), with the threads and the allocator a run's workers have; cached like a profile."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import queue
 import statistics
@@ -23,11 +25,15 @@ from parbench.machine.allocator import pin_cpu_allocator
 __all__ = ["CONTENTION_VERSION", "Sharing", "load_or_measure_slowdown", "measure_slowdown",
            "slowdown_path"]
 
-CONTENTION_VERSION = 3  # bump when what is measured changes: older caches are measured again
+CONTENTION_VERSION = 4  # bump when what is measured changes: older caches are measured again
 # Each phase steps for at least this long: a step of a few milliseconds (2 images at 64 px)
 # is over before processes started together overlap, and three processes on two cores then
 # measured no slowdown at all (version 2, started step by step).
 WINDOW_S = 1.0
+# The median of this many rounds: with 3, two takes of the same slowdown 20 minutes apart
+# differed by up to 19% (resnet101 at micro-batch 2, three processes on two cores: 1.74 and
+# 1.41), and a pipeline's fixed cost per action, solved against it, by twice that.
+ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -66,10 +72,11 @@ def _steps_for(step, window_s: float, least: int) -> list[float]:
 
 
 def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps: int,
-            rounds: int, window_s: float, barrier, results) -> None:
+            rounds: int, window_s: float, barrier, lockstep_steps, results) -> None:
     """Each round: rank 0 steps alone while the others wait, then every rank steps without
-    pause for the same window (all of them computing throughout); rank 0 sends its (alone,
-    together) medians for every round."""
+    pause for the same window (all of them computing throughout), then every rank takes the
+    same number of steps, each ended by waiting for the others; rank 0 sends its (alone,
+    together, lock-step) medians for every round."""
     pin_cpu_allocator()
     torch.set_num_threads(threads)
     model = workload.build_model_on("cpu")
@@ -89,24 +96,37 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
         barrier.wait()
         alone = _steps_for(step, window_s, steps) if rank == 0 else []
         barrier.wait()
+        if rank == 0:  # as many lock-steps as fill the window alone: the same on every rank
+            lockstep_steps.value = max(steps, math.ceil(window_s / statistics.median(alone)))
         together = _steps_for(step, window_s, steps)
+        barrier.wait()
+        lockstep = []
+        for _ in range(lockstep_steps.value):
+            start = time.perf_counter()
+            step()
+            barrier.wait()
+            lockstep.append(time.perf_counter() - start)
         if rank == 0:
-            results.put((statistics.median(alone), statistics.median(together)))
+            results.put((statistics.median(alone), statistics.median(together),
+                         statistics.median(lockstep)))
 
 
 def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
-                     steps: int = 3, rounds: int = 3, timeout_s: float = 900.0,
-                     window_s: float = WINDOW_S) -> float:
-    """The median over `rounds` of a step's time with `processes` processes computing at once
-    (each stepping for `window_s`, at least `steps` steps) over its time alone, each process
-    with `threads` threads (a RuntimeError where one dies, or they have not answered within
+                     steps: int = 3, rounds: int = ROUNDS, timeout_s: float = 900.0,
+                     window_s: float = WINDOW_S) -> dict[str, float]:
+    """The medians over `rounds` of a step's time with `processes` processes computing at once
+    over its time alone, each process with `threads` threads: `slowdown` each at its own pace
+    (stepping for `window_s`, at least `steps` steps), `lockstep_slowdown` each step waiting
+    for the slowest (a RuntimeError where one dies, or they have not answered within
     `timeout_s`); every process is ended on return."""
     # Forked from parbench's fork server, which imported torch once: spawned, each process
     # imported it again, most of a short measurement's time on a small machine.
     context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
     barrier, results = context.Barrier(processes, timeout=timeout_s), context.Queue()
+    lockstep_steps = context.Value("i", steps)
     children = [context.Process(target=_worker, daemon=True, args=(
-        rank, workload, micro_batch, threads, steps, rounds, window_s, barrier, results))
+        rank, workload, micro_batch, threads, steps, rounds, window_s, barrier,
+        lockstep_steps, results))
         for rank in range(processes)]
     for child in children:
         child.start()
@@ -118,13 +138,16 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
             if child.is_alive():
                 child.terminate()
                 child.join(timeout=10)
-    return statistics.median(together / alone for alone, together in pairs)
+    return {"slowdown": statistics.median(together / alone for alone, together, _ in pairs),
+            "lockstep_slowdown": statistics.median(lockstep / alone
+                                                   for alone, _, lockstep in pairs)}
 
 
-def _answers(results, children, rounds: int, deadline: float) -> list[tuple[float, float]]:
-    """Rank 0's (alone, together) pair of every round, as they come; a RuntimeError as soon as
-    a process has died, or at the deadline."""
-    pairs: list[tuple[float, float]] = []
+def _answers(results, children, rounds: int,
+             deadline: float) -> list[tuple[float, float, float]]:
+    """Rank 0's (alone, together, lock-step) medians of every round, as they come; a
+    RuntimeError as soon as a process has died, or at the deadline."""
+    pairs: list[tuple[float, float, float]] = []
     while len(pairs) < rounds:
         try:
             pairs.append(results.get(timeout=1.0))
@@ -145,8 +168,10 @@ def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: 
 
 
 def load_or_measure_slowdown(cache: Path, workload: Workload, micro_batch: int,
-                             processes: int, threads: int = 1) -> float:
-    """The cached slowdown for these settings, measured and cached if there is none."""
+                             processes: int, threads: int = 1, lockstep: bool = False) -> float:
+    """The cached slowdown for these settings (`lockstep`: each step waiting for the slowest),
+    measured and cached if there is none."""
     path = slowdown_path(cache, workload, micro_batch, processes, threads)
-    return cached(path, CONTENTION_VERSION, lambda: {"slowdown": measure_slowdown(
-        workload, micro_batch, processes, threads)})["slowdown"]
+    stored = cached(path, CONTENTION_VERSION, lambda: measure_slowdown(
+        workload, micro_batch, processes, threads))
+    return stored["lockstep_slowdown" if lockstep else "slowdown"]

@@ -66,7 +66,8 @@ def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False,
     memory = RankMemory((2 + (1 / ranks if zero else 1)) * parameters, saved,
                         bucket_bytes=0 if bucket_view else parameters)
     return Prediction("ddp", profile.micro_batch * ranks, step, (memory,) * ranks,
-                      bubble=max(0.0, 1 - (forward + backward + optimizer) / step))
+                      bubble=max(0.0, 1 - (forward + backward + optimizer) / step),
+                      overheads=profile.overheads)
 
 
 def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
@@ -132,7 +133,7 @@ def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: Any
     busy += profile.optimizer_s / shard_size
     return Prediction(name, profile.micro_batch * ranks, step,
                       (_sharded_memory(profile, shard_size, reshard),) * ranks,
-                      bubble=max(0.0, 1 - busy / step))
+                      bubble=max(0.0, 1 - busy / step), overheads=profile.overheads)
 
 
 def _sharded_memory(profile: Profile, shards: int, reshard: bool) -> RankMemory:

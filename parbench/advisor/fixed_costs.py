@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from parbench.advisor.cache import cached, settings_key
+from parbench.advisor.fields import number
 from parbench.families.workloads import Workload
 from parbench.launch import measure
 from parbench.machine.devices import parse_devices
@@ -80,17 +80,8 @@ def probe_record(record: dict) -> dict:
 
 def _is_split(record: dict, split: int, batch: int) -> bool:
     """Whether the record is `batch` images in micro-batches of `split` (the probe itself)."""
-    recorded = _number(record.get("split_size"))
+    recorded = number(record.get("split_size"))
     return recorded == split and int(record["global_batch"]) == batch
-
-
-def _number(value) -> float | None:
-    """A record's number; None where it has none (missing, or NaN in a table)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
 
 
 def _config(probe: dict, workload: Workload) -> Config:

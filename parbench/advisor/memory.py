@@ -1,12 +1,13 @@
 """Each rank's predicted peak memory, by what holds it: parameters, gradients and SGD's momentum
 (sharded where the layout shards them), the activations its schedule keeps for backward at
-once, DDP's gradient buckets and the FSDP units gathered at once; and whether it fits a cap."""
+once, DDP's gradient buckets and the FSDP units gathered at once; on a GPU, what its
+allocator and runtime hold beyond those (measured by the profile on the device)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PARAMETER_COPIES", "RankMemory", "mib"]
+__all__ = ["NO_OVERHEADS", "PARAMETER_COPIES", "DeviceOverheads", "RankMemory", "mib"]
 
 # What each parameter costs with its gradient and SGD's momentum.
 PARAMETER_COPIES = 3
@@ -43,3 +44,22 @@ class RankMemory:
     @property
     def peak_mib(self) -> float:
         return self.counted_mib + mib(self.gathered_bytes)
+
+
+@dataclass(frozen=True)
+class DeviceOverheads:
+    """What a GPU holds beyond the tensors RankMemory counts, each measured by the profile on
+    the device (parbench.advisor.profile; none on a CPU, where parbench counts tensors): the
+    allocator's peak in a training step beyond the parameters, their gradients and the saved
+    activations (cuBLAS and cuDNN workspaces, the gradients in flight in backward, the
+    batch); what the caching allocator reserves beyond its peak (blocks rounded up and
+    cached); and what the process holds outside the allocator (the CUDA context, the
+    libraries' handles). Measured on the whole model at the profile's micro-batch, so a
+    stage's are taken as the whole model's: more, never less."""
+
+    transient_bytes: float = 0.0
+    reserved_extra_bytes: float = 0.0
+    context_bytes: float = 0.0
+
+
+NO_OVERHEADS = DeviceOverheads()

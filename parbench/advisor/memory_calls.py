@@ -1,5 +1,6 @@
-"""Each configuration of a run with a memory limit, called from its predicted per-device peak
-(fits, or runs out of memory) with nothing the run measured, beside what happened."""
+"""Each configuration of a run with a memory limit (an emulated device's, a GPU's cap, or a
+GPU's own memory), called from its predicted per-device peak (fits, or runs out of memory)
+with nothing the run measured, beside what happened."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from parbench.advisor.fields import number
 from parbench.advisor.links import AnyLink, MissingCollective
 from parbench.advisor.profile import Profile
 from parbench.advisor.records import ProfileAt, predict_record, profiled_size
@@ -22,13 +24,26 @@ FITS, OUT = "fits", "out of memory"
 
 def memory_limit(record: dict) -> tuple[float | None, str]:
     """(the limit each device had in MiB, what the call compares with it): an emulated
-    device's counted tensors (--device-memory-mib), or a GPU's allocator peak under
-    --memory-cap-mib; (None, "") where the run had neither."""
-    if _number(record.get("device_memory_mib")):
+    device's counted tensors (--device-memory-mib); under --memory-cap-mib, what a GPU's
+    caching allocator reserves (the cap limits that); else all a GPU of its own holds against
+    its memory; (None, "") where the run had no limit a call is made for."""
+    if number(record.get("device_memory_mib")):
         return float(record["device_memory_mib"]), "counted"
-    if record.get("device_kind") == "cuda" and _number(record.get("memory_cap_mib")):
-        return float(record["memory_cap_mib"]), "peak"
+    if record.get("device_kind") != "cuda":
+        return None, ""
+    if number(record.get("memory_cap_mib")):
+        return float(record["memory_cap_mib"]), "reserved"
+    total = _gpu_memory_gib(record.get("gpu_memory_gib"))
+    if total and not record.get("emulated"):  # emulated devices share one GPU's memory
+        return total * 1024, "device"
     return None, ""
+
+
+def _gpu_memory_gib(value) -> float | None:
+    """The first GPU's memory from the environment's field ("79.2", or "79.2;79.2" for
+    several GPUs; each rank's is its own card's, and a run's cards are alike)."""
+    first = number(str(value).split(";")[0])
+    return first if first else None
 
 
 def as_planned(record: dict, profile: Profile) -> dict:
@@ -38,7 +53,7 @@ def as_planned(record: dict, profile: Profile) -> dict:
     options = record.get("strategy_options")
     options = options if isinstance(options, dict) else {}
     planned = dict(record)
-    split = _number(record.get("split_size"))
+    split = number(record.get("split_size"))
     if split:
         share = int(record["global_batch"]) // int(options.get("pipelines") or 1)
         planned["micro_batches"] = len(micro_batch_sizes(share, int(split)))
@@ -79,8 +94,9 @@ def memory_calls(records: pd.DataFrame, profiler: Callable[[dict], ProfileAt],
             continue
         if predicted is None:
             continue
-        per_device = (predicted.counted_memory_mib if compared == "counted"
-                      else predicted.peak_memory_mib)
+        per_device = {"counted": predicted.counted_memory_mib,
+                      "reserved": predicted.reserved_memory_mib,
+                      "device": predicted.device_memory_mib}[compared]
         call = FITS if max(per_device) <= limit else OUT
         outcome = FITS if record["status"] == "ok" else OUT
         rows.append(dict(
@@ -106,7 +122,3 @@ def calls_summary(calls: pd.DataFrame) -> str | None:
     return (f"{int(calls['right'].sum())} of {len(calls)} calls right ({ran_out} ran out of "
             f"memory, {len(calls) - ran_out} fit; called before running, from the profile "
             f"alone){said}")
-
-
-def _number(value) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)

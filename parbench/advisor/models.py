@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parbench.advisor.links import AnyLink
-from parbench.advisor.memory import RankMemory
+from parbench.advisor.memory import NO_OVERHEADS, DeviceOverheads, RankMemory, mib
 from parbench.advisor.profile import Profile
 from parbench.advisor.schedule_replay import Replayed, StageTimes, replay, schedule_actions
 from parbench.strategies.partition import Partition
@@ -34,6 +34,8 @@ class Prediction:
     spans: tuple[tuple, ...] = field(default=(), repr=False)  # a predicted timeline
     # What it counts beyond compute and the link (parbench.advisor.fixed_costs): seconds.
     fixed_cost_s: float = 0.0
+    # What each device holds beyond the counted tensors (a GPU's; none on a CPU).
+    overheads: DeviceOverheads = NO_OVERHEADS
     kind: str = KIND
 
     @property
@@ -42,8 +44,23 @@ class Prediction:
 
     @property
     def peak_memory_mib(self) -> tuple[float, ...]:
-        """Per device: everything it holds at its fullest (RankMemory.peak_mib)."""
-        return tuple(rank.peak_mib for rank in self.memory)
+        """Per device: every tensor it holds at its fullest (RankMemory.peak_mib), with a
+        GPU's transients: what torch.cuda.max_memory_allocated reads."""
+        return tuple(rank.peak_mib + mib(self.overheads.transient_bytes)
+                     for rank in self.memory)
+
+    @property
+    def reserved_memory_mib(self) -> tuple[float, ...]:
+        """Per device: what its caching allocator reserves at the peak (what a memory cap,
+        torch.cuda.set_per_process_memory_fraction, limits)."""
+        return tuple(peak + mib(self.overheads.reserved_extra_bytes)
+                     for peak in self.peak_memory_mib)
+
+    @property
+    def device_memory_mib(self) -> tuple[float, ...]:
+        """Per device: all the process takes of it (what must fit the device's memory)."""
+        return tuple(reserved + mib(self.overheads.context_bytes)
+                     for reserved in self.reserved_memory_mib)
 
     @property
     def counted_memory_mib(self) -> tuple[float, ...]:
@@ -58,7 +75,8 @@ def single(profile: Profile, micro_batches: int) -> Prediction:
     saved = sum(b.saved_bytes for b in profile.blocks)
     return Prediction("single", profile.micro_batch * micro_batches,
                       micro_batches * profile.step_compute_s + profile.optimizer_s,
-                      (RankMemory.of(profile.parameter_bytes, saved),))
+                      (RankMemory.of(profile.parameter_bytes, saved),),
+                      overheads=profile.overheads)
 
 
 def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Prediction:
@@ -72,7 +90,8 @@ def model_parallel(profile: Profile, partition: Partition, link: AnyLink) -> Pre
     ranges = partition.stage_ranges()
     memory = tuple(RankMemory.of(sum(profile.blocks[i].parameter_bytes for i in r),
                                  sum(profile.blocks[i].saved_bytes for i in r)) for r in ranges)
-    return Prediction("model-parallel", profile.micro_batch, step, memory)
+    return Prediction("model-parallel", profile.micro_batch, step, memory,
+                      overheads=profile.overheads)
 
 
 def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) -> Prediction:
@@ -91,7 +110,8 @@ def tick_pipeline(profile: Profile, partition: Partition, micro_batches: int) ->
                    for r in ranges)
     # The bubble is the schedule's idle share, the optimiser apart (as a measured timeline's).
     return Prediction("pipeline", profile.micro_batch * micro_batches,
-                      schedule + profile.optimizer_s, memory, 1 - busy / (stages * schedule))
+                      schedule + profile.optimizer_s, memory, 1 - busy / (stages * schedule),
+                      overheads=profile.overheads)
 
 
 def tick_step_s(times: list[StageTimes], micro_batches: int,
@@ -166,7 +186,7 @@ def pipeline(schedule: str, profile: Profile, partition: Partition, ranks: int,
     # One stage per rank: rows are stages, as in a measured timeline of such a schedule.
     spans = replayed.spans if per_rank > 1 else tuple(span[:5] for span in replayed.spans)
     return Prediction(f"pipeline-{schedule}", profile.micro_batch * micro_batches, max(ends),
-                      tuple(memory), replayed.bubble, spans)
+                      tuple(memory), replayed.bubble, spans, overheads=profile.overheads)
 
 
 def _peak_saved(replayed: Replayed, rank: int, saved: list[int]) -> int:

@@ -36,7 +36,8 @@ def _row(predicted: models.Prediction, devices: int, split: int | None,
                 step_time_s=predicted.step_time_s, throughput_ips=predicted.throughput_ips,
                 bubble_or_exposed_comm=predicted.bubble,
                 peak_memory_max_mib=max(predicted.peak_memory_mib),
-                counted_memory_max_mib=max(predicted.counted_memory_mib))
+                counted_memory_max_mib=max(predicted.counted_memory_mib),
+                device_memory_max_mib=max(predicted.device_memory_mib))
 
 
 def _pipelines(profile: Profile, devices: int, micro_batches: int,

@@ -1,10 +1,12 @@
 """A model's per-block profile on the device at hand: forward, input-gradient and weight-
 gradient time at one micro-batch size (timed inside whole training steps), the activation each
-cut sends, parameter bytes and the activation memory each block holds per micro-batch; cached,
-so a prediction costs seconds."""
+cut sends, parameter bytes and the activation memory each block holds per micro-batch, and on
+a GPU what its allocator and runtime hold beyond those; cached, so a prediction costs
+seconds."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
@@ -14,15 +16,20 @@ import torch
 
 from parbench.advisor.cache import cached, settings_key
 from parbench.advisor.contention import Sharing
+from parbench.advisor.memory import NO_OVERHEADS, DeviceOverheads
 from parbench.advisor.schedule_replay import StageTimes
 from parbench.families.workloads import Workload
 from parbench.machine.allocator import pin_cpu_allocator
 from parbench.strategies.device_timer import StepClock
 from parbench.strategies.partition import Partition
 
-__all__ = ["BlockProfile", "Profile", "block_times_in_step", "load_or_profile", "profile_blocks"]
+__all__ = ["BlockProfile", "Profile", "block_times_in_step", "device_overheads",
+           "load_or_profile", "profile_blocks", "profile_path", "stored_profile"]
 
 PROFILE_VERSION = 6  # bump when what is measured changes: older caches are measured again
+# A GPU's profile measures its DeviceOverheads too since version 7; a CPU's measures what it
+# did at 6 (it has none), so CPU caches of 6 stay good.
+CUDA_PROFILE_VERSION = 7
 # Whole steps are timed as many times as take about this many seconds by the warm-up step's
 # time (at least `repeats`, at most MAX_STEPS): this VM's speed moves by 10 to 30% for seconds
 # at a time, so a median of 3 steps moved a profile by up to 20% between two takes minutes
@@ -74,9 +81,18 @@ class Profile:
     # the band drawn around a prediction made from it.
     step_low_ratio: float = 1.0
     step_high_ratio: float = 1.0
+    # On a GPU, what it holds beyond the counted tensors (memory.DeviceOverheads); none on a CPU.
+    transient_bytes: int = 0
+    reserved_extra_bytes: int = 0
+    context_bytes: int = 0
     # Where emulated devices share this CPU: how (the times above are then those of all of them
     # computing at once). Never stored with the profile: it is the run's, not the workload's.
     sharing: Sharing | None = field(default=None, compare=False)
+
+    @property
+    def overheads(self) -> DeviceOverheads:
+        return DeviceOverheads(self.transient_bytes, self.reserved_extra_bytes,
+                               self.context_bytes)
 
     def stage_times(self, partition: Partition) -> list[StageTimes]:
         """Each stage of `partition`: the sum of its blocks."""
@@ -264,6 +280,10 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
                 x = block(x)
         forwards, backwards, step_s, steps = block_times_in_step(
             [block for _, block in named], images, labels, workload, device, repeats)
+        on_device = device_overheads(torch.nn.Sequential(*[block for _, block in named]),
+                                     images, labels, workload, device,
+                                     sum(b.parameter_bytes for b in alone),
+                                     sum(b.saved_bytes for b in alone))
         optimizer_s = _optimizer_time(model, images, labels, workload, device, repeats)
     finally:
         torch.set_num_threads(threads_before)
@@ -278,7 +298,34 @@ def profile_blocks(workload: Workload, micro_batch: int, device: torch.device | 
     return Profile(workload.model, workload.image_size, workload.precision,
                    workload.num_classes, workload.channels_last, str(device), threads,
                    micro_batch, repeats, tuple(blocks), step_s, optimizer_s,
-                   low / step_s, high / step_s)
+                   low / step_s, high / step_s, int(on_device.transient_bytes),
+                   int(on_device.reserved_extra_bytes), int(on_device.context_bytes))
+
+
+def device_overheads(net: torch.nn.Module, images, labels, workload: Workload,
+                     device: torch.device, parameter_bytes: int,
+                     saved_bytes: int) -> DeviceOverheads:
+    """On a GPU, one training step of `net` read from its caching allocator and the driver
+    (DeviceOverheads' fields): the allocated peak beyond the parameters, their gradients and
+    the saved activations; the reserved peak beyond the allocated one; and what the device
+    has in use beyond what the allocator reserves (the context: a device this process has
+    alone, as a profile's). Nothing on a CPU."""
+    if device.type != "cuda":
+        return NO_OVERHEADS
+    net.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    with workload.autocast(device):
+        loss = workload.loss_fn()(net(images), labels)
+    loss.backward()
+    torch.cuda.synchronize(device)
+    allocated, reserved = (torch.cuda.max_memory_allocated(device),
+                           torch.cuda.max_memory_reserved(device))
+    net.zero_grad(set_to_none=True)
+    free, total = torch.cuda.mem_get_info(device)
+    return DeviceOverheads(max(0, allocated - 2 * parameter_bytes - saved_bytes),
+                           max(0, reserved - allocated),
+                           max(0, total - free - torch.cuda.memory_reserved(device)))
 
 
 def _optimizer_time(model, images, labels, workload, device, repeats: int) -> float:
@@ -302,8 +349,24 @@ def load_or_profile(cache: Path, workload: Workload, micro_batch: int,
                             if k not in ("blocks", "sharing")},
                 "blocks": [asdict(b) for b in profile.blocks]}
 
-    path = cache / f"{settings_key(workload, device, threads, micro_batch)}.json"
-    stored = cached(path, PROFILE_VERSION, measure)
+    path = profile_path(cache, workload, micro_batch, device, threads)
+    return _read(cached(path, CUDA_PROFILE_VERSION if device.startswith("cuda")
+                        else PROFILE_VERSION, measure))
+
+
+def profile_path(cache: Path, workload: Workload, micro_batch: int, device: str = "cpu",
+                 threads: int = 1) -> Path:
+    """Where the profile for these settings is cached."""
+    return cache / f"{settings_key(workload, device, threads, micro_batch)}.json"
+
+
+def stored_profile(path: Path) -> Profile:
+    """A cached profile as it was measured, whatever its version (a published one, read
+    again; what a version before the GPU's overheads did not measure reads as none)."""
+    return _read(json.loads(path.read_text()))
+
+
+def _read(stored: dict) -> Profile:
     blocks = tuple(BlockProfile(**{**block, "parameter_sizes": tuple(block["parameter_sizes"])})
                    for block in stored["blocks"])
     return Profile(**{**stored["profile"], "blocks": blocks})

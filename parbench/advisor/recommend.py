@@ -95,9 +95,10 @@ def reference(table: pd.DataFrame) -> pd.Series | None:
     return whole.iloc[0] if len(whole) else None
 
 
-# The memory a device's limit applies to: all it holds (a GPU's allocator), or the tensors an
-# emulated device counts (--device-memory-mib: FSDP's gathered units aside).
-PEAK, COUNTED = "peak_memory_max_mib", "counted_memory_max_mib"
+# The memory a device's limit applies to: all it holds (a GPU's: every tensor, what its
+# allocator reserves beyond them and the context), or the tensors an emulated device counts
+# (--device-memory-mib: FSDP's gathered units aside).
+PEAK, COUNTED = "device_memory_max_mib", "counted_memory_max_mib"
 
 
 def fitting(table: pd.DataFrame, memory_mib: float | None, limited: str = PEAK
@@ -119,10 +120,10 @@ def dropped_summary(dropped: pd.DataFrame, total: int, memory_mib: float | None)
     """One line on the layouts predicted not to fit, the largest of them named."""
     if dropped.empty or memory_mib is None:
         return None
-    largest = dropped.loc[dropped["peak_memory_max_mib"].idxmax()]
+    largest = dropped.loc[dropped[PEAK].idxmax()]
     return (f"dropped {len(dropped)} of {total} layouts predicted not to fit in "
             f"{memory_mib:g} MiB a device; the largest, {row_label(largest)}, is predicted "
-            f"to need {largest['peak_memory_max_mib']:.0f} MiB")
+            f"to need {largest[PEAK]:.0f} MiB")
 
 
 def _idle(row: Mapping, devices: int) -> tuple[str, float]:

@@ -1,6 +1,7 @@
 """The profiles a record's predictions need (its workload, device and threads at a micro-batch
-size, slowed as much as its emulated devices slow each other computing at once on one CPU),
-each read from the cache, or measured, once per process."""
+size, slowed as much as its emulated devices slow each other computing at once on one CPU: in
+lock-step where its ranks wait for the slowest every step, as data parallel's do), each read
+from the cache, or measured, once per process."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def profiles_for(record_like: dict, cache: Path | None = None,
     workload = workload_of(record_like)
     threads = int(record_like.get("threads_per_device") or 1)
     at_once = _devices_computing_at_once(record_like) if kind == "cpu" else 1
+    layout = layout_of(str(record_like.get("strategy")))
     return functools.partial(_profile, cache or DEFAULT_CACHE, workload, kind=kind,
-                             threads=threads, at_once=at_once)
+                             threads=threads, at_once=at_once,
+                             lockstep=layout is not None and layout.data_parallel)
 
 
 def workload_of(record_like: dict) -> Workload:
@@ -58,18 +61,21 @@ def _devices_computing_at_once(record: dict) -> int:
 
 @functools.cache
 def _profile(cache: Path, workload: Workload, micro_batch: int, kind: str, threads: int,
-             at_once: int = 1) -> Profile:
+             at_once: int = 1, lockstep: bool = False) -> Profile:
     """A profile read (or measured) once per process, however many records and sweep rows
-    ask for it; where `at_once` devices share the CPU, slowed by what that costs each."""
+    ask for it; where `at_once` devices share the CPU, slowed by what that costs each (with
+    `lockstep`, every step waiting for the slowest of them)."""
     print(f"profile: {workload.model} {workload.image_size}px {workload.precision} "
           f"micro-batch {micro_batch} on {kind} ({threads} threads; cached in {cache})",
           file=sys.stderr, flush=True)
     profile = load_or_profile(cache, workload, micro_batch, kind, threads)
     if at_once == 1:
         return profile
-    slowdown = load_or_measure_slowdown(cache, workload, micro_batch, at_once, threads)
+    slowdown = load_or_measure_slowdown(cache, workload, micro_batch, at_once, threads,
+                                        lockstep)
     print(f"contention: {at_once} processes computing at once on this CPU each take "
-          f"{slowdown:.3f}x as long (micro-batch {micro_batch}; measured once, cached)",
+          f"{slowdown:.3f}x as long{' in lock-step' if lockstep else ''} (micro-batch "
+          f"{micro_batch}; measured once, cached)",
           file=sys.stderr, flush=True)
     sharing = Sharing(at_once, cpu_cores(), threads, slowdown)
     return replace(profile.scaled_to(profile.step_compute_s * slowdown), sharing=sharing)

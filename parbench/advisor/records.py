@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from parbench.advisor import data_parallel, models
+from parbench.advisor.fields import number
 from parbench.advisor.fixed_costs import NO_FIXED_COSTS, FixedCosts, load_or_probe
 from parbench.advisor.links import NO_LINK, AnyLink, MissingCollective
 from parbench.advisor.profile import Profile
@@ -55,7 +56,7 @@ def partition_of(record: dict, block_names: tuple[str, ...]) -> Partition:
 def _modelled(record: dict) -> bool:
     """Whether the models cover the record's settings (else it is left out, not mispredicted)."""
     options = record.get("strategy_options") or {}
-    split = _number(record.get("split_size"))
+    split = number(record.get("split_size"))
     share = int(record["global_batch"]) // int(options.get("pipelines") or 1)
     if record.get("compile") or (split and (share % split
                                             or int(record["global_batch"]) % share)):
@@ -109,8 +110,8 @@ def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
     action's fixed cost, for the multi-process pipelines)."""
     layout = layout_of(record["strategy"])
     options = record.get("strategy_options") or {}
-    micro_batches = int(_number(record.get("micro_batches")) or 1)
-    ranks = int(_number(record.get("world_size")) or 1)
+    micro_batches = int(number(record.get("micro_batches")) or 1)
+    ranks = int(number(record.get("world_size")) or 1)
     profile = profile_at(profiled_size(record))
     if layout is Layout.ONE_DEVICE:
         return models.single(profile, micro_batches)
@@ -145,8 +146,8 @@ def profiled_size(record: dict) -> int:
     of the batch, else the record's micro-batch (the whole batch where it has none)."""
     layout = layout_of(record["strategy"])
     if layout is not None and layout.data_parallel:
-        return int(record["global_batch"]) // int(_number(record.get("world_size")) or 1)
-    return int(_number(record.get("split_size")) or record["global_batch"])
+        return int(record["global_batch"]) // int(number(record.get("world_size")) or 1)
+    return int(number(record.get("split_size")) or record["global_batch"])
 
 
 def _cores_shared(record: dict) -> bool:
@@ -155,9 +156,9 @@ def _cores_shared(record: dict) -> bool:
     use them all): then a collective's work takes the cores from the compute."""
     if not record.get("emulated") or record.get("device_kind") != "cpu":
         return False
-    threads = int(_number(record.get("threads_per_device")) or 1) * int(
-        _number(record.get("world_size")) or 1)
-    cores = _number(record.get("cpu_cores_available"))
+    threads = int(number(record.get("threads_per_device")) or 1) * int(
+        number(record.get("world_size")) or 1)
+    cores = number(record.get("cpu_cores_available"))
     return cores is None or threads >= cores
 
 
@@ -194,6 +195,7 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),
                      "predicted_counted_memory_mib": list(predicted.counted_memory_mib),
+                     "predicted_device_memory_mib": list(predicted.device_memory_mib),
                      "memory_error": _memory_error(predicted, measured),
                      "predicted_timeline": [list(span) for span in predicted.spans] or None})
     return _with_speedups(pd.DataFrame(rows))
@@ -222,7 +224,7 @@ def left_out(records: pd.DataFrame, table: pd.DataFrame, profiler: Callable[[dic
 def _memory_error(predicted: models.Prediction, measured: dict) -> float | None:
     """The fullest device's predicted peak memory over its measured one, less 1, both as the
     measured figure counts it (predicted_as_measured)."""
-    peak = _number(measured.get("peak_memory_max_mib"))
+    peak = number(measured.get("peak_memory_max_mib"))
     return max(predicted_as_measured(predicted, measured)) / peak - 1 if peak else None
 
 
@@ -273,7 +275,3 @@ def _trace_check(record: dict, profile_at: ProfileAt, link: AnyLink) -> dict:
     replayed, traced = checked
     return dict(traced_step_s=traced, trace_replayed_step_s=replayed,
                 trace_replay_error=replayed / traced - 1)
-
-
-def _number(value) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)

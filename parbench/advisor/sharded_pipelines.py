@@ -38,4 +38,4 @@ def sharded_pipelines(profile: Profile, partition: Partition, pipelines: int,
                            gathered_bytes=2 * size)  # the stage and its gradient, in full
                    for size, rank in zip(sizes, one.memory, strict=True))
     return Prediction("pipeline-fsdp", one.global_batch * pipelines, step,
-                      memory * pipelines, one.bubble, one.spans)
+                      memory * pipelines, one.bubble, one.spans, overheads=one.overheads)

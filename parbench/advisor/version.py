@@ -49,15 +49,22 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # rank), a probe is ended after PROBE_TIMEOUT_S, and a record is probed only once the models
 # are known to predict it. Version 7's held-out draw predicted again by version 8 from its kept
 # profiles and probes gives the same predicted steps (docs/prediction.md): no new draw is owed.
-PREDICTOR_VERSION = 8
+# 9: memory on a GPU: each profile taken on a GPU measures what the device holds beyond the
+# counted tensors (a step's transients, the allocator's reserve beyond its peak, the CUDA
+# context: memory.DeviceOverheads), and a GPU's configuration is called against its cap with
+# what the allocator reserves, or against its memory with all of it; and data-parallel ranks
+# on emulated devices slowed by what processes measured in lock-step (each step waiting for
+# the slowest, as DDP's and FSDP's ranks do), not each at its own pace. On a CPU, every
+# prediction but data parallel's on emulated devices is version 8's. Judged on a new draw.
+PREDICTOR_VERSION = 9
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
 # model and profile a record gets.
 MODEL_FILES = tuple(f"parbench/advisor/{name}" for name in (
-    "cache.py", "contention.py", "data_parallel.py", "fixed_costs.py", "links.py", "memory.py",
-    "memory_calls.py", "models.py", "profile.py", "record_profiles.py", "records.py",
-    "schedule_replay.py", "sharded_pipelines.py", "trace_check.py")) + (
+    "cache.py", "contention.py", "data_parallel.py", "fields.py", "fixed_costs.py", "links.py",
+    "memory.py", "memory_calls.py", "models.py", "profile.py", "record_profiles.py",
+    "records.py", "schedule_replay.py", "sharded_pipelines.py", "trace_check.py")) + (
     "parbench/families/workloads.py", "parbench/measure/collectives.py",
     "parbench/strategies/partition.py", "parbench/strategies/pipeline_schedules.py",
     "parbench/strategies/stages.py")
@@ -87,7 +94,7 @@ OUTSIDE_THE_MODEL = {
 # was taken anew (2026-11-27) when the fingerprint stopped counting comments and where the
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13.
-FINGERPRINT = "0bcf9fd7280e9fabfaefec6540c5c7a510e71e9c3853cd1bf2aa54b4c4af3251"
+FINGERPRINT = "a329c126fb15328417b6721479cce8ae37a67b422163169b8fd8586706bc40a5"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,11 +27,12 @@ def test_a_process_that_dies_is_reported_at_once_not_at_the_timeout():
 
 def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):
     measured = []
-    monkeypatch.setattr(contention, "measure_slowdown",
-                        lambda *args: measured.append(args) or 1.25)
+    monkeypatch.setattr(contention, "measure_slowdown", lambda *args: measured.append(args)
+                        or {"slowdown": 1.25, "lockstep_slowdown": 1.5})
     first = contention.load_or_measure_slowdown(tmp_path, TINY, 4, processes=2)
     again = contention.load_or_measure_slowdown(tmp_path, TINY, 4, processes=2)
-    assert first == again == 1.25 and len(measured) == 1
+    lockstep = contention.load_or_measure_slowdown(tmp_path, TINY, 4, 2, lockstep=True)
+    assert first == again == 1.25 and lockstep == 1.5 and len(measured) == 1
     path = contention.slowdown_path(tmp_path, TINY, 4, processes=2)
     assert json.loads(path.read_text())["slowdown"] == pytest.approx(1.25)
 
@@ -43,9 +44,10 @@ def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
     step they did not overlap and measured no slowdown (1.004 for three processes on two
     cores); stepping for a whole window, each gets about half a core."""
     processes = 2 * cpu_cores()
-    slowdown = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
+    measured = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
                                            rounds=2, timeout_s=150, window_s=0.5)
-    assert 1.4 < slowdown < 10  # a ratio of two real step times
+    # ratios of real step times; in lock-step, each step also waits for the slowest process
+    assert 1.4 < measured["slowdown"] < 10 and 1.4 < measured["lockstep_slowdown"] < 10
     assert multiprocessing.active_children() == []  # every process it started has ended
 
 

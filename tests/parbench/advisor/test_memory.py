@@ -153,6 +153,45 @@ def test_every_configuration_of_a_limited_run_is_called_before_it_ran():
     assert replace(RankMemory(0, 0), gathered_bytes=MIB).peak_mib == 1
 
 
+def _on_a_gpu(micro_batch: int) -> Profile:
+    """_profile's blocks as a GPU's profile: 3 MiB of transients in a step, 2 MiB reserved
+    beyond the allocator's peak, a context of 100 MiB."""
+    return replace(_profile(micro_batch), device="cuda", transient_bytes=3 * MIB,
+                   reserved_extra_bytes=2 * MIB, context_bytes=100 * MIB)
+
+
+def test_a_gpu_holds_its_transients_reserve_and_context_beyond_the_counted_tensors():
+    single = models.single(_on_a_gpu(4), 1)  # 12 MiB of state, 16 of activations
+    assert single.counted_memory_mib == (28,)
+    assert single.peak_memory_mib == (28 + 3,)  # what max_memory_allocated reads
+    assert single.reserved_memory_mib == (28 + 3 + 2,)
+    assert single.device_memory_mib == (28 + 3 + 2 + 100,)
+    ddp = data_parallel.ddp(_on_a_gpu(2), 2, FREE)  # every rank holds its own
+    assert ddp.device_memory_mib == (12 + 8 + 4 + 105,) * 2
+    on_a_cpu = models.single(_profile(4), 1)  # none of these on a CPU
+    assert on_a_cpu.device_memory_mib == on_a_cpu.peak_memory_mib == (28,)
+
+
+def test_a_gpu_configuration_is_called_against_its_cap_or_its_memory_with_all_it_holds():
+    common = dict(model="resnet18", image_size=32, precision="fp32", device_kind="cuda",
+                  devices="cuda:0", emulated=False, global_batch=4, strategy_options={},
+                  strategy="single", world_size=1)
+    records = pd.DataFrame([
+        # capped at 32 MiB: 28 counted fit, but the allocator reserves 33
+        dict(common, status="oom", memory_cap_mib=32.0),
+        # a card of 0.125 GiB (128 MiB): 133 MiB with the context do not fit it
+        dict(common, status="oom", gpu_memory_gib="0.125;0.125"),
+        dict(common, status="ok", gpu_memory_gib=0.25),
+        dict(common, status="ok", gpu_memory_gib=float("nan")),  # no limit known: no call
+        dict(common, status="ok", gpu_memory_gib=0.125, emulated=True),  # devices share it
+    ])
+    calls = memory_calls(records, lambda record: _on_a_gpu, FREE)
+    assert calls["compared"].tolist() == ["reserved", "device", "device"]
+    assert calls["limit_mib"].tolist() == [32, 128, 256]
+    assert calls["predicted_fullest_mib"].tolist() == [33, 133, 133]
+    assert calls["right"].all()
+
+
 class _Chunked(nn.Module):
     """Saves views of its weight for backward, as attention saves its packed projection."""
 

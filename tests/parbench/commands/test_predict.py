@@ -49,14 +49,16 @@ def _traced_gpipe() -> list[list]:
     return [list(span) for span in predicted.spans]
 
 
-def _contention(cache, slowdown: float) -> None:
-    """The cached slowdown of two processes computing at once, at the micro-batches the
-    emulated records use (the pipeline's 2, ddp's 4 per rank): measured elsewhere."""
+def _contention(cache, slowdown: float, lockstep: float | None = None) -> None:
+    """The cached slowdown of two processes computing at once, each at its pace and in
+    lock-step (`lockstep`; the same where not given), at the micro-batches the emulated
+    records use (the pipeline's 2, ddp's 4 per rank): measured elsewhere."""
     workload = Workload(model="resnet18", image_size=32)
     for micro_batch in (2, 4):
         path = slowdown_path(cache, workload, micro_batch, processes=2)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"version": CONTENTION_VERSION, "slowdown": slowdown}))
+        path.write_text(json.dumps({"version": CONTENTION_VERSION, "slowdown": slowdown,
+                                    "lockstep_slowdown": lockstep or slowdown}))
 
 
 def _run_folder(tmp_path) -> RunFolder:
@@ -143,6 +145,27 @@ def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, cap
     # Two stages are slowed 1.5x only while both compute: not while one waits (the fill and
     # drain of GPipe's pipeline), so the step by less.
     assert 1.0 < steps[1.5]["pipeline-gpipe"] / steps[1.0]["pipeline-gpipe"] < 1.5
+
+
+def test_data_parallel_ranks_are_slowed_as_measured_in_lock_step(tmp_path, monkeypatch):
+    """ddp's ranks wait for the slowest every step: their compute is slowed by what the
+    processes measured in lock-step, a pipeline's by what they measured each at its pace."""
+    monkeypatch.setattr(records, "load_or_probe", lambda *_: NO_FIXED_COSTS)
+    steps, profiled = {}, []
+    for lockstep in (1.0, 2.0):
+        record_profiles._profile.cache_clear()
+        folder = _run_folder(tmp_path / str(lockstep))
+        _contention(folder.path / "profiles", 1.0, lockstep)
+        for profile in profiled:  # the same profiles: only the lock-step slowdown differs
+            shutil.copy(profile, folder.path / "profiles")
+        assert main(["predict", str(folder.path), "--link", "nvlink4"]) == 0
+        steps[lockstep] = pd.read_csv(folder.path / "predictions.csv").set_index("strategy")[
+            "predicted_step_time_s"]
+        profiled = list((folder.path / "profiles").glob("resnet*.json"))
+    assert steps[2.0]["pipeline-gpipe"] == steps[1.0]["pipeline-gpipe"]
+    # its compute twice as long, its all-reduces as they were
+    ratios = (steps[2.0]["ddp"] / steps[1.0]["ddp"]).dropna()  # each ddp record predicted
+    assert ((1.5 < ratios) & (ratios <= 2.0)).all() and len(ratios) >= 1
 
 
 def test_the_run_report_shows_the_predictions_beside_the_measurements(predicted):
