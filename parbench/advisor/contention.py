@@ -2,7 +2,9 @@
 the whole training step timed in one process alone, in N processes together each at its own
 pace, and in N processes in lock-step (each step waits for the slowest, as data-parallel
 ranks do), in interleaved rounds in the same processes (so the machine's drift falls on all
-alike), with the threads and the allocator a run's workers have; cached like a profile."""
+alike), with the threads and the allocator a run's workers have; cached like a profile. The
+lock-step's wait is once a step, with a multiprocessing barrier's wake-up in it; DDP and FSDP
+wait at every bucket and unit, which the probe's fixed cost (fixed_costs) carries beyond."""
 
 from __future__ import annotations
 

@@ -3,9 +3,10 @@ on the device at hand: the same strategy, ranks and options run through the core
 micro-batches of PROBE_IMAGES images (the probe), less what the models predict for the probe
 without it; per action of a multi-process pipeline (the pipelining runtime's own work, its
 sends' and receives' latency), per step of a data-parallel layout (DDP's hooks and bucket
-copies, FSDP's unit hooks and DTensor copies, a collective's wait for the slower rank: a
-model's buckets and units are the same at any batch). A one-rank group costs what it measures.
-Cached beside the profiles."""
+copies, FSDP's unit hooks and DTensor copies, a collective's waits for the slower rank beyond
+the one a step that emulated devices' lock-step contention counts: a model's buckets and
+units are the same at any batch). A one-rank group costs what it measures. Cached beside the
+profiles."""
 
 from __future__ import annotations
 

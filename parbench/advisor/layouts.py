@@ -114,7 +114,8 @@ def predicted_layouts(configs: Sequence[Config], profiler: Callable[[dict], Prof
             bubble_or_exposed_comm=predicted.bubble, fixed_cost_s=predicted.fixed_cost_s,
             peak_memory_max_mib=max(predicted.peak_memory_mib),
             counted_memory_max_mib=max(predicted.counted_memory_mib),
-                device_memory_max_mib=max(predicted.device_memory_mib),
+            reserved_memory_max_mib=max(predicted.reserved_memory_mib),
+            device_memory_max_mib=max(predicted.device_memory_mib),
             data_parallel=layout is not None and layout.data_parallel))
     if not rows:
         return pd.DataFrame(rows)

@@ -37,6 +37,7 @@ def _row(predicted: models.Prediction, devices: int, split: int | None,
                 bubble_or_exposed_comm=predicted.bubble,
                 peak_memory_max_mib=max(predicted.peak_memory_mib),
                 counted_memory_max_mib=max(predicted.counted_memory_mib),
+                reserved_memory_max_mib=max(predicted.reserved_memory_mib),
                 device_memory_max_mib=max(predicted.device_memory_mib))
 
 

@@ -307,17 +307,27 @@ def device_overheads(net: torch.nn.Module, images, labels, workload: Workload,
                      saved_bytes: int) -> DeviceOverheads:
     """On a GPU, one training step of `net` read from its caching allocator and the driver
     (DeviceOverheads' fields): the allocated peak beyond the parameters, their gradients and
-    the saved activations; the reserved peak beyond the allocated one; and what the device
-    has in use beyond what the allocator reserves (the context: a device this process has
-    alone, as a profile's). Nothing on a CPU."""
+    the saved activations; the reserved peak beyond the allocated one, the cache emptied
+    first (an upper bound: under a cap the allocator frees its cache before it fails); and
+    what the device has in use beyond what the allocator reserves (the context, with the
+    libraries' handles: a device this process has alone, as a profile's, and no NCCL
+    communicator yet). Every gradient is held through the measured step (zeroed, not freed,
+    after a step that made them), so the peak less them is exact wherever in the step it
+    falls; a step that makes its gradients as it goes holds less. Nothing on a CPU."""
     if device.type != "cuda":
         return NO_OVERHEADS
-    net.zero_grad(set_to_none=True)
+
+    def step() -> None:
+        with workload.autocast(device):
+            loss = workload.loss_fn()(net(images), labels)
+        loss.backward()
+
+    step()  # makes every gradient, and the workspaces the kernels chosen keep
+    net.zero_grad(set_to_none=False)
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
-    with workload.autocast(device):
-        loss = workload.loss_fn()(net(images), labels)
-    loss.backward()
+    step()
     torch.cuda.synchronize(device)
     allocated, reserved = (torch.cuda.max_memory_allocated(device),
                            torch.cuda.max_memory_reserved(device))

@@ -95,10 +95,11 @@ def reference(table: pd.DataFrame) -> pd.Series | None:
     return whole.iloc[0] if len(whole) else None
 
 
-# The memory a device's limit applies to: all it holds (a GPU's: every tensor, what its
-# allocator reserves beyond them and the context), or the tensors an emulated device counts
-# (--device-memory-mib: FSDP's gathered units aside).
-PEAK, COUNTED = "device_memory_max_mib", "counted_memory_max_mib"
+# The memory a device's limit applies to: what its caching allocator reserves (a GPU's: every
+# tensor and the reserve beyond them; what --memory-cap-mib limits, as --confirm runs the
+# pick), or the tensors an emulated device counts (--device-memory-mib: FSDP's gathered units
+# aside). On a CPU's profile the reserve is none: it is the peak.
+PEAK, COUNTED = "reserved_memory_max_mib", "counted_memory_max_mib"
 
 
 def fitting(table: pd.DataFrame, memory_mib: float | None, limited: str = PEAK
@@ -199,7 +200,7 @@ def _winning_reason(pick: Mapping, runner_up: Mapping | None, dropped: pd.DataFr
     if len(faster):
         return (f"fastest that fits: {len(faster)} predicted faster need more than "
                 f"{memory_mib:g} MiB a device (the fastest, {row_label(faster.iloc[0])}, "
-                f"{faster['peak_memory_max_mib'].iloc[0]:.0f} MiB)")
+                f"{faster[PEAK].iloc[0]:.0f} MiB)")
     if runner_up is None:
         return "the only layout predicted" + (" to fit" if memory_mib else "")
     ahead = pick["throughput_ips"] / runner_up["throughput_ips"] - 1
@@ -214,11 +215,10 @@ def _losing_reason(row: Mapping, pick: Mapping, devices: int,
     behind = 1 - row["throughput_ips"] / pick["throughput_ips"]
     if behind < TIE:
         return "ties the pick"
-    if behind < 0.05 and row["peak_memory_max_mib"] <= 0.8 * pick["peak_memory_max_mib"]:
-        headroom = (f", {memory_mib - row['peak_memory_max_mib']:.0f} MiB under the cap"
-                    if memory_mib else "")
-        return (f"within {behind:.0%} of the pick on {row['peak_memory_max_mib']:.0f} MiB a "
-                f"device against {pick['peak_memory_max_mib']:.0f}{headroom}")
+    if behind < 0.05 and row[PEAK] <= 0.8 * pick[PEAK]:
+        headroom = f", {memory_mib - row[PEAK]:.0f} MiB under the cap" if memory_mib else ""
+        return (f"within {behind:.0%} of the pick on {row[PEAK]:.0f} MiB a device against "
+                f"{pick[PEAK]:.0f}{headroom}")
     share, phrase = min(_causes(row, pick, devices, "the pick").values())
     return f"{behind:.0%} behind the pick: {phrase}"
 

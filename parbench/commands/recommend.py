@@ -189,7 +189,8 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
           f"layouts{' that fit' if args.memory else ''}, fastest first:")
     print(text_table(
         ["rank", "strategy", "options", "step s", "img/s",
-         "counted MiB/device" if _limited(args) == recommend.COUNTED else "peak MiB/device",
+         "counted MiB/device" if _limited(args) == recommend.COUNTED
+         else "reserved MiB/device",
          "why"],
         [[row["rank"], row["strategy"], recommend.option_flags(row["options"]),
           row["step_time_s"], row["throughput_ips"], row[_limited(args)], row["reason"]]

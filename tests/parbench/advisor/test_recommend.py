@@ -48,7 +48,7 @@ def _table(rows=ROWS) -> pd.DataFrame:
     table = pd.DataFrame([dict(zip(COLUMNS, row, strict=True)) for row in rows])
     table["kind"] = "predicted"
     table["throughput_ips"] = 8 / table["step_time_s"]
-    table["device_memory_max_mib"] = table["peak_memory_max_mib"]  # as on a CPU: no more
+    table["reserved_memory_max_mib"] = table["peak_memory_max_mib"]  # as on a CPU: no more
     return table.sort_values("throughput_ips", ascending=False, ignore_index=True)
 
 
