@@ -51,7 +51,7 @@ class Trials:
             if self.runs:
                 self.runs[-1].finish()
             run = PacedRun(self.config)
-            for _ in range(self.config.warmup):
+            for _ in range(self.config.warmup_steps):
                 run.step()
             self.runs.append(run)
             self.steps_left = self.config.steps

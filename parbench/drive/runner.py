@@ -206,7 +206,7 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
         world_size=config.plan.world_size, backend=config.plan.backend,
         data=workload.data_dir or "synthetic", memory_cap_mib=config.memory_cap_mib,
         device_memory_mib=config.device_memory_mib,
-        threads_per_device=config.threads_per_device, warmup_steps=config.warmup,
+        threads_per_device=config.threads_per_device, warmup_steps=config.warmup_steps,
         measured_steps=config.steps,
     )
     if not config.plan.refusal:

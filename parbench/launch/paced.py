@@ -23,7 +23,7 @@ class PacedRun:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.calls_needed = config.warmup + config.steps
+        self.calls_needed = config.warmup_steps + config.steps
         self._go = threading.Semaphore(0)
         self._done = threading.Semaphore(0)
         self._result: Measurement | None = None

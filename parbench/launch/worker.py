@@ -134,12 +134,12 @@ def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurem
         losses: list[torch.Tensor] = []
 
         def after_step(i: int) -> None:
-            probes.step_done(measured=i >= config.warmup)
-            strategy.after_step(measured=i >= config.warmup)
+            probes.step_done(measured=i >= config.warmup_steps)
+            strategy.after_step(measured=i >= config.warmup_steps)
 
         with probes.sampling():
             timing = time_steps(lambda i: losses.append(strategy.train_step(*batches.next())),
-                                untimed.sync, config.warmup, config.steps, pace,
+                                untimed.sync, config.warmup_steps, config.steps, pace,
                                 probes.start_measuring, after_step)
         physical, source = probes.read_peaks()
         communication = strategy.communication()  # of the measured steps
@@ -158,7 +158,7 @@ def _measure(config: Config, local_devices, barrier, pace, uncapped) -> Measurem
             step_times_s=list(timing.step_times_s), total_s=timing.total_s,
             warmup_step_times_s=first + list(timing.warmup_step_times_s),
             host_step_times_s=list(timing.host_times_s),
-            losses=[_loss_value(loss) for loss in losses[config.warmup:]],
+            losses=[_loss_value(loss) for loss in losses[config.warmup_steps:]],
             peak_memory_mib=memory_mib, memory_source=source, physical_peak_memory_mib=physical,
             memory_after_step_mib=probes.after_step_mib, torch_threads=torch.get_num_threads(),
             partition=strategy.partition, timeline=spans, traced_step_s=traced_s,

@@ -55,6 +55,13 @@ class Config:
     # How the global batch relates to the devices used (SCALINGS; see `weakly_scaled`).
     scaling: str = "strong"
 
+    @property
+    def warmup_steps(self) -> int:
+        """The warm-up steps taken: `warmup`, or as many as the strategy's layout needs before
+        its steps are steady (Layout.warmup_steps), if more."""
+        layout = strategies.layout_of(self.strategy)
+        return max(self.warmup, layout.warmup_steps if layout is not None else 0)
+
     @functools.cached_property
     def plan(self) -> RunPlan:
         """How this configuration runs here, or why it cannot: decided once, here

@@ -289,3 +289,17 @@ def test_compile_on_and_off_are_configurations_each_with_its_own_baselines(capsy
     assert compiled.speedup_vs_baseline == pytest.approx(30 / 20)
     assert eager.micro_batch_effect == pytest.approx(8 / 10)
     assert eager.parallel_effect == pytest.approx(12 / 8)
+
+
+@pytest.mark.timeout(300)
+def test_a_multi_process_pipeline_warms_up_until_its_steps_are_steady(tiny_workload):
+    """torch's pipelining schedules across processes are slower on their second step too:
+    they take two warm-up steps whatever --warmup asks below that; others take what it asks."""
+    schedule = Config("pipeline-1f1b", tiny_workload, 8, CPU2, warmup=1, steps=2,
+                      options={"split_size": 2})
+    assert schedule.warmup_steps == 2
+    assert replace(schedule, warmup=3).warmup_steps == 3
+    assert replace(schedule, strategy="single", options={}).warmup_steps == 1
+    record = run_config(schedule)
+    assert record.status == "ok", record.reason
+    assert record.warmup_steps == 2 and len(record.step_times_s) == 2
