@@ -254,6 +254,34 @@ def _sentence_row(run: str, text: str, version: int) -> Figure:
                   f"{_median(run)} (worst {_worst(run)})", version=version)
 
 
+def _signed_median_row(run: str, text: str, version: int) -> Figure:
+    """The goals table's median row, with how many are within 10% and the median signed
+    error."""
+    return Figure((P,), text, _csv(run),
+                  lambda: f"median |error| of the step | <= 5% | **{_median(run)}** "
+                          f"({_within(run)}; median signed {_median_signed(run)})",
+                  version=version)
+
+
+def _naive_sentence_row(run: str, text: str, version: int) -> Figure:
+    """The naive estimate's median and worst, as docs/prediction.md's goals table and
+    results/README.md's findings say them."""
+    return Figure((P, RES), text, _csv(run), lambda: (
+        f"the naive estimate's median |error| {_median(run, 'naive_error')} "
+        f"(worst {_worst(run, 'naive_error')})"), version=version)
+
+
+def _devices_row(run: str, text: str, version: int) -> Figure:
+    return Figure((P,), text, _csv(run), lambda: _by_devices(run), version=version)
+
+
+def _column_row(run: str, text: str, lead: str, column: str, version: int) -> Figure:
+    """`lead`, then one column's median and worst |error| (speedups, the traced replay,
+    memory)."""
+    return Figure((P,), text, _csv(run), lambda: f"{lead} median |error| "
+                  f"{_median(run, column)}, worst {_worst(run, column)}", version=version)
+
+
 # ---- the figures ----------------------------------------------------------------------
 
 P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
@@ -263,50 +291,38 @@ FIGURES: tuple[Figure, ...] = (
     # two steps).
     _headline_row(V10, "median |error| 3.5% of the step time, worst 15.8%, over 28 held-out "
                   "configurations", 10, PAGES),
-    Figure((P,), "median |error| of the step | <= 5% | **3.5%** (24 of 28 within 10%; median "
-           "signed +1.4%)", _csv(V10),
-           lambda: f"median |error| of the step | <= 5% | **{_median(V10)}** ({_within(V10)}; "
-                   f"median signed {_median_signed(V10)})", version=10),
+    _signed_median_row(V10, "median |error| of the step | <= 5% | **3.5%** (24 of 28 within "
+                       "10%; median signed +1.4%)", 10),
     _worst_row(V10, "worst |error| | <= 15% | **15.8%**", 10),
-    Figure((P, RES), "the naive estimate's median |error| 58.0% (worst 96.1%)", _csv(V10),
-           lambda: f"the naive estimate's median |error| {_median(V10, 'naive_error')} "
-                   f"(worst {_worst(V10, 'naive_error')})", version=10),
-    Figure((P,), "1 device median |error| 2.2%, worst 6.1%; 2 devices median |error| 2.7%, "
-           "worst 12.4%; 3 devices median |error| 4.2%, worst 15.2%; 4 devices median |error| "
-           "5.9%, worst 15.8%", _csv(V10), lambda: _by_devices(V10), version=10),
-    Figure((P,), "Speedups over single: median |error| 3.6%, worst 18.1%", _csv(V10),
-           lambda: f"Speedups over single: median |error| {_median(V10, 'speedup_error')}, "
-                   f"worst {_worst(V10, 'speedup_error')}", version=10),
-    Figure((P,), "traced compute): median |error| 7.8%, worst 34.0%", _csv(V10),
-           lambda: f"traced compute): median |error| {_median(V10, 'trace_replay_error')}, "
-                   f"worst {_worst(V10, 'trace_replay_error')}", version=10),
-    Figure((P,), "counts it): median |error| 0.3%, worst 1.8%", _csv(V10),
-           lambda: f"counts it): median |error| {_median(V10, 'memory_error')}, worst "
-                   f"{_worst(V10, 'memory_error')}", version=10),
+    _naive_sentence_row(V10, "the naive estimate's median |error| 58.0% (worst 96.1%)", 10),
+    _devices_row(V10, "1 device median |error| 2.2%, worst 6.1%; "
+                 "2 devices median |error| 2.7%, worst 12.4%; "
+                 "3 devices median |error| 4.2%, worst 15.2%; "
+                 "4 devices median |error| 5.9%, worst 15.8%", 10),
+    _column_row(V10, "Speedups over single: median |error| 3.6%, worst 18.1%",
+                "Speedups over single:", "speedup_error", 10),
+    _column_row(V10, "traced compute): median |error| 7.8%, worst 34.0%",
+                "traced compute):", "trace_replay_error", 10),
+    _column_row(V10, "counts it): median |error| 0.3%, worst 1.8%",
+                "counts it):", "memory_error", 10),
     # History: version 9 on its held-out draw (seed 1; multi-process pipelines warmed up one
     # step).
     _headline_row(V9, "median |error| 5.4% of the step time, worst 20.1%, over 28 held-out "
                   "configurations", 9, (P, R, RES)),
-    Figure((P,), "median |error| of the step | <= 5% | **5.4%** (22 of 28 within 10%; median "
-           "signed -0.5%)", _csv(V9),
-           lambda: f"median |error| of the step | <= 5% | **{_median(V9)}** ({_within(V9)}; "
-                   f"median signed {_median_signed(V9)})", version=9),
+    _signed_median_row(V9, "median |error| of the step | <= 5% | **5.4%** (22 of 28 within "
+                       "10%; median signed -0.5%)", 9),
     _worst_row(V9, "worst |error| | <= 15% | **20.1%**", 9),
-    Figure((P, RES), "the naive estimate's median |error| 38.3% (worst 87.9%)", _csv(V9),
-           lambda: f"the naive estimate's median |error| {_median(V9, 'naive_error')} "
-                   f"(worst {_worst(V9, 'naive_error')})", version=9),
-    Figure((P,), "1 device median |error| 2.9%, worst 5.4%; 2 devices median |error| 4.8%, "
-           "worst 18.8%; 3 devices median |error| 4.1%, worst 5.6%; 4 devices median |error| "
-           "7.3%, worst 20.1%", _csv(V9), lambda: _by_devices(V9), version=9),
-    Figure((P,), "Speedups over single: median |error| 5.4%, worst 25.5%", _csv(V9),
-           lambda: f"Speedups over single: median |error| {_median(V9, 'speedup_error')}, "
-                   f"worst {_worst(V9, 'speedup_error')}", version=9),
-    Figure((P,), "traced compute): median |error| 9.4%, worst 41.3%", _csv(V9),
-           lambda: f"traced compute): median |error| {_median(V9, 'trace_replay_error')}, "
-                   f"worst {_worst(V9, 'trace_replay_error')}", version=9),
-    Figure((P,), "counts it): median |error| 0.2%, worst 2.7%", _csv(V9),
-           lambda: f"counts it): median |error| {_median(V9, 'memory_error')}, worst "
-                   f"{_worst(V9, 'memory_error')}", version=9),
+    _naive_sentence_row(V9, "the naive estimate's median |error| 38.3% (worst 87.9%)", 9),
+    _devices_row(V9, "1 device median |error| 2.9%, worst 5.4%; "
+                 "2 devices median |error| 4.8%, worst 18.8%; "
+                 "3 devices median |error| 4.1%, worst 5.6%; "
+                 "4 devices median |error| 7.3%, worst 20.1%", 9),
+    _column_row(V9, "Speedups over single: median |error| 5.4%, worst 25.5%",
+                "Speedups over single:", "speedup_error", 9),
+    _column_row(V9, "traced compute): median |error| 9.4%, worst 41.3%",
+                "traced compute):", "trace_replay_error", 9),
+    _column_row(V9, "counts it): median |error| 0.2%, worst 2.7%",
+                "counts it):", "memory_error", 9),
     Figure((P,), "data-parallel steps to a median |error| 1.3%, worst 7.7% (ddp on 4 ranks), "
            "over 5", f"results/{SPOT_V9}/*/predictions.csv", lambda: _spot_check(SPOT_V9),
            version=9),
@@ -314,26 +330,20 @@ FIGURES: tuple[Figure, ...] = (
     # held-out draw (seed 0, one device and 2 to 4 emulated ones) is its figure.
     _headline_row(V7, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
                   "configurations", 8, (P, R, RES)),
-    Figure((P,), "median |error| of the step | <= 5% | **5.2%** (24 of 28 within 10%; median "
-           "signed -2.8%)", _csv(V7),
-           lambda: f"median |error| of the step | <= 5% | **{_median(V7)}** ({_within(V7)}; "
-                   f"median signed {_median_signed(V7)})", version=7),
+    _signed_median_row(V7, "median |error| of the step | <= 5% | **5.2%** (24 of 28 within "
+                       "10%; median signed -2.8%)", 7),
     _worst_row(V7, "worst |error| | <= 15% | **15.7%**", 7),
-    Figure((P, RES), "the naive estimate's median |error| 76.8% (worst 96.0%)", _csv(V7),
-           lambda: f"the naive estimate's median |error| {_median(V7, 'naive_error')} "
-                   f"(worst {_worst(V7, 'naive_error')})", version=7),
-    Figure((P,), "1 device median |error| 1.7%, worst 5.9%; 2 devices median |error| 5.3%, "
-           "worst 15.7%; 3 devices median |error| 3.7%, worst 5.0%; 4 devices median |error| "
-           "6.0%, worst 11.5%", _csv(V7), lambda: _by_devices(V7), version=7),
-    Figure((P,), "Speedups over single: median |error| 3.4%, worst 18.4%", _csv(V7),
-           lambda: f"Speedups over single: median |error| {_median(V7, 'speedup_error')}, "
-                   f"worst {_worst(V7, 'speedup_error')}", version=7),
-    Figure((P,), "traced compute): median |error| 2.9%, worst 14.0%", _csv(V7),
-           lambda: f"traced compute): median |error| {_median(V7, 'trace_replay_error')}, "
-                   f"worst {_worst(V7, 'trace_replay_error')}", version=7),
-    Figure((P,), "counts it): median |error| 0.2%, worst 3.4%", _csv(V7),
-           lambda: f"counts it): median |error| {_median(V7, 'memory_error')}, worst "
-                   f"{_worst(V7, 'memory_error')}", version=7),
+    _naive_sentence_row(V7, "the naive estimate's median |error| 76.8% (worst 96.0%)", 7),
+    _devices_row(V7, "1 device median |error| 1.7%, worst 5.9%; "
+                 "2 devices median |error| 5.3%, worst 15.7%; "
+                 "3 devices median |error| 3.7%, worst 5.0%; "
+                 "4 devices median |error| 6.0%, worst 11.5%", 7),
+    _column_row(V7, "Speedups over single: median |error| 3.4%, worst 18.4%",
+                "Speedups over single:", "speedup_error", 7),
+    _column_row(V7, "traced compute): median |error| 2.9%, worst 14.0%",
+                "traced compute):", "trace_replay_error", 7),
+    _column_row(V7, "counts it): median |error| 0.2%, worst 3.4%",
+                "counts it):", "memory_error", 7),
     # History: version 6, whose held-out draw is the recommend experiment's five workloads.
     Figure((P, R, RES), "median |error| 21.0% of the step time, worst 61.7%, over 124 held-out "
            "configurations", _exp(V6), lambda: headline(experiment_all(V6)), version=6,
