@@ -1,8 +1,10 @@
 """How much slower a step computes when several emulated devices compute at once on one CPU:
 the whole training step timed in one process alone, in N processes together each at its own
-pace, and in N processes in lock-step (each step waits for the slowest, as data-parallel
-ranks do), in interleaved rounds in the same processes (so the machine's drift falls on all
-alike), with the threads and the allocator a run's workers have; cached like a profile. The
+pace (the mean over the N: the scheduler may leave one a core of its own while the others
+share one), and in N processes in lock-step (each step waits for the slowest, as
+data-parallel ranks do), in interleaved rounds in the same processes (so the machine's drift
+falls on all alike), with the threads and the allocator a run's workers have; cached like a
+profile. The
 lock-step's wait is once a step, with a multiprocessing barrier's wake-up in it; DDP and FSDP
 wait at every bucket and unit, which the probe's fixed cost (fixed_costs) carries beyond."""
 
@@ -27,7 +29,7 @@ from parbench.machine.allocator import pin_cpu_allocator
 __all__ = ["CONTENTION_VERSION", "Sharing", "load_or_measure_slowdown", "measure_slowdown",
            "slowdown_path"]
 
-CONTENTION_VERSION = 4  # bump when what is measured changes: older caches are measured again
+CONTENTION_VERSION = 5  # bump when what is measured changes: older caches are measured again
 # Each phase steps for at least this long: a step of a few milliseconds (2 images at 64 px)
 # is over before processes started together overlap, and three processes on two cores then
 # measured no slowdown at all (version 2, started step by step).
@@ -36,6 +38,9 @@ WINDOW_S = 1.0
 # differed by up to 19% (resnet101 at micro-batch 2, three processes on two cores: 1.74 and
 # 1.41), and a pipeline's fixed cost per action, solved against it, by twice that.
 ROUNDS = 5
+# Version 5 averages every process's pace where 4 read the first process's alone: three
+# processes on two cores, two takes of the same slowdown gave 1.38 and 2.12 read on the
+# first process (as it had a core of its own or shared one), which the mean evens out.
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,9 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
             rounds: int, window_s: float, barrier, lockstep_steps, results) -> None:
     """Each round: rank 0 steps alone while the others wait, then every rank steps without
     pause for the same window (all of them computing throughout), then every rank takes the
-    same number of steps, each ended by waiting for the others; rank 0 sends its (alone,
-    together, lock-step) medians for every round."""
+    same number of steps, each ended by waiting for the others; every rank sends its (round,
+    alone, together, lock-step) medians for every round (alone: rank 0's, NaN on the
+    others)."""
     pin_cpu_allocator()
     torch.set_num_threads(threads)
     model = workload.build_model_on("cpu")
@@ -94,7 +100,7 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
         return time.perf_counter() - start
 
     step()  # warm-up: kernels chosen, memory mapped
-    for _ in range(rounds):
+    for round_index in range(rounds):
         barrier.wait()
         alone = _steps_for(step, window_s, steps) if rank == 0 else []
         barrier.wait()
@@ -108,9 +114,8 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
             step()
             barrier.wait()
             lockstep.append(time.perf_counter() - start)
-        if rank == 0:
-            results.put((statistics.median(alone), statistics.median(together),
-                         statistics.median(lockstep)))
+        results.put((round_index, statistics.median(alone) if alone else math.nan,
+                     statistics.median(together), statistics.median(lockstep)))
 
 
 def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
@@ -118,9 +123,9 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
                      window_s: float = WINDOW_S) -> dict[str, float]:
     """The medians over `rounds` of a step's time with `processes` processes computing at once
     over its time alone, each process with `threads` threads: `slowdown` each at its own pace
-    (stepping for `window_s`, at least `steps` steps), `lockstep_slowdown` each step waiting
-    for the slowest (a RuntimeError where one dies, or they have not answered within
-    `timeout_s`); every process is ended on return."""
+    (stepping for `window_s`, at least `steps` steps; the processes' mean), `lockstep_slowdown`
+    each step waiting for the slowest (a RuntimeError where one dies, or they have not
+    answered within `timeout_s`); every process is ended on return."""
     # Forked from parbench's fork server, which imported torch once: spawned, each process
     # imported it again, most of a short measurement's time on a small machine.
     context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
@@ -133,24 +138,38 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
     for child in children:
         child.start()
     try:
-        pairs = _answers(results, children, rounds, time.monotonic() + timeout_s)
+        answers = _answers(results, children, rounds * processes,
+                           time.monotonic() + timeout_s)
     finally:
         for child in children:
             child.join(timeout=10)
             if child.is_alive():
                 child.terminate()
                 child.join(timeout=10)
-    return {"slowdown": statistics.median(together / alone for alone, together, _ in pairs),
-            "lockstep_slowdown": statistics.median(lockstep / alone
-                                                   for alone, _, lockstep in pairs)}
+    return _slowdowns(answers)
 
 
-def _answers(results, children, rounds: int,
-             deadline: float) -> list[tuple[float, float, float]]:
-    """Rank 0's (alone, together, lock-step) medians of every round, as they come; a
-    RuntimeError as soon as a process has died, or at the deadline."""
-    pairs: list[tuple[float, float, float]] = []
-    while len(pairs) < rounds:
+def _slowdowns(answers: list[tuple[int, float, float, float]]) -> dict[str, float]:
+    """The medians over rounds of the processes' mean step together, and of the lock-step
+    (the same on every process: each step ends when the slowest does), over rank 0's alone."""
+    rounds: dict[int, list[tuple[int, float, float, float]]] = {}
+    for answer in answers:
+        rounds.setdefault(answer[0], []).append(answer)
+    together, lockstep = [], []
+    for answered in rounds.values():
+        alone = next(a for _, a, _, _ in answered if not math.isnan(a))
+        together.append(statistics.fmean(t for _, _, t, _ in answered) / alone)
+        lockstep.append(statistics.fmean(s for _, _, _, s in answered) / alone)
+    return {"slowdown": statistics.median(together),
+            "lockstep_slowdown": statistics.median(lockstep)}
+
+
+def _answers(results, children, count: int,
+             deadline: float) -> list[tuple[int, float, float, float]]:
+    """`count` answers of the processes, (round, alone, together, lock-step) medians, as they
+    come; a RuntimeError as soon as a process has died, or at the deadline."""
+    pairs: list[tuple[int, float, float, float]] = []
+    while len(pairs) < count:
         try:
             pairs.append(results.get(timeout=1.0))
         except queue.Empty:

@@ -27,12 +27,14 @@ def memory_limit(record: dict) -> tuple[float | None, str]:
     device's counted tensors (--device-memory-mib); under --memory-cap-mib, what a GPU's
     caching allocator reserves (the cap limits that); else all a GPU of its own holds against
     its memory; (None, "") where the run had no limit a call is made for."""
-    if number(record.get("device_memory_mib")):
-        return float(record["device_memory_mib"]), "counted"
+    counted_limit = number(record.get("device_memory_mib"))
+    if counted_limit:
+        return counted_limit, "counted"
     if record.get("device_kind") != "cuda":
         return None, ""
-    if number(record.get("memory_cap_mib")):
-        return float(record["memory_cap_mib"]), "reserved"
+    cap = number(record.get("memory_cap_mib"))
+    if cap:
+        return cap, "reserved"
     total = _gpu_memory_gib(record.get("gpu_memory_gib"))
     if total and not record.get("emulated"):  # emulated devices share one GPU's memory
         return total * 1024, "device"

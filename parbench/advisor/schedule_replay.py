@@ -3,12 +3,13 @@ actions in torch's order, each as soon as its inputs have arrived, for its profi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-__all__ = ["Replayed", "StageTimes", "replay", "schedule_actions"]
+__all__ = ["Actions", "Replayed", "StageTimes", "replay", "schedule_actions"]
 
 FORWARD, FULL_BACKWARD, INPUT_GRAD, WEIGHT_GRAD = "F", "B", "I", "W"
 
@@ -50,8 +51,14 @@ class Replayed:
         return 1 - busy / (self.ranks * self.step_time_s)
 
 
+Actions = tuple[tuple[tuple[int, str, int], ...], ...]  # per rank: (stage, kind, micro-batch)
+
+
+# torch builds its IR through mocked schedules (about 25 ms a call): a prediction's bisection
+# replays one schedule hundreds of times, so each is built once
+@functools.lru_cache(maxsize=256)
 def schedule_actions(torch_class, ranks: int, micro_batches: int,
-                     stages_per_rank: int) -> list[list[tuple[int, str, int]]]:
+                     stages_per_rank: int) -> Actions:
     """Per rank, its compute actions in torch's order, as (model stage, kind, micro-batch):
     torch's own schedule IR (`_schedule_visualizer.get_schedule_ops`), with its spacing and
     gradient reductions left out and DualPipeV's overlapped pairs run one after the other (one
@@ -73,7 +80,7 @@ def schedule_actions(torch_class, ranks: int, micro_batches: int,
                 for a in rank_ops] for rank_ops in per_rank]
     if single_stage:
         actions = [_in_micro_batch_order(rank_actions) for rank_actions in actions]
-    return actions
+    return tuple(tuple(rank_actions) for rank_actions in actions)
 
 
 def _in_micro_batch_order(actions: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:

@@ -60,3 +60,16 @@ def test_sharing_takes_the_cores_in_turn_and_the_rest_of_the_measured_slowdown_e
     # Fewer ranks than cores take no turns; a slowdown below the turns is the turns.
     assert contention.Sharing(2, 4, 1, 1.1).of(2) == pytest.approx(1.1)
     assert contention.Sharing(4, 2, 1, 1.5).of(4) == pytest.approx(2.0)
+
+
+def test_the_slowdown_is_every_process_s_pace_not_the_first_s():
+    """Three processes on two cores: the scheduler left rank 0 a core of its own in the first
+    round (1 s a step, as alone) while ranks 1 and 2 shared one (2 s), and had rank 0 share in
+    the second; read on rank 0 alone, the two rounds say 1.0 and 2.0. Lock-step steps end
+    together, at the slowest."""
+    nan = float("nan")
+    answers = [(0, 1.0, 1.0, 2.0), (0, nan, 2.0, 2.0), (0, nan, 2.0, 2.0),
+               (1, 1.0, 2.0, 2.2), (1, nan, 1.0, 2.2), (1, nan, 2.0, 2.2)]
+    measured = contention._slowdowns(answers)
+    assert measured["slowdown"] == pytest.approx(5 / 3)
+    assert measured["lockstep_slowdown"] == pytest.approx(2.1)
