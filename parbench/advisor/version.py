@@ -68,7 +68,8 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # reading moved the most (three processes on two cores, resnet34 at 32 px: two takes of the
 # same slowdown 1.38 and 2.12; a pipeline's fixed cost per action, solved against it, 5.1 and
 # 1.6 ms, and the same record predicted +10.8% and -12.9%); the mean over the processes, in
-# three takes each at two micro-batches, 1.63 to 1.70 (the first's alone 1.62 to 1.83). Its
+# three takes each at micro-batches 2 and 6, 1.55 to 1.72, the first's alone 1.53 to 1.91
+# (results/20261127T092022Z-repeatability-v10-tail/contention-takes.txt). Its
 # caches are measured anew (contention version 5). Torch's action list built once per
 # schedule (it built it at every step of a bisection); a memory limit read once. Judged on a
 # new draw.
