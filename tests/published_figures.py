@@ -288,24 +288,25 @@ def _column_row(run: str, text: str, lead: str, column: str, version: int) -> Fi
 P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
 
 FIGURES: tuple[Figure, ...] = (
-    # The current version, 11, on its held-out draw (seed 3; 3 of its 28 configurations failed
-    # at launch, refused by torch's 1F1B, so 25).
+    # The current version, 12: version 11's steps (docs/prediction.md, version 12), so version
+    # 11's held-out draw (seed 3; 3 of its 28 configurations failed at launch, refused by
+    # torch's 1F1B, so 25) is its figure.
     _headline_row(V11, "median |error| 4.8% of the step time, worst 21.9%, over 25 held-out "
-                  "configurations", 11, PAGES),
+                  "configurations", 12, PAGES),
     _signed_median_row(V11, "median |error| of the step | <= 5% | **4.8%** (21 of 25 within "
-                       "10%; median signed -2.5%)", 11),
-    _worst_row(V11, "worst |error| | <= 15% | **21.9%**", 11),
-    _naive_sentence_row(V11, "the naive estimate's median |error| 61.7% (worst 91.1%)", 11),
+                       "10%; median signed -2.5%)", 12),
+    _worst_row(V11, "worst |error| | <= 15% | **21.9%**", 12),
+    _naive_sentence_row(V11, "the naive estimate's median |error| 61.7% (worst 91.1%)", 12),
     _devices_row(V11, "1 device median |error| 4.5%, worst 6.3%; "
                  "2 devices median |error| 4.5%, worst 20.9%; "
                  "3 devices median |error| 4.2%, worst 4.2%; "
-                 "4 devices median |error| 8.6%, worst 21.9%", 11),
+                 "4 devices median |error| 8.6%, worst 21.9%", 12),
     _column_row(V11, "Speedups over single: median |error| 5.0%, worst 27.2%",
-                "Speedups over single:", "speedup_error", 11),
+                "Speedups over single:", "speedup_error", 12),
     _column_row(V11, "traced compute): median |error| 9.1%, worst 33.9%",
-                "traced compute):", "trace_replay_error", 11),
+                "traced compute):", "trace_replay_error", 12),
     _column_row(V11, "counts it): median |error| 0.8%, worst 3.6%",
-                "counts it):", "memory_error", 11),
+                "counts it):", "memory_error", 12),
     # History: version 10 on its held-out draw (seed 2; multi-process pipelines warmed up two
     # steps).
     _headline_row(V10, "median |error| 3.5% of the step time, worst 15.8%, over 28 held-out "
