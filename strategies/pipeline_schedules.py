@@ -201,8 +201,9 @@ class ScheduledPipeline(ProcessPerDevice):
                     f"{schedule.torch_name} needs the micro-batch count M to be a multiple of "
                     f"max(1, M // K) = {rounds}, got M = {micro_batches} on K = {ranks} ranks; "
                     f"choose a --split-size that makes M a multiple of {ranks}")
-        # torch's 1F1B raises this at construction, on rank 0 of a launched run: refused here,
-        # before anything is launched, a sweep records it as skipped and a draw draws again
+        # torch's 1F1B raises this at construction, on every rank of a launched run: refused
+        # here, before anything is launched, a sweep records it as skipped and a draw draws
+        # again
         if schedule.torch_name in ("ScheduleDualPipeV", "Schedule1F1B") \
                 and micro_batches < ranks * per_rank:
             raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "

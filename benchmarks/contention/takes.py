@@ -21,10 +21,11 @@ from parbench.launch.spawn import START_METHOD
 
 
 def take(workload: Workload, micro_batch: int, processes: int) -> tuple[float, float]:
-    """One measurement, as contention.measure_slowdown takes it: (the first process's
-    slowdown, the processes' mean), each the median over contention.ROUNDS rounds."""
+    """One measurement, as contention.measure_slowdown takes it (its defaults: 3 steps at
+    least, one thread a process, 900 s to answer): (the first process's slowdown, the
+    processes' mean), each the median over contention.ROUNDS rounds."""
     context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
-    barrier, results = context.Barrier(processes, timeout=600), context.Queue()
+    barrier, results = context.Barrier(processes, timeout=900), context.Queue()
     steps = context.Value("i", 3)
     children = [context.Process(target=contention._worker, daemon=True, args=(
         rank, workload, micro_batch, 1, 3, contention.ROUNDS, contention.WINDOW_S, barrier,
@@ -33,12 +34,13 @@ def take(workload: Workload, micro_batch: int, processes: int) -> tuple[float, f
         child.start()
     try:
         answers = contention._answers(results, children, contention.ROUNDS * processes,
-                                      time.monotonic() + 600)
+                                      time.monotonic() + 900)
     finally:
         for child in children:
             child.join(timeout=10)
             if child.is_alive():
                 child.terminate()
+                child.join(timeout=10)
     first = statistics.median(together / alone for _, alone, together, _ in answers
                               if not math.isnan(alone))
     return first, contention._slowdowns(answers)["slowdown"]

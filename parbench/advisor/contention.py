@@ -40,7 +40,8 @@ WINDOW_S = 1.0
 ROUNDS = 5
 # Version 5 averages every process's pace where 4 read the first process's alone: three
 # processes on two cores, two takes of the same slowdown gave 1.38 and 2.12 read on the
-# first process (as it had a core of its own or shared one), which the mean evens out.
+# first process (as it had a core of its own or shared one); the mean halved that spread in
+# takes since (results/20261127T092022Z-repeatability-v10-tail/contention-takes.txt).
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,9 @@ def _slowdowns(answers: list[tuple[int, float, float, float]]) -> dict[str, floa
     together, lockstep = [], []
     for answered in rounds.values():
         alone = next(a for _, a, _, _ in answered if not math.isnan(a))
+        # the plain mean, not the harmonic: with one process on a core of its own and two
+        # sharing one (1, 2, 2) it reads 5/3 where an even split would be 1.5, and that
+        # unevenness is kept, as a pipeline's step waits on its slowest ranks
         together.append(statistics.fmean(t for _, _, t, _ in answered) / alone)
         lockstep.append(statistics.fmean(s for _, _, _, s in answered) / alone)
     return {"slowdown": statistics.median(together),

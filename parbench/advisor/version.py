@@ -73,7 +73,7 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # caches are measured anew (contention version 5). Torch's action list built once per
 # schedule (it built it at every step of a bisection); a memory limit read once. Judged on a
 # new draw.
-# 12: what torch's 1F1B refuses when it is built (fewer micro-batches than stages, on rank 0 of
+# 12: what torch's 1F1B refuses when it is built (fewer micro-batches than stages, on every rank of
 # a launched run) refused by the plan before anything is launched, as DualPipeV's was: version
 # 11's held-out draw measured three such configurations as errors where it should have drawn
 # again. No prediction changes: version 11's draw predicted again by version 12 from its kept

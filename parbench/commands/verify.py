@@ -34,8 +34,9 @@ def command_verify(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
     batch = int_list("--batch-size", args.batch_size, 1)[0]
     [options] = strategy_option_sweep(args, sweep=False)
-    if options.get("split_size") is None:  # verify's own default: 4 micro-batches in all
-        options["split_size"] = max(1, batch // 4)
+    if options.get("split_size") is None:  # verify's own default: 4 micro-batches in all, or
+        # one a device on more (torch's 1F1B wants no fewer micro-batches than stages)
+        options["split_size"] = max(1, batch // max(4, len(devices)))
     if args.strategy:
         names = strategy_names(args.strategy)
     else:
@@ -53,8 +54,8 @@ def command_verify(args: argparse.Namespace) -> int:
         for name in strategies.names():
             plan = Config(name, workload, batch, devices,
                           options=options_for(name, options)).plan
-            refused = plan.reason("workload")
-            if refused:  # --compile or fp16, which it says why it cannot train
+            refused = plan.reason("workload", "options")
+            if refused:  # --compile or fp16, or its schedule at this split: it says why
                 print(f"note: left out {refused}")
             # Compiled, the baseline is checked too: against itself eager.
             elif plan.available and (name != strategies.BASELINE or workload.compile):
@@ -127,8 +128,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         description="From one seed, one optimiser step of each strategy against the "
                     "single-device baseline on the same global batch (with --steps N, N "
                     "steps); prints the largest parameter difference and exits 1 above "
-                    "the tolerance. Micro-batched "
-                    "strategies cut the batch into 4 micro-batches unless --split-size says "
+                    "the tolerance. Micro-batched strategies cut the batch into 4 "
+                    "micro-batches (one a device on more devices) unless --split-size says "
                     "otherwise.")
     check.add_argument("--strategy", help="strategies to check (default: every one that can "
                        "run here)")

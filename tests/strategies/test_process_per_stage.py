@@ -41,7 +41,7 @@ def test_a_measured_run_has_one_memory_figure_per_rank(tiny_workload):
 @pytest.mark.timeout(180)
 def test_a_failing_rank_is_named_and_leaves_no_process(tiny_workload, child_pids):
     broken = replace(tiny_workload)
-    object.__setattr__(broken, "image_size", 0)  # past the plan's checks: every forward fails
+    object.__setattr__(broken, "image_size", 0)  # past the plan's checks: stage 0's forward fails
     config = Config("pipeline-1f1b", broken, 8, CPU2, warmup=0, steps=1,
                     options={"split_size": 4}, timeout_s=120)
     record = run_config(config)

@@ -103,6 +103,16 @@ def test_a_schedule_refuses_what_it_cannot_run_before_it_starts(name, options, b
         strategies.plan(name, tiny_workload, batch, (cpu, cpu), options)
 
 
+def test_replicated_pipelines_refuse_fewer_micro_batches_than_stages_in_each(tiny_workload):
+    # two pipelines of 2 stages on 4 devices: each pipeline's 8 images in one micro-batch,
+    # which torch's 1F1B refuses on every rank once launched
+    cpu = torch.device("cpu")
+    with pytest.raises(strategies.StrategyError, match=r"Schedule1F1B needs at least as many "
+                       r"micro-batches as stages \(2\), got 1"):
+        strategies.plan("pipeline-fsdp", tiny_workload, 16, (cpu,) * 4,
+                        {"split_size": 8, "pipelines": 2})
+
+
 def test_a_schedule_that_splits_backward_refuses_compile(tiny_workload):
     from dataclasses import replace
 
