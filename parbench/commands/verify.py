@@ -34,9 +34,12 @@ def command_verify(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
     batch = int_list("--batch-size", args.batch_size, 1)[0]
     [options] = strategy_option_sweep(args, sweep=False)
-    if options.get("split_size") is None:  # verify's own default: 4 micro-batches in all, or
-        # one a device on more (torch's 1F1B wants no fewer micro-batches than stages)
-        options["split_size"] = max(1, batch // max(4, len(devices)))
+    if options.get("split_size") is None:  # verify's own default: 4 equal micro-batches, or
+        # one a stage on more devices (torch's 1F1B and DualPipeV want no fewer micro-batches
+        # than stages, and a V-shaped schedule holds 2 stages a device)
+        wanted = max(4, 2 * len(devices))
+        micro_batches = next((m for m in range(wanted, batch + 1) if batch % m == 0), batch)
+        options["split_size"] = max(1, batch // micro_batches)
     if args.strategy:
         names = strategy_names(args.strategy)
     else:
@@ -54,8 +57,8 @@ def command_verify(args: argparse.Namespace) -> int:
         for name in strategies.names():
             plan = Config(name, workload, batch, devices,
                           options=options_for(name, options)).plan
-            refused = plan.reason("workload", "options")
-            if refused:  # --compile or fp16, or its schedule at this split: it says why
+            refused = plan.reason("workload")
+            if refused:  # --compile or fp16, which it says why it cannot train
                 print(f"note: left out {refused}")
             # Compiled, the baseline is checked too: against itself eager.
             elif plan.available and (name != strategies.BASELINE or workload.compile):
@@ -129,7 +132,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                     "single-device baseline on the same global batch (with --steps N, N "
                     "steps); prints the largest parameter difference and exits 1 above "
                     "the tolerance. Micro-batched strategies cut the batch into 4 "
-                    "micro-batches (one a device on more devices) unless --split-size says "
+                    "equal micro-batches (at least two a device) unless --split-size says "
                     "otherwise.")
     check.add_argument("--strategy", help="strategies to check (default: every one that can "
                        "run here)")

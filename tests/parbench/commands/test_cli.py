@@ -506,3 +506,16 @@ def test_verify_on_many_devices_leaves_out_what_they_cannot_cut_for(capsys, monk
     assert main(["verify", "--devices", EIGHT_CPUS]) == 0
     assert "pipeline-zbv" not in checked and "pipeline-dualpipev" not in checked
     assert {"model-parallel", "pipeline-1f1b", "ddp", "fsdp"} <= set(checked)
+
+
+def test_verify_s_own_split_gives_every_schedule_a_micro_batch_a_stage(capsys, monkeypatch):
+    # batch 8 on 4 devices: at 4 micro-batches DualPipeV's 8 stages were refused and verify
+    # stopped; at 8, every schedule is checked
+    from parbench.commands import verify as command
+
+    splits = []
+    monkeypatch.setattr(command, "verify", lambda workload, devices, names, batch, options,
+                        *rest: splits.append((options["split_size"], set(names))) or [])
+    assert main(["verify", "--devices", "cpu,cpu,cpu,cpu"]) == 0
+    [(split, names)] = splits
+    assert split == 1 and {"pipeline-dualpipev", "pipeline-zbv", "pipeline-1f1b"} <= names
