@@ -14,6 +14,7 @@ import pytest
 
 from parbench.advisor.published import kept_files, stale_models, stored_prediction
 from parbench.cli import main
+from parbench.plots import common
 from parbench.results.folder import RunFolder
 from tests.support import script
 
@@ -41,7 +42,9 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def _regenerate(run: str, into: Path) -> int:
     """`parbench report` of a copy of the run's measured files (and of the predictions another
-    version of the models made: kept, not rewritten) in `into`; its exit status."""
+    version of the models made: kept, not rewritten) in `into`; its exit status. Without the
+    figures' SVG twins, which git does not keep (a third of the drawing time)."""
+    common.SVG_TWINS = False  # in this spawned worker only
     published = RESULTS / run
     copy = into / run
     copy.mkdir()

@@ -218,8 +218,13 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     return best.sort_index()
 
 
+# Each figure's SVG twin beside its PNG (a vector copy for the reader; git keeps the PNG only,
+# so a check that compares a report with the tracked files may leave the twins out).
+SVG_TWINS = True
+
+
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:
-    """out_dir/<name>.png and .svg, the figure closed; the PNG's path."""
+    """out_dir/<name>.png and, with SVG_TWINS, .svg, the figure closed; the PNG's path."""
     fig.tight_layout()
     drawn = io.BytesIO()
     fig.savefig(drawn, format="png", dpi=110)
@@ -229,7 +234,8 @@ def save_figure(fig, out_dir: str | Path, name: str) -> Path:
                                                         optimize=True)
     # No date and fixed ids: the same records draw the same file, so a run folder written
     # again can be compared with what is published.
-    with plt.rc_context({"svg.hashsalt": "parbench"}):
-        fig.savefig(Path(out_dir) / f"{name}.svg", dpi=110, metadata={"Date": None})
+    if SVG_TWINS:
+        with plt.rc_context({"svg.hashsalt": "parbench"}):
+            fig.savefig(Path(out_dir) / f"{name}.svg", dpi=110, metadata={"Date": None})
     plt.close(fig)
     return Path(out_dir) / f"{name}.png"
