@@ -10,40 +10,23 @@ from __future__ import annotations
 
 import argparse
 import math
-import multiprocessing
 import statistics
-import time
-from typing import Any
+from unittest import mock
 
 from parbench.advisor import contention
 from parbench.families.workloads import Workload
-from parbench.launch.spawn import START_METHOD
 
 
 def take(workload: Workload, micro_batch: int, processes: int) -> tuple[float, float]:
-    """One measurement, as contention.measure_slowdown takes it (its defaults: 3 steps at
-    least, one thread a process, 900 s to answer): (the first process's slowdown, the
-    processes' mean), each the median over contention.ROUNDS rounds."""
-    context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
-    barrier, results = context.Barrier(processes, timeout=900), context.Queue()
-    steps = context.Value("i", 3)
-    children = [context.Process(target=contention._worker, daemon=True, args=(
-        rank, workload, micro_batch, 1, 3, contention.ROUNDS, contention.WINDOW_S, barrier,
-        steps, results)) for rank in range(processes)]
-    for child in children:
-        child.start()
-    try:
-        answers = contention._answers(results, children, contention.ROUNDS * processes,
-                                      time.monotonic() + 900)
-    finally:
-        for child in children:
-            child.join(timeout=10)
-            if child.is_alive():
-                child.terminate()
-                child.join(timeout=10)
+    """One measurement, contention.measure_slowdown's own: (the first process's slowdown, the
+    processes' mean), each the median over contention.ROUNDS rounds, both read from the
+    answers it gathered (its reading, the mean, is what it returns)."""
+    with mock.patch.object(contention, "_slowdowns", wraps=contention._slowdowns) as read:
+        mean = contention.measure_slowdown(workload, micro_batch, processes)["slowdown"]
+    [answers] = read.call_args.args
     first = statistics.median(together / alone for _, alone, together, _ in answers
                               if not math.isnan(alone))
-    return first, contention._slowdowns(answers)["slowdown"]
+    return first, mean
 
 
 def main() -> None:
