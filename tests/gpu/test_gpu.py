@@ -314,13 +314,15 @@ def test_sampling_costs_less_than_one_percent(monkeypatch):
 
 
 def test_compile_is_kept_out_of_the_measured_steps():
-    workload = replace(WORKLOAD, precision="bf16", channels_last=True)
-    eager = _ok(_run("single", workload=workload, steps=10))
-    compiled = _ok(_run("single", workload=replace(workload, compile=True), steps=10))
+    """Inductor's seconds fall in the first warm-up step, none in a measured one. How fast the
+    compiled step is, is torch's: compiled per block without CUDA graphs, this step (batch 32)
+    was host-bound and about half the eager throughput on the H200 (docs/gpu-hosts.md)."""
+    workload = replace(WORKLOAD, precision="bf16", channels_last=True, compile=True)
+    compiled = _ok(_run("single", workload=workload, steps=10))
     assert compiled.compile is True
     assert compiled.compile_time_s > 1  # inductor took seconds on the first warm-up step
     assert compiled.step_time_max_s < compiled.first_step_time_s / 5
-    assert compiled.throughput_ips > 0.9 * eager.throughput_ips
+    assert compiled.step_time_max_s < 3 * compiled.step_time_median_s  # no step recompiled
 
 
 def test_a_batch_larger_than_the_gpu_is_refused_before_anything_runs(tmp_path, capsys):
