@@ -163,11 +163,10 @@ def _saved_bytes(block: torch.nn.Module, inputs: torch.Tensor, workload: Workloa
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in skipped:
             storages[storage.data_ptr()] = storage.nbytes()
-        # Held while the graph lives, so no storage is freed and its address reused within the
-        # forward; detached, as measure.tensors does: the tensor itself would make an op's saved
-        # output (a ReLU's) refer back to its own node, a cycle the collector cannot see, and
-        # every block's activations leaked (4 GiB of resnet50 at micro-batch 120 on the H200,
-        # which device_overheads then counted as the step's transients).
+        # A detached alias, as measure.tensors returns: the graph holds it, so no saved storage
+        # is freed (and its address reused) during this forward, and it has no grad_fn. The
+        # tensor itself would make a saved output (a ReLU's) point back at its own node, a
+        # cycle through C++ that Python's collector cannot break: the block leaked.
         return tensor.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \

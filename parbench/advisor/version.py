@@ -82,8 +82,10 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # 13: a GPU's transients without a leak: measuring what each block saves for backward kept
 # every block's activations alive (the saved-tensor hook returned the tensor, a cycle the
 # collector cannot see), and the step measured next counted them as transients: 4096 MiB at
-# resnet50's micro-batch 120 on the H200, whose measured step held 3519 MiB in all (GPU
-# profiles at version 8). On a CPU nothing a profile writes changes (no transients there).
+# resnet50's micro-batch 120 on the H200, whose measured step held 3519 MiB in all
+# (CUDA_PROFILE_VERSION 8). On a CPU nothing a profile writes changes (the same saved bytes, no
+# transients): version 11's draw predicted again by version 13 gives the same steps, so no new
+# draw is owed.
 PREDICTOR_VERSION = 13
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the

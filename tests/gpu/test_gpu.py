@@ -316,7 +316,8 @@ def test_sampling_costs_less_than_one_percent(monkeypatch):
 def test_compile_is_kept_out_of_the_measured_steps():
     """Inductor's seconds fall in the first warm-up step, none in a measured one. How fast the
     compiled step is, is torch's: compiled per block without CUDA graphs, this step (batch 32)
-    was host-bound and about half the eager throughput on the H200 (docs/gpu-hosts.md)."""
+    ran at about half the eager throughput on an H200
+    (results/20261127T111514Z-gpu-reference-h200/README.md)."""
     workload = replace(WORKLOAD, precision="bf16", channels_last=True, compile=True)
     compiled = _ok(_run("single", workload=workload, steps=10))
     assert compiled.compile is True
