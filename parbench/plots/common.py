@@ -3,7 +3,6 @@ one panel per workload, the fastest setting of each strategy, and saving as PNG 
 
 from __future__ import annotations
 
-import io
 import textwrap
 from pathlib import Path
 
@@ -226,12 +225,13 @@ SVG_TWINS = True
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:
     """out_dir/<name>.png and, with SVG_TWINS, .svg, the figure closed; the PNG's path."""
     fig.tight_layout()
-    drawn = io.BytesIO()
-    fig.savefig(drawn, format="png", dpi=110)
+    fig.set_dpi(110)
+    fig.canvas.draw()  # the pixels savefig would encode, read from the canvas as they are
+    drawn = Image.frombuffer("RGBA", fig.canvas.get_width_height(physical=True),
+                             fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     # As 256 colours: a figure has a few dozen and their blends, and the file is a third the
     # size of matplotlib's own (the published runs' figures are most of the tracked tree).
-    Image.open(drawn).convert("RGB").quantize(256).save(Path(out_dir) / f"{name}.png",
-                                                        optimize=True)
+    drawn.convert("RGB").quantize(256).save(Path(out_dir) / f"{name}.png", optimize=True)
     # No date and fixed ids: the same records draw the same file, so a run folder written
     # again can be compared with what is published.
     if SVG_TWINS:
