@@ -285,23 +285,18 @@ def _column_row(run: str, text: str, lead: str, column: str, version: int) -> Fi
 
 
 def _part_e(version: int) -> str:
-    """The second H200 run's part e predictions.csv, as version 12 or 13 predicted it."""
-    return (f"results/{H200_PART_E}/3-after-the-fix/predictions.csv" if version == 13 else
-            f"results/{H200_PART_E}/1-parts-a-e/e-data-parallel-and-slow/"
-            "20261127T111707Z-data-parallel/predictions.csv")
-
-
-def _part_e_table(version: int) -> pd.DataFrame:
-    table = pd.read_csv(ROOT / _part_e(version))
-    return table[table["prediction_error"].notna()]
+    """The second H200 run's part e, as version 12 or 13 predicted it: the folder of its
+    predictions.csv, under results/."""
+    return (f"{H200_PART_E}/3-after-the-fix" if version == 13 else
+            f"{H200_PART_E}/1-parts-a-e/e-data-parallel-and-slow/20261127T111707Z-data-parallel")
 
 
 def _part_e_steps() -> str:
     """Version 13's span of step errors on part e's three predicted records; version 12's, its
     two too-slow ones apart from its too-fast one."""
-    v12 = _part_e_table(12)["prediction_error"].sort_values()
+    v12 = predictions(_part_e(12))["prediction_error"].sort_values()
     assert len(v12) == 3 and v12.iloc[0] < 0 < v12.iloc[1]
-    return (f"steps {_span(_part_e_table(13), 'prediction_error', 0, '+')} "
+    return (f"steps {_span(predictions(_part_e(13)), 'prediction_error', 0, '+')} "
             f"({v12.iloc[1]:+.0%} to {v12.iloc[2]:+.0%} and {_pct(v12.iloc[0])} by version 12 "
             "from its profiles on another machine")
 
@@ -468,13 +463,13 @@ FIGURES: tuple[Figure, ...] = (
            lambda: f"accumulating a median {_gpu_accumulating()}"),
     # Part e on the second H200 (one rank): its run predicted by version 12 (in the run) and
     # by version 13 after the fix (3-after-the-fix, another machine).
-    Figure((P, README, RES), "0.1% to 3.1% high", _part_e(13),
-           lambda: _span(_part_e_table(13), "memory_error", 1) + " high", version=13),
-    Figure((P, RES), "106% to 115%", _part_e(12),
-           lambda: _span(_part_e_table(12), "memory_error", 0), version=12),
+    Figure((P, README, RES), "0.1% to 3.1% high", _csv(_part_e(13)),
+           lambda: _span(predictions(_part_e(13)), "memory_error", 1) + " high", version=13),
+    Figure((P, RES), "106% to 115%", _csv(_part_e(12)),
+           lambda: _span(predictions(_part_e(12)), "memory_error", 0), version=12),
     Figure((README,), "steps +22% to +58% (+15% to +17% and -1.5% by version 12 from its "
            "profiles on another machine",
-           f"{_part_e(13)} and {_part_e(12)}",
+           f"{_csv(_part_e(13))} and {_csv(_part_e(12))}",
            _part_e_steps),
     # History that cannot be recomputed.
     Figure((P,), "median 4.9%, worst 16.8% over those 30 configurations",
