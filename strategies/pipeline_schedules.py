@@ -178,7 +178,7 @@ class ScheduledPipeline(ProcessPerDevice):
                 f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
                 f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
                 f"--split-size that divides {batch}")
-        cls._check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes))
+        cls._check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes), batch)
 
     @classmethod
     def one_pipeline(cls, global_batch: int, devices, options) -> tuple[int, int]:
@@ -189,8 +189,9 @@ class ScheduledPipeline(ProcessPerDevice):
 
     @staticmethod
     def _check_schedule(schedule: Schedule, ranks: int, per_rank: int,
-                        micro_batches: int) -> None:
-        """What the schedule itself requires of stages per rank and micro-batches."""
+                        micro_batches: int, batch: int) -> None:
+        """What the schedule itself requires of stages per rank and micro-batches (of one
+        pipeline's `batch` images)."""
         if schedule.v_shape and per_rank != 2:
             raise StrategyError(f"{schedule.torch_name} holds exactly 2 stages per rank (a V), "
                                 f"got --stages-per-rank {per_rank}")
@@ -206,9 +207,11 @@ class ScheduledPipeline(ProcessPerDevice):
         # again
         if schedule.torch_name in ("ScheduleDualPipeV", "Schedule1F1B") \
                 and micro_batches < ranks * per_rank:
+            stages = ranks * per_rank
+            fix = (f"--split-size {batch // stages} or smaller" if batch >= stages else
+                   f"a --batch-size that gives each pipeline {stages} images or more")
             raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "
-                                f"stages ({ranks * per_rank}), got {micro_batches}; use a "
-                                "smaller --split-size")
+                                f"stages ({stages}), got {micro_batches}; use {fix}")
 
     @classmethod
     def check_backend(cls, backend, devices, options) -> None:

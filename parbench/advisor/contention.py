@@ -158,7 +158,9 @@ def _slowdowns(answers: list[tuple[int, float, float, float]]) -> dict[str, floa
         rounds.setdefault(answer[0], []).append(answer)
     together, lockstep = [], []
     for answered in rounds.values():
-        alone = next(a for _, a, _, _ in answered if not math.isnan(a))
+        alone = next((a for _, a, _, _ in answered if not math.isnan(a)), None)
+        if alone is None:
+            raise RuntimeError("measuring contention: no process timed its steps alone")
         # the plain mean, not the harmonic: with one process on a core of its own and two
         # sharing one (1, 2, 2) it reads 5/3 where an even split would be 1.5, and that
         # unevenness is kept, as a pipeline's step waits on its slowest ranks
@@ -172,17 +174,17 @@ def _answers(results, children, count: int,
              deadline: float) -> list[tuple[int, float, float, float]]:
     """`count` answers of the processes, (round, alone, together, lock-step) medians, as they
     come; a RuntimeError as soon as a process has died, or at the deadline."""
-    pairs: list[tuple[int, float, float, float]] = []
-    while len(pairs) < count:
+    answers: list[tuple[int, float, float, float]] = []
+    while len(answers) < count:
         try:
-            pairs.append(results.get(timeout=1.0))
+            answers.append(results.get(timeout=1.0))
         except queue.Empty:
             died = [child.exitcode for child in children if child.exitcode not in (None, 0)]
             if died or time.monotonic() > deadline:
                 raise RuntimeError("measuring contention: " + (
                     f"a process exited with {died[0]}" if died else
                     "the processes did not answer in time")) from None
-    return pairs
+    return answers
 
 
 def slowdown_path(cache: Path, workload: Workload, micro_batch: int, processes: int,

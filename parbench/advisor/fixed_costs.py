@@ -1,15 +1,18 @@
 """What a strategy's step costs beyond its profiled compute and its bytes on the link, measured
 on the device at hand: the same strategy, ranks and options run through the core's launcher on
 micro-batches of PROBE_IMAGES images (the probe), less what the models predict for the probe
-without it; per action of a multi-process pipeline (the pipelining runtime's own work, its
-sends' and receives' latency), per step of a data-parallel layout (DDP's hooks and bucket
-copies, FSDP's unit hooks and DTensor copies, a collective's waits for the slower rank beyond
-the one a step that emulated devices' lock-step contention counts: a model's buckets and
-units are the same at any batch). A one-rank group costs what it measures. Cached beside the
-profiles."""
+without it. A multi-process pipeline is probed at two micro-batch counts: what the longer
+costs beyond the shorter is per action (the pipelining runtime's own work, its sends' and
+receives' latency), what both cost beyond that is per step (pipeline-fsdp's gathers' and
+reductions' hooks and copies, the schedule's setup). A data-parallel layout is probed once, its
+cost per step (DDP's hooks and bucket copies, FSDP's unit hooks and DTensor copies, a
+collective's waits for the slower rank beyond the one a step that emulated devices' lock-step
+contention counts: a model's buckets and units are the same at any batch). A one-rank group
+costs what it measures. Cached beside the profiles."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import statistics
@@ -25,7 +28,7 @@ from parbench.machine.devices import parse_devices
 from parbench.plan.config import Config
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "probe_record",
+__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "probe_records",
            "probed", "solve_action_cost"]
 
 FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are measured again
@@ -42,8 +45,9 @@ _PER_STEP = (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
 @dataclass(frozen=True)
 class FixedCosts:
     """Seconds a prediction adds beyond compute and the link: to every compute action of a
-    multi-process pipeline (F, B, I or W), and once to a data-parallel step; `probe` says what
-    was measured (empty: nothing, as for hardware that is not here)."""
+    multi-process pipeline (F, B, I or W), and once to a step (a pipeline's beyond its
+    actions', a data-parallel layout's); `probe` says what was measured (empty: nothing, as
+    for hardware that is not here)."""
 
     per_action_s: float = 0.0
     per_step_s: float = 0.0
@@ -58,25 +62,37 @@ def probed(record: dict) -> bool:
     return layout_of(str(record["strategy"])) in _PER_ACTION + _PER_STEP
 
 
-def probe_record(record: dict) -> dict:
-    """The probe of `record`'s configuration: its strategy, devices, ranks and options, on
-    micro-batches of PROBE_IMAGES images (a pipeline two per rank of its stages, a
-    data-parallel rank one), a configuration other than the record's own."""
+def probe_records(record: dict) -> tuple[dict, ...]:
+    """The probes of `record`'s configuration: its strategy, devices, ranks and options, on
+    micro-batches of PROBE_IMAGES images, never the record's own configuration. A pipeline's
+    two: at 2 and 4 micro-batches per rank of its stages, or at the record's own count and 2
+    per rank where the record has fewer (its fixed costs measured there, not extrapolated
+    below the probes; in micro-batches of twice PROBE_IMAGES where the record's are
+    PROBE_IMAGES). A data-parallel layout's one, a rank PROBE_IMAGES images."""
     layout = layout_of(str(record["strategy"]))
     options = dict(record.get("strategy_options") or {})
     ranks = int(record.get("world_size") or 1)
     if layout in _PER_ACTION:
         pipelines = int(options.get("pipelines") or 1)
-        micro_batches = 2 * (ranks // pipelines)
-        if _is_split(record, PROBE_IMAGES, PROBE_IMAGES * micro_batches * pipelines):
-            micro_batches += ranks // pipelines
-        options["split_size"] = PROBE_IMAGES
-        batch = PROBE_IMAGES * micro_batches * pipelines
-        return {**record, "strategy_options": options, "split_size": PROBE_IMAGES,
-                "micro_batches": micro_batches, "global_batch": batch}
+        stages = ranks // pipelines
+        recorded = int(number(record.get("micro_batches")) or 0)
+        counts = (recorded, 2 * stages) if 0 < recorded < 2 * stages else (
+            2 * stages, 4 * stages)
+        probes = []
+        for micro_batches in counts:
+            images = PROBE_IMAGES
+            if _is_split(record, images, images * micro_batches * pipelines):
+                if micro_batches == recorded:
+                    images *= 2
+                else:
+                    micro_batches += stages
+            probes.append({**record, "strategy_options": {**options, "split_size": images},
+                           "split_size": images, "micro_batches": micro_batches,
+                           "global_batch": images * micro_batches * pipelines})
+        return tuple(probes)
     images = 2 * PROBE_IMAGES if int(record["global_batch"]) == PROBE_IMAGES * ranks \
         else PROBE_IMAGES
-    return {**record, "strategy_options": options, "global_batch": images * ranks}
+    return ({**record, "strategy_options": options, "global_batch": images * ranks},)
 
 
 def _is_split(record: dict, split: int, batch: int) -> bool:
@@ -107,9 +123,9 @@ def _measured(probe: dict, workload: Workload) -> dict:
 
 
 def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
-    """The cost per action that makes `predicted_step(cost)` (increasing in it) equal the
-    measured step: 0 where the prediction without it is already as slow (no cost is
-    negative), by bisection to a microsecond."""
+    """The cost per action that makes `predicted_step(cost)` (increasing in it, by at least the
+    cost) equal the measured seconds: 0 where the prediction without it is already as slow (no
+    cost is negative), by bisection to a microsecond."""
     if predicted_step(0.0) >= measured_s:
         return 0.0
     low, high = 0.0, measured_s
@@ -132,23 +148,43 @@ def _path(cache: Path, probe: dict, workload: Workload) -> Path:
 
 def load_or_probe(cache: Path, record: dict, workload: Workload,
                   predict: Callable[[dict, FixedCosts], float]) -> FixedCosts:
-    """`record`'s fixed costs from its probe (measured and cached where there is none):
-    `predict(probe record, costs)` is the models' step for the probe with those costs."""
+    """`record`'s fixed costs from its probes (measured and cached where there are none):
+    `predict(probe record, costs)` is the models' step for a probe with those costs."""
     if not probed(record):
         return NO_FIXED_COSTS
-    probe = probe_record(record)
-    stored = cached(_path(cache, probe, workload), FIXED_COSTS_VERSION,
-                    lambda: _measured(probe, workload))
-    probe = {**probe, "partition": stored["partition"] or probe.get("partition"),
-             "micro_batches": stored["micro_batches"] or probe.get("micro_batches")}
-    per_action = layout_of(str(record["strategy"])) in _PER_ACTION
-    images = (f"{int(probe['split_size'])} a micro-batch" if per_action else
-              f"{int(probe['global_batch']) // int(probe.get('world_size') or 1)} a rank")
-    label = (f"{probe['strategy']} on {probe['global_batch']} images ({images}): "
-             f"{stored['step_s']:.4g} s measured")
-    if per_action:
-        cost = solve_action_cost(lambda s: predict(probe, FixedCosts(per_action_s=s)),
-                                 stored["step_s"])
-        return FixedCosts(per_action_s=cost, probe=label)
-    extra = stored["step_s"] - predict(probe, NO_FIXED_COSTS)
-    return FixedCosts(per_step_s=max(0.0, extra), probe=label)
+    probes, steps = [], []
+    for probe in probe_records(record):
+        stored = cached(_path(cache, probe, workload), FIXED_COSTS_VERSION,
+                        functools.partial(_measured, probe, workload))
+        probes.append({**probe, "partition": stored["partition"] or probe.get("partition"),
+                       "micro_batches": stored["micro_batches"] or probe.get("micro_batches")})
+        steps.append(stored["step_s"])
+    label = _label(probes, steps)
+    if len(probes) == 1:
+        extra = steps[0] - predict(probes[0], NO_FIXED_COSTS)
+        return FixedCosts(per_step_s=max(0.0, extra), probe=label)
+    short, long = probes
+
+    def longer_by(cost: float) -> float:  # the longer probe's step beyond the shorter's
+        costs = FixedCosts(per_action_s=cost)
+        return predict(long, costs) - predict(short, costs)
+
+    # per action: what the longer probe's extra actions cost beyond their compute
+    cost = solve_action_cost(longer_by, steps[1] - steps[0])
+    # per step: what both probes measured beyond their actions' costs, on average
+    left = [measured - predict(probe, FixedCosts(per_action_s=cost))
+            for probe, measured in zip(probes, steps, strict=True)]
+    return FixedCosts(per_action_s=cost, per_step_s=max(0.0, statistics.fmean(left)),
+                      probe=label)
+
+
+def _label(probes: list[dict], steps: list[float]) -> str:
+    """What the probes were and measured, as predictions.csv says it."""
+    first = probes[0]
+    if len(probes) == 1:
+        images = f"{int(first['global_batch']) // int(first.get('world_size') or 1)} a rank"
+    else:
+        images = f"{int(first['split_size'])} a micro-batch"
+    batches = " and ".join(str(probe["global_batch"]) for probe in probes)
+    measured = " and ".join(f"{step:.4g}" for step in steps)
+    return f"{first['strategy']} on {batches} images ({images}): {measured} s measured"

@@ -95,13 +95,13 @@ def _modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
                          fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction:
     """The layout's timing model's prediction with the record's fixed costs."""
     predicted = _layout_model(record, profile_at, link, fixed.per_action_s)
-    if fixed.per_step_s:
-        return replace(predicted, step_time_s=predicted.step_time_s + fixed.per_step_s,
-                       fixed_cost_s=fixed.per_step_s)
-    if fixed.per_action_s:  # what the actions' costs add to the step, their overlap counted
-        without = _layout_model(record, profile_at, link, 0.0).step_time_s
-        return replace(predicted, fixed_cost_s=predicted.step_time_s - without)
-    return predicted
+    if not (fixed.per_action_s or fixed.per_step_s):
+        return predicted
+    # what the actions' costs add to the step (their overlap counted), and the step's own
+    without = (_layout_model(record, profile_at, link, 0.0).step_time_s if fixed.per_action_s
+               else predicted.step_time_s)
+    step = predicted.step_time_s + fixed.per_step_s
+    return replace(predicted, step_time_s=step, fixed_cost_s=step - without)
 
 
 def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
@@ -191,6 +191,7 @@ def predicted_beside_measured(records: pd.DataFrame, profiler: Callable[[dict], 
                      / measured["step_time_median_s"] - 1,
                      "predicted_fixed_cost_s": predicted.fixed_cost_s,
                      "fixed_cost_per_action_s": fixed.per_action_s or None,
+                     "fixed_cost_per_step_s": fixed.per_step_s or None,
                      "fixed_cost_probe": fixed.probe or None,
                      "predicted_bubble_fraction": predicted.bubble,
                      "predicted_peak_memory_mib": list(predicted.peak_memory_mib),

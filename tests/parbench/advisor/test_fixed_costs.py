@@ -1,6 +1,6 @@
-"""Fixed costs: the probe is another configuration than the record's, its cost per action is
-what makes the replay match it, per step what is left over, and a real probe runs through the
-core's launcher and is kept."""
+"""Fixed costs: the probes are other configurations than the record's, a pipeline's cost per
+action is what makes the replay match what its longer probe costs beyond its shorter, per step
+what is left over, and a real probe runs through the core's launcher and is kept."""
 
 import json
 from pathlib import Path
@@ -12,7 +12,7 @@ from parbench.advisor.fixed_costs import (
     NO_FIXED_COSTS,
     FixedCosts,
     load_or_probe,
-    probe_record,
+    probe_records,
     solve_action_cost,
 )
 from parbench.advisor.links import NO_LINK
@@ -59,20 +59,50 @@ def test_each_action_of_the_replay_pays_the_cost_once():
     _record("fsdp", global_batch=32),
 ])
 def test_the_probe_is_never_the_records_own_configuration(record):
-    probe = probe_record(record)
-    assert (probe["global_batch"], probe.get("split_size")) != (
-        record["global_batch"], record.get("split_size"))
-    assert probe["strategy"] == record["strategy"]
-    assert probe["devices"] == record["devices"]
-    split = probe.get("split_size") or probe["global_batch"] // probe["world_size"]
-    assert split in (fixed_costs.PROBE_IMAGES, 2 * fixed_costs.PROBE_IMAGES)
+    probes = probe_records(record)
+    assert len(probes) == (2 if "pipeline" in record["strategy"] else 1)
+    for probe in probes:
+        assert (probe["global_batch"], probe.get("split_size")) != (
+            record["global_batch"], record.get("split_size"))
+        assert probe["strategy"] == record["strategy"]
+        assert probe["devices"] == record["devices"]
+        split = probe.get("split_size") or probe["global_batch"] // probe["world_size"]
+        assert split in (fixed_costs.PROBE_IMAGES, 2 * fixed_costs.PROBE_IMAGES)
 
 
-def _stored(tmp_path, record: dict, step_s: float) -> None:
-    """A probe's measurement kept where load_or_probe looks for it."""
-    path = fixed_costs._path(tmp_path, probe_record(record), WORKLOAD)
-    path.write_text(json.dumps({"version": fixed_costs.FIXED_COSTS_VERSION, "step_s": step_s,
-                                "partition": None, "micro_batches": None}))
+def test_a_pipelines_two_probes_differ_in_micro_batches_only():
+    record = _record("pipeline-fsdp", devices="cpu,cpu,cpu,cpu", world_size=4, global_batch=64,
+                     split_size=4, micro_batches=8,
+                     strategy_options={"split_size": 4, "stages": 2, "pipelines": 2})
+    short, long = probe_records(record)
+    # two stages a pipeline: 2 and 4 micro-batches a rank of its stages, 2 images each
+    assert (short["micro_batches"], long["micro_batches"]) == (4, 8)
+    assert (short["global_batch"], long["global_batch"]) == (16, 32)
+    assert short["split_size"] == long["split_size"] == fixed_costs.PROBE_IMAGES
+
+
+def test_a_pipeline_with_fewer_micro_batches_than_the_probes_is_probed_at_its_own_count():
+    four = dict(devices="cpu,cpu,cpu,cpu", world_size=4)
+    record = _record("pipeline-gpipe", global_batch=32, split_size=8, micro_batches=4,
+                     strategy_options={"split_size": 8, "stages": 4}, **four)
+    short, long = probe_records(record)
+    assert (short["micro_batches"], short["split_size"]) == (4, fixed_costs.PROBE_IMAGES)
+    assert (long["micro_batches"], long["split_size"]) == (8, fixed_costs.PROBE_IMAGES)
+    # the record's own micro-batches are the probe's size: its count in larger ones
+    record = _record("pipeline-1f1b", global_batch=8, split_size=2, micro_batches=4,
+                     strategy_options={"split_size": 2, "stages": 4}, **four)
+    short, long = probe_records(record)
+    assert (short["micro_batches"], short["split_size"], short["global_batch"]) == (4, 4, 16)
+    assert (long["micro_batches"], long["split_size"]) == (8, fixed_costs.PROBE_IMAGES)
+
+
+def _stored(tmp_path, record: dict, *steps_s: float) -> None:
+    """A record's probes' measurements kept where load_or_probe looks for them."""
+    for probe, step_s in zip(probe_records(record), steps_s, strict=True):
+        path = fixed_costs._path(tmp_path, probe, WORKLOAD)
+        path.write_text(json.dumps({"version": fixed_costs.FIXED_COSTS_VERSION,
+                                    "step_s": step_s, "partition": None,
+                                    "micro_batches": None}))
 
 
 def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch):
@@ -86,11 +116,25 @@ def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch)
     assert costs.per_step_s == pytest.approx(0.2) and costs.per_action_s == 0.0
     pipeline = _record("pipeline-1f1b", global_batch=16, split_size=4, micro_batches=4,
                        strategy_options={"split_size": 4, "stages": 2})
-    _stored(tmp_path, pipeline, 0.5)
-    costs = load_or_probe(tmp_path, pipeline, WORKLOAD,
-                          lambda probe, costs: 0.1 + 10 * costs.per_action_s)
-    assert costs.per_action_s == pytest.approx(0.04, abs=1e-6) and costs.per_step_s == 0.0
-    assert "0.5 s measured" in costs.probe
+    # the replay: 0.1 s, and 0.02 s more a micro-batch; 2 actions on the path a micro-batch
+    _stored(tmp_path, pipeline, 0.5, 0.8)  # at 4 and 8 micro-batches
+
+    def replayed(probe, costs):
+        micro_batches = probe["micro_batches"]
+        return 0.1 + 0.02 * micro_batches + 2 * micro_batches * costs.per_action_s
+
+    costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
+    # 4 more micro-batches cost 0.3 s: 0.08 s of compute, 8 actions' 0.0275 s each; what both
+    # measured beyond that (0.5 - 0.18 - 0.22, 0.8 - 0.26 - 0.44) is the step's own 0.1 s
+    assert costs.per_action_s == pytest.approx(0.0275, abs=1e-5)
+    assert costs.per_step_s == pytest.approx(0.1, abs=1e-4)
+    assert costs.probe == ("pipeline-1f1b on 8 and 16 images (2 a micro-batch): 0.5 and 0.8 s "
+                           "measured")
+    # a longer probe that cost no more than its actions' compute: all of it per step
+    _stored(tmp_path, pipeline, 0.5, 0.55)
+    costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
+    assert costs.per_action_s == 0.0
+    assert costs.per_step_s == pytest.approx((0.5 - 0.18 + 0.55 - 0.26) / 2)
     # one device, one process: nothing to probe
     assert load_or_probe(tmp_path, _record("single", devices="cpu", world_size=1,
                                            global_batch=16), WORKLOAD, refuse) == NO_FIXED_COSTS
@@ -162,9 +206,10 @@ def test_the_summary_names_what_the_probes_add_and_each_that_failed():
 def test_probes_of_different_sizes_are_kept_apart():
     # batch 4 on 2 ranks is the probe's own size, so its probe takes 4 images a rank
     small, usual = _record("ddp", global_batch=4), _record("ddp", global_batch=16)
-    assert probe_record(small)["global_batch"] == 8 and probe_record(usual)["global_batch"] == 4
-    assert (fixed_costs._path(Path("c"), probe_record(small), WORKLOAD)
-            != fixed_costs._path(Path("c"), probe_record(usual), WORKLOAD))
+    (small_probe,), (usual_probe,) = probe_records(small), probe_records(usual)
+    assert small_probe["global_batch"] == 8 and usual_probe["global_batch"] == 4
+    assert (fixed_costs._path(Path("c"), small_probe, WORKLOAD)
+            != fixed_costs._path(Path("c"), usual_probe, WORKLOAD))
 
 
 def test_the_probe_is_named_by_its_images_as_a_table_holds_the_record(tmp_path):
@@ -189,6 +234,11 @@ def test_a_pipelines_fixed_cost_is_what_its_actions_add_to_the_step():
     assert costed.step_time_s - plain.step_time_s == pytest.approx(2 * 5 * 0.5)
     assert costed.fixed_cost_s == pytest.approx(costed.step_time_s - plain.step_time_s)
     assert plain.fixed_cost_s == 0.0
+    # a cost per step as well: added once, beside the actions'
+    both = predict_record(record, lambda size: profile, NO_LINK,
+                          FixedCosts(per_action_s=0.5, per_step_s=0.25))
+    assert both.step_time_s == pytest.approx(costed.step_time_s + 0.25)
+    assert both.fixed_cost_s == pytest.approx(2 * 5 * 0.5 + 0.25)
 
 
 FOUR = dict(devices="cpu,cpu,cpu,cpu", world_size=4, global_batch=32)
@@ -208,6 +258,7 @@ FOUR = dict(devices="cpu,cpu,cpu,cpu", world_size=4, global_batch=32)
 def test_every_probed_layouts_probe_is_a_configuration_parbench_runs(strategy, options):
     record = _record(strategy, strategy_options={**options, "balance": "time"},
                      split_size=options.get("split_size"), **FOUR)
-    config = fixed_costs._config(probe_record(record), WORKLOAD)
-    assert config.refusal() is None and config.plan.runs
-    assert config.timeout_s == fixed_costs.PROBE_TIMEOUT_S
+    for probe in probe_records(record):
+        config = fixed_costs._config(probe, WORKLOAD)
+        assert config.refusal() is None and config.plan.runs
+        assert config.timeout_s == fixed_costs.PROBE_TIMEOUT_S
