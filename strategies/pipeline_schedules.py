@@ -208,7 +208,9 @@ class ScheduledPipeline(ProcessPerDevice):
         if schedule.torch_name in ("ScheduleDualPipeV", "Schedule1F1B") \
                 and micro_batches < ranks * per_rank:
             stages = ranks * per_rank
-            fix = (f"--split-size {batch // stages} or smaller" if batch >= stages else
+            largest = next(size for size in range(batch // stages, 0, -1) if batch % size == 0) \
+                if batch >= stages else 0  # the largest micro-batch giving equal ones
+            fix = (f"--split-size {largest}" if batch >= stages else
                    f"a --batch-size that gives each pipeline {stages} images or more")
             raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "
                                 f"stages ({stages}), got {micro_batches}; use {fix}")

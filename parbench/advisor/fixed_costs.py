@@ -65,10 +65,11 @@ def probed(record: dict) -> bool:
 def probe_records(record: dict) -> tuple[dict, ...]:
     """The probes of `record`'s configuration: its strategy, devices, ranks and options, on
     micro-batches of PROBE_IMAGES images, never the record's own configuration. A pipeline's
-    two: at 2 and 4 micro-batches per rank of its stages, or at the record's own count and 2
-    per rank where the record has fewer (its fixed costs measured there, not extrapolated
-    below the probes; in micro-batches of twice PROBE_IMAGES where the record's are
-    PROBE_IMAGES). A data-parallel layout's one, a rank PROBE_IMAGES images."""
+    two: at 2 and 4 micro-batches a rank of its stages (one a rank more where that is the
+    record itself), or, where the record has fewer than 2 a rank, at the record's own count
+    (in micro-batches of twice PROBE_IMAGES where the record's are PROBE_IMAGES) and 2 a rank,
+    so its fixed costs are measured there, not extrapolated below the probes. A
+    data-parallel layout's one, a rank PROBE_IMAGES images."""
     layout = layout_of(str(record["strategy"]))
     options = dict(record.get("strategy_options") or {})
     ranks = int(record.get("world_size") or 1)
@@ -76,13 +77,12 @@ def probe_records(record: dict) -> tuple[dict, ...]:
         pipelines = int(options.get("pipelines") or 1)
         stages = ranks // pipelines
         recorded = int(number(record.get("micro_batches")) or 0)
-        counts = (recorded, 2 * stages) if 0 < recorded < 2 * stages else (
-            2 * stages, 4 * stages)
+        below = 0 < recorded < 2 * stages
         probes = []
-        for micro_batches in counts:
+        for micro_batches in ((recorded, 2 * stages) if below else (2 * stages, 4 * stages)):
             images = PROBE_IMAGES
             if _is_split(record, images, images * micro_batches * pipelines):
-                if micro_batches == recorded:
+                if below:  # the record's own count: larger micro-batches, as few
                     images *= 2
                 else:
                     micro_batches += stages
@@ -123,12 +123,14 @@ def _measured(probe: dict, workload: Workload) -> dict:
 
 
 def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
-    """The cost per action that makes `predicted_step(cost)` (increasing in it, by at least the
-    cost) equal the measured seconds: 0 where the prediction without it is already as slow (no
-    cost is negative), by bisection to a microsecond."""
+    """The cost per action that makes `predicted_step(cost)` (increasing in it) equal the
+    measured seconds: 0 where the prediction without it is already as slow (no cost is
+    negative), by bisection to a microsecond."""
     if predicted_step(0.0) >= measured_s:
         return 0.0
-    low, high = 0.0, measured_s
+    low, high = 0.0, max(measured_s, 1e-3)
+    while predicted_step(high) < measured_s:  # widened until it brackets the cost
+        low, high = high, 2 * high
     while high - low > 1e-6:
         middle = (low + high) / 2
         low, high = (middle, high) if predicted_step(middle) < measured_s else (low, middle)
@@ -142,7 +144,12 @@ def _path(cache: Path, probe: dict, workload: Workload) -> Path:
     settings = settings_key(workload, str(probe["device_kind"]),
                             int(probe.get("threads_per_device") or 1), PROBE_IMAGES)
     devices = len(str(probe["devices"]).split(","))
-    return (cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}"
+    # a pipeline's probe in micro-batches other than PROBE_IMAGES says so: it may hold as
+    # many images as another probe of the same configuration
+    split = number(probe.get("split_size"))
+    sized = f"-s{int(split)}" if layout_of(str(probe["strategy"])) in _PER_ACTION \
+        and split and split != PROBE_IMAGES else ""
+    return (cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}{sized}"
                     f"-g{probe['global_batch']}.json")
 
 
@@ -181,10 +188,16 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
 def _label(probes: list[dict], steps: list[float]) -> str:
     """What the probes were and measured, as predictions.csv says it."""
     first = probes[0]
+    measured = " and ".join(f"{step:.4g}" for step in steps)
     if len(probes) == 1:
         images = f"{int(first['global_batch']) // int(first.get('world_size') or 1)} a rank"
-    else:
-        images = f"{int(first['split_size'])} a micro-batch"
-    batches = " and ".join(str(probe["global_batch"]) for probe in probes)
-    measured = " and ".join(f"{step:.4g}" for step in steps)
-    return f"{first['strategy']} on {batches} images ({images}): {measured} s measured"
+        return (f"{first['strategy']} on {first['global_batch']} images ({images}): "
+                f"{measured} s measured")
+    sizes = {int(probe["split_size"]) for probe in probes}
+    if len(sizes) == 1:
+        batches = " and ".join(str(probe["global_batch"]) for probe in probes)
+        return (f"{first['strategy']} on {batches} images ({sizes.pop()} a micro-batch): "
+                f"{measured} s measured")
+    each = " and ".join(f"{probe['global_batch']} ({int(probe['split_size'])} a micro-batch)"
+                        for probe in probes)
+    return f"{first['strategy']} on {each} images: {measured} s measured"

@@ -98,10 +98,10 @@ def _modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
     if not (fixed.per_action_s or fixed.per_step_s):
         return predicted
     # what the actions' costs add to the step (their overlap counted), and the step's own
-    without = (_layout_model(record, profile_at, link, 0.0).step_time_s if fixed.per_action_s
-               else predicted.step_time_s)
-    step = predicted.step_time_s + fixed.per_step_s
-    return replace(predicted, step_time_s=step, fixed_cost_s=step - without)
+    actions = (predicted.step_time_s - _layout_model(record, profile_at, link, 0.0).step_time_s
+               if fixed.per_action_s else 0.0)
+    return replace(predicted, step_time_s=predicted.step_time_s + fixed.per_step_s,
+                   fixed_cost_s=actions + fixed.per_step_s)
 
 
 def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,

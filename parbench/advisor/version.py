@@ -91,12 +91,22 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # beyond the shorter is per action, what both cost beyond that per step. Version 13 counted
 # all of one probe's excess per action, and a per-step cost (pipeline-fsdp's gathers' and
 # reductions' hooks, the schedule's setup) grew with the record's micro-batches: on the four
-# earlier draws with every probe measured again together, pipeline-fsdp's five records
-# -17.4% to +16.9% under version 13, -7.7% to +1.4% under version 14; the 56 pipelines'
-# median 4.3% to 3.5%, worst 37.2% to 23.2% (development data, not a held-out figure).
+# earlier draws with every probe measured again together (with version 15's probes: those
+# figures first came from version 14's faulty ones), pipeline-fsdp's five records -12.1% to
+# +15.7% under version 13's rule, -7.1% to +4.0% under version 14's; the 56 pipelines' median
+# 3.9% to 3.8%, worst 17.3% to 16.6% (development data, not a held-out figure).
 # The contention probe's missing rank-0 reading raised StopIteration (now a RuntimeError)
 # and 1F1B's and DualPipeV's refusal names the --split-size to use. Judged on a new draw.
-PREDICTOR_VERSION = 14
+# 15: what version 14's probes did wrong, fixed (a review found it): a pipeline's two probes
+# could hold as many images and share one kept file (M micro-batches of 4 images and 2M of 2;
+# the file now names a micro-batch other than 2), so the second was never measured; a probe
+# that was the record itself was given larger micro-batches where it should have been given
+# one a rank more; the cost per action was bisected from a bound that need not bracket it (a
+# difference of two probes may be negative); 1F1B's and DualPipeV's refusal names a
+# --split-size that divides the batch.
+# No record of version 14's held-out draw took any of these paths: predicted again by
+# version 15 from its kept profiles, contention and probes, the same steps (docs/prediction.md).
+PREDICTOR_VERSION = 15
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -134,7 +144,7 @@ OUTSIDE_THE_MODEL = {
 # was taken anew (2026-11-27) when the fingerprint stopped counting comments and where the
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13.
-FINGERPRINT = "0c688909fd9a261b7445a4fcba30f9e927989a34a46094beccdf08af665dabac"
+FINGERPRINT = "f8f170662e6fe6d5af6c7f63fceb2134e588440a689111edf6e132cd7807395e"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

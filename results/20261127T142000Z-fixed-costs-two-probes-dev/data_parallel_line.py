@@ -38,8 +38,8 @@ def main():
             f_line = max(0.0, m[i2] + slope * (ir - i2))
             base = _modelled_prediction(r, prof, link).step_time_s
             meas = r["step_time_median_s"]
-            out.append(dict(run=d[-20:], strategy=r["strategy"], model=r["model"], px=r["image_size"], ranks=ranks,
-                            images_a_rank=ir, measured_s=meas, model_s=base, fixed_at_2=m[i2], fixed_at_4=m[i4] if i4 == 2*i2 else None,
+            out.append(dict(run=Path(d).name, strategy=r["strategy"], model=r["model"], px=r["image_size"], ranks=ranks,
+                            images_a_rank=ir, measured_s=meas, model_s=base, fixed_at_2=m[i2], 
                             probe_images_2=i2, probe_images_b=i4, fixed_at_b=m[i4],
                             v14_error=(base + max(0, m[i2])) / meas - 1, line_error=(base + f_line) / meas - 1))
     t = pd.DataFrame(out); pd.set_option('display.width', 250)

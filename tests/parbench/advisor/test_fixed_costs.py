@@ -36,6 +36,10 @@ def test_the_cost_per_action_is_what_makes_the_prediction_match_the_probe():
     assert solve_action_cost(lambda cost: 0.1 + 8 * cost, 0.26) == pytest.approx(0.02, abs=1e-6)
     # a prediction already as slow as the probe needs no cost, and none is negative
     assert solve_action_cost(lambda cost: 0.3 + 8 * cost, 0.26) == 0.0
+    # a difference of two probes may be negative, and a cost may exceed what it is matched to
+    assert solve_action_cost(lambda cost: -0.05 + 8 * cost, -0.02) == pytest.approx(
+        0.00375, abs=1e-6)
+    assert solve_action_cost(lambda cost: 0.1 + 0.5 * cost, 0.6) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_each_action_of_the_replay_pays_the_cost_once():
@@ -94,6 +98,28 @@ def test_a_pipeline_with_fewer_micro_batches_than_the_probes_is_probed_at_its_ow
     short, long = probe_records(record)
     assert (short["micro_batches"], short["split_size"], short["global_batch"]) == (4, 4, 16)
     assert (long["micro_batches"], long["split_size"]) == (8, fixed_costs.PROBE_IMAGES)
+
+
+@pytest.mark.parametrize("record", [
+    # at 2 micro-batches a rank of 2 images: the shorter probe is the record, so one a rank more
+    _record("pipeline-gpipe", global_batch=8, split_size=2, micro_batches=4,
+            strategy_options={"split_size": 2, "stages": 2}),
+    # at 4 a rank: the longer probe is the record
+    _record("pipeline-zbv", global_batch=16, split_size=2, micro_batches=8,
+            strategy_options={"split_size": 2, "stages": 4, "stages_per_rank": 2}),
+    # at 1 a rank of 2 images: its own count in micro-batches of 4 holds as many images (8) as
+    # the longer probe at 2 a rank of 2
+    _record("pipeline-1f1b", global_batch=4, split_size=2, micro_batches=2,
+            strategy_options={"split_size": 2, "stages": 2}),
+])
+def test_a_pipelines_two_probes_are_kept_apart_and_the_longer_has_more_micro_batches(record):
+    short, long = probe_records(record)
+    assert short["micro_batches"] < long["micro_batches"]
+    assert fixed_costs._path(Path("c"), short, WORKLOAD) != fixed_costs._path(Path("c"), long,
+                                                                               WORKLOAD)
+    for probe in (short, long):
+        assert (probe["global_batch"], probe["split_size"]) != (record["global_batch"],
+                                                                record["split_size"])
 
 
 def _stored(tmp_path, record: dict, *steps_s: float) -> None:
