@@ -190,8 +190,7 @@ class ScheduledPipeline(ProcessPerDevice):
     @staticmethod
     def _check_schedule(schedule: Schedule, ranks: int, per_rank: int,
                         micro_batches: int, batch: int) -> None:
-        """What the schedule itself requires of stages per rank and micro-batches (of one
-        pipeline's `batch` images)."""
+        """What the schedule requires of stages per rank and micro-batches (of `batch` images)."""
         if schedule.v_shape and per_rank != 2:
             raise StrategyError(f"{schedule.torch_name} holds exactly 2 stages per rank (a V), "
                                 f"got --stages-per-rank {per_rank}")
@@ -208,9 +207,8 @@ class ScheduledPipeline(ProcessPerDevice):
         if schedule.torch_name in ("ScheduleDualPipeV", "Schedule1F1B") \
                 and micro_batches < ranks * per_rank:
             stages = ranks * per_rank
-            largest = next(size for size in range(batch // stages, 0, -1) if batch % size == 0) \
-                if batch >= stages else 0  # the largest micro-batch giving equal ones
-            fix = (f"--split-size {largest}" if batch >= stages else
+            divisors = [size for size in range(1, batch // stages + 1) if batch % size == 0]
+            fix = (f"--split-size {divisors[-1]}" if divisors else
                    f"a --batch-size that gives each pipeline {stages} images or more")
             raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "
                                 f"stages ({stages}), got {micro_batches}; use {fix}")
