@@ -292,7 +292,7 @@ def _two_probes() -> str:
     table = pd.read_csv(ROOT / "results" / TWO_PROBES / "pipelines.csv")
     one, two = (table[column].abs() for column in ("error_one_probe", "error_two_probes"))
     return (f"median |error| {_pct(one.median())} with one probe (version 13's rule), "
-            f"{_pct(two.median())} with two;\n- worst {_pct(one.max())} against {_pct(two.max())}")
+            f"{_pct(two.median())} with two; - worst {_pct(one.max())} against {_pct(two.max())}")
 
 
 def _part_e(version: int) -> str:
@@ -343,7 +343,7 @@ FIGURES: tuple[Figure, ...] = (
                 "counts it):", "memory_error", 15),
     Figure((P,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
            "- worst 17.3% against 16.6%", f"results/{TWO_PROBES}/pipelines.csv",
-           lambda: _two_probes().replace("\n", " "), version=15),
+           _two_probes, version=15),
     # History: version 13, on a CPU version 11's steps (docs/prediction.md, versions 12 and
     # 13), so version 11's held-out draw (seed 3; 3 of its 28 configurations failed at
     # launch, refused by torch's 1F1B, so 25) is its figure.
