@@ -102,9 +102,9 @@ def _add_measurement_arguments(group) -> None:
     group.add_argument("--shuffle-seed", type=int, default=0,
                        help="round r shuffles its order with seed shuffle-seed + r (recorded)")
     group.add_argument("--warmup", type=int, default=QUICK_RUN["warmup"],
-                       help="steps run before measuring and discarded (torch's pipelining "
-                            "schedules across processes take at least 2: their second step "
-                            "is slower too)")
+                       help="steps run before measuring and discarded (every strategy of a "
+                            "process per rank takes at least 2: ddp, fsdp, hsdp and torch's "
+                            "pipelining schedules run their second step slower too)")
     group.add_argument("--wide-table", action="store_true",
                        help="print every column of the table (model, batch, image size, "
                             "status, the speedup's causes, efficiencies, imbalance, MFU); by "

@@ -292,14 +292,18 @@ def test_compile_on_and_off_are_configurations_each_with_its_own_baselines(capsy
 
 
 @pytest.mark.timeout(300)
-def test_a_multi_process_pipeline_warms_up_until_its_steps_are_steady(tiny_workload):
-    """torch's pipelining schedules across processes are slower on their second step too:
-    they take two warm-up steps whatever --warmup asks below that; others take what it asks."""
+def test_a_multi_process_layout_warms_up_until_its_steps_are_steady(tiny_workload):
+    """torch's pipelining schedules across processes, ddp, fsdp and hsdp are slower on their
+    second step too: they take two warm-up steps whatever --warmup asks below that; one
+    process takes what it asks."""
     schedule = Config("pipeline-1f1b", tiny_workload, 8, CPU2, warmup=1, steps=2,
                       options={"split_size": 2})
     assert schedule.warmup_steps == 2
     assert replace(schedule, warmup=3).warmup_steps == 3
     assert replace(schedule, strategy="single", options={}).warmup_steps == 1
+    assert replace(schedule, strategy="pipeline", options={}).warmup_steps == 1
+    for data_parallel in ("ddp", "fsdp", "hsdp"):
+        assert replace(schedule, strategy=data_parallel, options={}).warmup_steps == 2
     record = run_config(schedule)
     assert record.status == "ok", record.reason
     assert record.warmup_steps == 2 and len(record.step_times_s) == 2
