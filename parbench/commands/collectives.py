@@ -61,7 +61,9 @@ def command_collectives(args: argparse.Namespace) -> int:
     if launch.job_rank() is not None:
         raise UsageError("run parbench collectives without torchrun or srun; it starts its own "
                          "processes")
-    devices = device_set(args.devices or default_devices()[0])
+    into = open_run_folder(args.into) if args.into else None
+    devices = device_set(args.devices or (into and _widest_devices(into))
+                         or default_devices()[0])
     if len(devices) < 2:
         raise UsageError(f"collectives need at least 2 devices, got {devices.describe()}; "
                          "e.g. --devices cpu,cpu")
@@ -73,7 +75,6 @@ def command_collectives(args: argparse.Namespace) -> int:
     warmup = at_least("--warmup", args.warmup, 0)
     threads = at_least("--threads-per-device", args.threads_per_device, 1)
     timeout_s = positive("--timeout", args.timeout)
-    into = open_run_folder(args.into) if args.into else None
     # Into a run: every group size its strategies may need on these devices (a pipeline's
     # 2-rank sends beside ddp's N ranks), each on the first devices, as those strategies use
     # them; the rows of the groups measured replace theirs, the others are kept.
@@ -103,6 +104,15 @@ def command_collectives(args: argparse.Namespace) -> int:
           "x (n-1)/n for all-gather and reduce-scatter (nccl-tests)")
     print(f"results: {folder.path / 'collectives.csv'}; figure: {figure}")
     return 0
+
+
+def _widest_devices(run) -> str | None:
+    """The most devices any of a run's records used (its command's where it has no records):
+    every group size its strategies may need lies within them."""
+    listed = [r.devices for r in run.read_records() if r.devices]
+    if not listed and (run.path / "command.json").is_file():
+        listed = [str(devices) for devices in run.read_command().get("devices") or []]
+    return max(listed, key=lambda devices: len(devices.split(",")), default=None)
 
 
 def _measured(args: argparse.Namespace, devices, names: list[str], sizes: list[int],
@@ -136,7 +146,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                     "collective over message sizes and reports time, algorithm bandwidth "
                     "(size / time) and bus bandwidth with nccl-tests' definitions, as rows "
                     "and a figure (collectives.csv, collectives.png).")
-    collectives.add_argument("--devices", help="as for run, at least 2 (default: all GPUs, "
+    collectives.add_argument("--devices", help="as for run, at least 2 (default: with "
+                             "--into, the most devices the run's records used; else all GPUs, "
                              "else cpu,cpu)")
     collectives.add_argument("--backend", default="auto", choices=BACKENDS,
                              help="as for run (default auto: NCCL when every rank has its own "

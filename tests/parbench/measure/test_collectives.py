@@ -82,6 +82,19 @@ def test_collectives_into_a_run_measure_every_group_size_and_keep_the_others(tmp
     assert "2, 3 ranks on cpu,cpu,cpu" in out
 
 
+def test_collectives_into_a_run_default_to_the_most_devices_it_used(tmp_path, capsys):
+    # Without --devices, a run of 2 and 3 devices needs 2- and 3-rank groups: both measured
+    # (the default devices elsewhere, cpu,cpu, would leave its 3-rank ddp unpredicted).
+    folder = RunFolder.create(tmp_path, "run")
+    folder.write_command({"devices": ["cpu,cpu", "cpu,cpu,cpu"]})
+    status = main(["collectives", "--max-size", "4KiB", "--collective", "all_reduce",
+                   "--iterations", "1", "--into", str(folder.path)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert sorted({r["world_size"] for r in folder.read_collectives()}) == [2, 3]
+    assert "2, 3 ranks on cpu,cpu,cpu" in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--devices", "cpu"], "collectives need at least 2 devices, got cpu"),
     (["--min-size", "2"], "--min-size must be at least 4 bytes"),
