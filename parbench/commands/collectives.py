@@ -26,6 +26,7 @@ from parbench.measure.collectives import COLLECTIVES, bus_bandwidth
 from parbench.plan.config import Config
 from parbench.plan.planning import BACKENDS
 from parbench.plots import write_collectives_figure
+from parbench.results.folder import ResultsError, RunFolder
 
 __all__ = ["command_collectives", "message_sizes", "parse_size"]
 
@@ -62,10 +63,11 @@ def command_collectives(args: argparse.Namespace) -> int:
         raise UsageError("run parbench collectives without torchrun or srun; it starts its own "
                          "processes")
     into = open_run_folder(args.into) if args.into else None
-    devices = device_set(args.devices or (into and _widest_devices(into))
-                         or default_devices()[0])
+    widest = _widest_devices(into) if into and not args.devices else None
+    devices = device_set(args.devices or widest or default_devices()[0])
     if len(devices) < 2:
-        raise UsageError(f"collectives need at least 2 devices, got {devices.describe()}; "
+        used = f" (the most devices {args.into}'s records used)" if widest else ""
+        raise UsageError(f"collectives need at least 2 devices, got {devices.describe()}{used}; "
                          "e.g. --devices cpu,cpu")
     names = choice_list("--collective", args.collective, list(COLLECTIVES))
     sizes = message_sizes(parse_size("--min-size", args.min_size),
@@ -106,13 +108,17 @@ def command_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
-def _widest_devices(run) -> str | None:
-    """The most devices any of a run's records used (its command's where it has no records):
-    every group size its strategies may need lies within them."""
-    listed = [r.devices for r in run.read_records() if r.devices]
-    if not listed and (run.path / "command.json").is_file():
-        listed = [str(devices) for devices in run.read_command().get("devices") or []]
-    return max(listed, key=lambda devices: len(devices.split(",")), default=None)
+def _widest_devices(run: RunFolder) -> str | None:
+    """The most devices any of a run's records used on one host (its command's where it has
+    no records): every group size its strategies may need lies within them. None where
+    neither says, and for devices on several hosts, whose ranks this command cannot start."""
+    try:
+        listed = [r.devices for r in run.read_records() if r.devices] or [
+            str(devices) for devices in run.read_command().get("devices") or []]
+    except ResultsError:  # no records, and no readable command.json
+        return None
+    local = [devices for devices in listed if "/" not in devices]  # host/device: another host
+    return max(local, key=lambda devices: len(devices.split(",")), default=None)
 
 
 def _measured(args: argparse.Namespace, devices, names: list[str], sizes: list[int],
@@ -147,8 +153,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                     "(size / time) and bus bandwidth with nccl-tests' definitions, as rows "
                     "and a figure (collectives.csv, collectives.png).")
     collectives.add_argument("--devices", help="as for run, at least 2 (default: with "
-                             "--into, the most devices the run's records used; else all GPUs, "
-                             "else cpu,cpu)")
+                             "--into, the most devices the run's records used, or its "
+                             "command's; else all GPUs, else cpu,cpu)")
     collectives.add_argument("--backend", default="auto", choices=BACKENDS,
                              help="as for run (default auto: NCCL when every rank has its own "
                                   "GPU, else gloo)")

@@ -95,6 +95,29 @@ def test_collectives_into_a_run_default_to_the_most_devices_it_used(tmp_path, ca
     assert "2, 3 ranks on cpu,cpu,cpu" in out
 
 
+def test_collectives_into_read_the_devices_from_the_records_where_there_are_some(tmp_path,
+                                                                                 capsys):
+    # The records win over the command: 3 devices recorded (one record saying none), 2 asked.
+    folder = RunFolder.create(tmp_path, "run")
+    folder.write_command({"devices": ["cpu,cpu"]})
+    folder.write_records([ok_record(devices="cpu,cpu,cpu"), ok_record(devices=None),
+                          ok_record("ddp", devices="cpu,cpu")])
+    status = main(["collectives", "--max-size", "4KiB", "--collective", "all_reduce",
+                   "--iterations", "1", "--into", str(folder.path)])
+    assert status == 0, capsys.readouterr().err
+    assert sorted({r["world_size"] for r in folder.read_collectives()}) == [2, 3]
+
+
+def test_collectives_into_a_run_of_one_device_say_where_the_devices_came_from(tmp_path,
+                                                                               capsys):
+    folder = RunFolder.create(tmp_path, "run")
+    folder.write_records([ok_record(devices="cpu")])
+    assert main(["collectives", "--into", str(folder.path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "got cpu (the most devices" in err and "records used); e.g. --devices" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--devices", "cpu"], "collectives need at least 2 devices, got cpu"),
     (["--min-size", "2"], "--min-size must be at least 4 bytes"),
