@@ -49,10 +49,11 @@ class Layout(enum.Enum):
         """The fewest warm-up steps before its steps are steady (0: no fewest beyond what a
         run asks): 2 for every layout of a process per rank. After one warm-up step, the first
         measured step took longer than the next: torch.distributed.pipelining's schedules a
-        median 6.3% (40 of 45 trials of the held-out draw of 2026-11-27), hsdp 19% (10% to
-        26%, its 9 records in four held-out draws), fsdp 10% (4% to 14%, 5), ddp 3% and 6%
-        (DDP rebuilds its buckets in its second iteration); from the third step on they are
-        steady. One process and single: 0.3% and 0.4%."""
+        median 6.3% (40 of 45 trials of the held-out draw of seed 1), hsdp 19% (10% to 26%,
+        its 9 records in four held-out draws), fsdp 10% (4% to 14%, 5), ddp 3% and 6% (DDP
+        rebuilds its buckets in its second iteration); from the third step on, within this
+        CPU's noise (results/20261127T155000Z-warmup-data-parallel-dev). One process and
+        single: 0.3% and 0.4%."""
         return 2 if self in (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES, Layout.REPLICAS,
                              Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED) else 0
 

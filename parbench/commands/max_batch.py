@@ -91,9 +91,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     """`parbench max-batch`: its parser and arguments."""
     largest = commands.add_parser(
         "max-batch", help="find the largest global batch each strategy trains in memory",
-        description="Doubling, then bisection: each trial trains one warm-up and one measured "
-                    "step; out of memory ends a trial. On CPU a per-process cap stands in for "
-                    "device memory (--memory-cap-mib).")
+        description="Doubling, then bisection: each trial trains its warm-up (one step; two for "
+                    "a strategy of a process per rank) and one measured step; out of memory "
+                    "ends a trial. On CPU a per-process cap stands in for device memory "
+                    "(--memory-cap-mib).")
     largest.add_argument("--strategy", required=True, help="strategies (comma list)")
     largest.add_argument("--model", default="resnet50")
     largest.add_argument("--image-size", default="128")

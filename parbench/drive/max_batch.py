@@ -1,5 +1,6 @@
 """The largest global batch a strategy trains without running out of memory: doubling, then
-bisection, each trial a real configuration (one warm-up and one measured step)."""
+bisection, each trial a real configuration (its warm-up, one step or the
+layout's two, and one measured step)."""
 
 from __future__ import annotations
 

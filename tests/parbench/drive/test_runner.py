@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from parbench import strategies
 from parbench.drive.runner import add_comparisons, run_config, run_sweep
 from parbench.machine.devices import parse_devices
 from parbench.plan import Sweep
@@ -289,6 +290,15 @@ def test_compile_on_and_off_are_configurations_each_with_its_own_baselines(capsy
     assert compiled.speedup_vs_baseline == pytest.approx(30 / 20)
     assert eager.micro_batch_effect == pytest.approx(8 / 10)
     assert eager.parallel_effect == pytest.approx(12 / 8)
+
+
+def test_every_strategy_of_a_process_per_rank_warms_up_two_steps():
+    """Declared by layout, held against each strategy's own processes: a new strategy that
+    starts a process per rank cannot come in warming up less."""
+    for name in strategies.names():
+        entry = strategies.lookup(name)
+        expected = 2 if entry.cls.process_per_device else 0
+        assert entry.cls.layout.warmup_steps == expected, name
 
 
 @pytest.mark.timeout(300)

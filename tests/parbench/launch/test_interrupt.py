@@ -20,7 +20,7 @@ import pytest
 from parbench.cli import main
 from tests.support import TINY_FLAGS, child_pids, children
 
-# Enough that ddp's ranks (1 + 5 steps, then 1 + 5 without communication: some 1.5 s on 2
+# Enough that ddp's ranks (2 + 5 steps, then 2 + 5 without communication: some 1.5 s on 2
 # cores, after their set-up) are still training when the signal comes, 0.5 s after both have
 # started.
 STEPS = 5

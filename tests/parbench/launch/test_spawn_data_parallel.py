@@ -167,7 +167,8 @@ def _listening_addresses(pids: list[int]) -> set[str]:
 @pytest.mark.timeout(180)
 def test_the_default_rendezvous_listens_on_loopback_only(tiny_workload, child_pids):
     """The store and gloo's own sockets: sampled while a real 2-rank job runs."""
-    # 1 + 3 steps, then 1 + 3 without communication: some 1.5 s of sampling, every 0.05 s.
+    # 2 + 3 steps (ddp warms up 2), then 2 + 3 without communication: some 1.5 s of
+    # sampling, every 0.05 s.
     config = Config("ddp", tiny_workload, 8, CPU2, warmup=1, steps=3)
     result = {}
     worker = threading.Thread(target=lambda: result.update(record=run_config(config)))

@@ -25,7 +25,8 @@ from parbench.results.folder import load_records
 from tests.support import CPU2, TINY_FLAGS
 
 # Enough steps that the killed configuration's workers are still training half a second after
-# they start: 1 + 4 steps, then 1 + 4 without communication, some 2 s on 2 cores.
+# they start: 2 + 4 steps (ddp warms up 2), then 2 + 4 without communication, some 2 s on 2
+# cores.
 STEPS = 4
 SWEEP = ["--devices", "cpu", *TINY_FLAGS, "--warmup", "1", "--progress", "off"]
 
