@@ -360,6 +360,7 @@ FIGURES: tuple[Figure, ...] = (
                 "traced compute):", "trace_replay_error", 14),
     _column_row(V14, "counts it): median |error| 0.2%, worst 4.9%",
                 "counts it):", "memory_error", 14),
+    # Version 14's development data, its probes measured again by version 15's code.
     Figure((P,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
            "- worst 17.3% against 16.6%", f"results/{TWO_PROBES}/pipelines.csv",
            _two_probes, version=15),

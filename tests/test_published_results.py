@@ -25,8 +25,9 @@ RESULTS = ROOT / "results"
 # 19.0 MB with version 7's held-out run, records.json one record a line (not indented);
 # 21.0 MB with version 9's (2.0 MB, its 38 timelines drawn among them); 23.2 MB with version
 # 10's (seed 2); 25.3 MB with version 11's (seed 3) and the repeatability runs beside it;
-# 27.8 MB with version 14's (seed 4) and its development data: well under the loan's 64 MiB.
-TRACKED_BUDGET_BYTES = 30_000_000
+# 27.8 MB with version 14's (seed 4) and its development data; 29.8 MB with version 15's
+# (seed 5) and the warm-up data; room for its recommend experiment: under the loan's 64 MiB.
+TRACKED_BUDGET_BYTES = 36_000_000
 RUNS = sorted(folder.name for folder in RESULTS.iterdir()
               if (folder / "records.json").is_file())
 # What a run measured (the inputs); every other file is written from them.

@@ -66,9 +66,10 @@ class Case:
     memory_mib: int | None = None
 
 
-# Chosen before version 15 of the models predicted any of them; none was used to develop it
-# (the two capped ones at 60% of their single device's predicted memory, rounded to 10 MiB):
-# where single does not fit, and the largest models.
+# Chosen before version 15 of the models predicted any step or ranking of them; none was used
+# to develop it. Two are capped at 60% of their single device's predicted memory (rounded to
+# 10 MiB; the only prediction made before), so single does not fit them; resnet101 is the
+# largest model.
 WORKLOADS = (
     Case("resnet18-96px-b32-x2", "resnet18", 96, 32, 2, (8, 16)),
     Case("resnet50-32px-b32-x4", "resnet50", 32, 32, 4, (4, 8)),
@@ -78,7 +79,9 @@ WORKLOADS = (
 # Earlier checks' workloads, spent: version 6's held-out ones
 # (results/20261126T110536Z-recommend-experiment), then version 5's
 # (results/20261126T071141Z-recommend-experiment), on whose measurements version 6 was
-# developed. Kept so that `--judge` reads those experiments again.
+# developed. Kept so that `--judge` finds their names; judging again predicts with the current
+# models (and probes what they lack), so it would rewrite a published experiment.json with
+# another version's predictions: the published pages read theirs as stored.
 SPENT = (
     Case("resnet18-32px-b64-x4", "resnet18", 32, 64, 4, (16,)),
     Case("resnet34-32px-b32-x2", "resnet34", 32, 32, 2, (8, 16)),

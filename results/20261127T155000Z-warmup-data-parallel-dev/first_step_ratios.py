@@ -1,7 +1,7 @@
 """Each held-out draw's records: a trial's first measured step over its second (after the
 record's warm-up), the median over its trials, by strategy; and a folder's steps by position.
 
-python first_step_ratios.py                 # the held-out draws of seeds 0 to 4 in results/
+python first_step_ratios.py                 # the held-out draws of seeds 0 to 5 in results/
 python first_step_ratios.py steps           # this folder's 6-step trials, step by step
 """
 
@@ -36,7 +36,7 @@ if __name__ == "__main__":
             print(record["strategy"], record["warmup_steps"], "warm-up;",
                   " ".join(f"{s:.3f}" for s in record["step_times_s"]))
     else:
-        for seed in range(5):  # the draws measured with one warm-up step for data parallel
+        for seed in range(6):  # data parallel warmed up one step in 0 to 4, two in 5
             folder, = RESULTS.glob(f"*-prediction-holdout-devices-seed{seed}-*")
             warmups = {r["strategy"]: r["warmup_steps"] for r in records(folder)
                        if r.get("status") == "ok"}
