@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -104,6 +104,20 @@ def _label(config) -> str:
     return f"{config.strategy} {recommend.option_flags(config.options)}".strip()
 
 
+def _with_control(configs: list) -> list:
+    """The sweep's layouts and recommend's control (ddp at parbench's defaults: bucket views, a
+    static graph), which the sweep lacks: it sweeps what the models cover, ddp at torch's
+    own settings. `--confirm` measures the control, and may pick it."""
+    template = next(c for c in configs if c.strategy == recommend.CONTROL[0])
+    return [*configs, replace(template, options=dict(recommend.CONTROL[1]))]
+
+
+def _naive(configs: list) -> str:
+    """The naive choice's label: the sweep's ddp at torch's own settings (its fewest flags)."""
+    return _label(min((c for c in configs if c.strategy == recommend.CONTROL[0]),
+                      key=lambda c: len(c.options)))
+
+
 def _configs(spec: Case) -> list:
     devices = parse_devices(",".join(["cpu"] * spec.devices))
     workload = Workload(model=spec.model, image_size=spec.image_size, num_classes=10)
@@ -153,9 +167,11 @@ def measure_final(spec: Case, out: Path, measured: dict, rounds: int) -> str:
 
 
 def contenders(spec: Case, out: Path, measured: dict) -> list:
-    """The layouts within FINAL_WITHIN of the sweep's best mean, and both picks."""
+    """The layouts within FINAL_WITHIN of the sweep's best mean, and both picks (the control
+    too, where `--confirm` picked it)."""
     configs = _configs(spec)
     _, ranked = _predicted(spec, configs, out)
+    configs = _with_control(configs)
     labels = {config.key(): _label(config) for config in configs}
     swept = _rounds(RunFolder(out / measured["run"]).read_records(), labels)
     means = {label: stats.centre(by_round.values()) or 0.0 for label, by_round in swept.items()}
@@ -205,7 +221,7 @@ def _rounds(records, labels) -> dict[str, dict[int, float]]:
 def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, records,
             confirmed: dict, folder: RunFolder, final: RunFolder | None) -> dict:
     by_key = {record.config_key: record for record in records}
-    labels = {config.key(): _label(config) for config in configs}
+    labels = {config.key(): _label(config) for config in _with_control(configs)}
     swept = _rounds(records, labels)
     rounds = _rounds(final.read_records(), labels) if final else swept
     if ranked.empty:
@@ -219,7 +235,7 @@ def _judged(spec: Case, configs, table: pd.DataFrame, ranked: pd.DataFrame, reco
     after_in_sweep = recommend.confirm_verdict(swept, confirmed_best) if confirmed_best else {}
     calls = _memory_calls(spec, table, by_key, labels)
     memory = _memory_errors(table, by_key, labels)
-    control = recommend.confirm_verdict(swept, recommend.CONTROL[0])
+    control = recommend.confirm_verdict(swept, _naive(configs))
     measured_by_confirm = len(confirmed["measured"])
     return dict(
         workload=asdict(spec), run=folder.path.name, confirmation=confirmed["folder"],
