@@ -149,10 +149,14 @@ def _sweep_only(found: dict, cases: list[dict]) -> str:
     finals = [c for c in cases if c.get("final")]
     in_sweep = ", ".join(f"{c['workload']['name']} {_pct(c['sweep_confirmed_pick_regret'])} "
                          f"(best {c['sweep_best']})" for c in finals)
-    sweep_within = sum((c["sweep_confirmed_pick_regret"] or 0) <= 0.05 for c in finals)
+    judged = [c["sweep_confirmed_pick_regret"] for c in finals
+              if c["sweep_confirmed_pick_regret"] is not None]
+    unjudged = len(finals) - len(judged)  # a pick the sweep did not measure: the control
     return (f"Judged in the sweep alone (its best chosen and read on the same rounds), "
             f"the regret after --confirm {found['confirm']} was at most 5% in "
-            f"{sweep_within} of {len(finals)}: {in_sweep}." if finals else "")
+            f"{sum(regret <= 0.05 for regret in judged)} of {len(judged)}"
+            + (f" ({unjudged} pick not in the sweep: recommend's control, -)" if unjudged else "")
+            + f": {in_sweep}." if finals else "")
 
 
 def _memory(cases: list[dict]) -> str:
