@@ -47,6 +47,7 @@ V3_VIT = "20261125T225641Z-prediction-holdout-vit-seed0-v3"
 VIT_QUICK = "20261125T213725Z"
 V5 = "20261126T071141Z-recommend-experiment"
 V6 = "20261126T110536Z-recommend-experiment"
+V15_RECOMMEND = "20261127T161554Z-recommend-experiment"
 H200 = "20261126T004029Z-gpu-reference-h200"
 H200_PART_E = "20261127T111514Z-gpu-reference-h200"  # part e predicted by versions 12 and 13
 V7 = "20261127T041422Z-prediction-holdout-devices-seed0-v7"
@@ -360,6 +361,14 @@ FIGURES: tuple[Figure, ...] = (
                 "traced compute):", "trace_replay_error", 14),
     _column_row(V14, "counts it): median |error| 0.2%, worst 4.9%",
                 "counts it):", "memory_error", 14),
+    # Version 15's recommend experiment: its draw in the one metric, its memory.
+    Figure((R,), "median |error| 4.1% of the step time, worst 122.9%, over 113 held-out "
+           "configurations", _exp(V15_RECOMMEND),
+           lambda: headline(experiment_all(V15_RECOMMEND)), version=15),
+    Figure((R,), "median |error| 0.5%, worst 33.4%", _exp(V15_RECOMMEND),
+           lambda: _memory(V15_RECOMMEND)[0], version=15),
+    Figure((R,), "99 of 113 within 10%", _exp(V15_RECOMMEND),
+           lambda: _memory(V15_RECOMMEND)[1], version=15),
     # Version 14's development data, its probes measured again by version 15's code.
     Figure((P,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
            "- worst 17.3% against 16.6%", f"results/{TWO_PROBES}/pipelines.csv",
