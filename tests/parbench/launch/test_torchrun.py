@@ -25,9 +25,10 @@ from parbench.results.folder import load_records
 from tests.support import CPU2, TINY_FLAGS
 
 # Enough steps that the killed configuration's workers are still training half a second after
-# they start: 2 + 4 steps (ddp warms up 2), then 2 + 4 without communication, some 2 s on 2
-# cores.
-STEPS = 4
+# they are found: 2 + 8 steps (ddp warms up 2), then 2 + 8 without communication, some 3 s on
+# 2 cores. With 4, a worker under the load of the whole suite (pytest -n 2) once ended before
+# the kill.
+STEPS = 8
 SWEEP = ["--devices", "cpu", *TINY_FLAGS, "--warmup", "1", "--progress", "off"]
 
 
