@@ -54,8 +54,8 @@ class Layout(enum.Enum):
         rebuilds its buckets in its second iteration); from the third step on, within this
         CPU's noise (results/20261127T155000Z-warmup-data-parallel-dev). One process and
         single: 0.3% and 0.4%."""
-        return 2 if self in (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES, Layout.REPLICAS,
-                             Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED) else 0
+        return 2 if self.data_parallel or self in (Layout.SCHEDULED_PIPELINE,
+                                                   Layout.SHARDED_PIPELINES) else 0
 
     @property
     def pipelined(self) -> bool:
