@@ -19,6 +19,7 @@ from parbench.strategies.options import Options, OptionSpec
 from parbench.strategies.pipeline import Pipeline
 from parbench.strategies.pipeline_fsdp import PipelineFSDP
 from parbench.strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
+from parbench.strategies.rank_parallel import with_tuning
 from parbench.strategies.single import SingleDevice
 
 __all__ = [
@@ -79,12 +80,12 @@ def lookup(name: str) -> Entry:
 
 
 def options_of(name: str, options: dict | Options | None = None) -> Options:
-    """Strategy `name`'s Options from `options` (those it does not take are ignored) and its
-    registry preset."""
+    """Strategy `name`'s Options from `options` (those it does not take are ignored), its
+    registry preset, and what `--tuning torch` sets where it is given."""
     if isinstance(options, Options):
         return options
     entry = lookup(name)
-    return entry.cls.Options.from_values({**(options or {}), **entry.preset})
+    return entry.cls.Options.from_values(with_tuning({**(options or {}), **entry.preset}))
 
 
 def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],

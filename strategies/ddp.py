@@ -14,7 +14,12 @@ from torch.nn.parallel import DistributedDataParallel
 from parbench.strategies.base import Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
-from parbench.strategies.rank_parallel import RankDataParallel, ReplicaOptions
+from parbench.strategies.rank_parallel import (
+    TORCH_SETTINGS,
+    RankDataParallel,
+    ReplicaOptions,
+    tuning_option,
+)
 
 __all__ = ["DDP", "DDPOptions"]
 
@@ -33,6 +38,8 @@ SAMPLED_TIMES = {"forward_compute_time": "ddp_forward_time_s",
 @dataclass(frozen=True)
 class DDPOptions(ReplicaOptions):
     """DistributedDataParallel's own settings, and a communication hook."""
+
+    tuning: str = tuning_option()
 
     bucket_cap_mb: float | None = option(above=0, sweep=False, help="gradient bucket size in "
                                          "MB (DDP's default 25)")
@@ -57,6 +64,11 @@ class DDPOptions(ReplicaOptions):
     zero: bool = option(False, help="shard the optimiser state over the ranks "
                         "(ZeroRedundancyOptimizer, ZeRO stage 1): each rank updates its share "
                         "of the parameters, then broadcasts them")
+
+    def implied(self) -> dict:
+        return ({name: TORCH_SETTINGS[name] for name in ("gradient_as_bucket_view",
+                                                         "static_graph")}
+                if self.tuning == "torch" else {})
 
     def check(self, workload, global_batch, devices) -> None:
         if self.sync_batchnorm and devices[0].type != "cuda":

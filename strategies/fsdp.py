@@ -20,7 +20,12 @@ from typing_extensions import Self  # typing's from Python 3.11
 from parbench.strategies.base import Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
-from parbench.strategies.rank_parallel import RankDataParallel, ReplicaOptions
+from parbench.strategies.rank_parallel import (
+    TORCH_SETTINGS,
+    RankDataParallel,
+    ReplicaOptions,
+    tuning_option,
+)
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload
@@ -35,6 +40,8 @@ RESHARD = ("yes", "no", "except-last")
 @dataclass(frozen=True)
 class FSDPOptions(ReplicaOptions):
     """fully_shard's own settings: its units, when they reshard, its mixed precision."""
+
+    tuning: str = tuning_option()
 
     fsdp_units: str | None = option(choices=UNITS, label="units", help=(
         "the FSDP units besides the root (which holds the stem and the head): block, each "
@@ -54,6 +61,11 @@ class FSDPOptions(ReplicaOptions):
         "parameters kept in fp32, BatchNorm gathered and computed in fp32 (FSDP1's default); "
         "autocast runs as for every strategy. Default: on under --precision bf16 or fp16 "
         "(torchtitan's bf16 parameters with fp32 reduction), off in fp32"))
+
+    def implied(self) -> dict:
+        return ({name: TORCH_SETTINGS[name] for name in ("fsdp_units", "reshard_after_forward",
+                                                         "mixed_precision")}
+                if self.tuning == "torch" else {})
 
     def check(self, workload, global_batch, devices) -> None:
         if self.mixed_precision and workload.autocast_dtype is None:

@@ -149,9 +149,26 @@ class Options:
         return cls(**cls.taken(values))
 
     def given(self) -> dict:
-        """The options that differ from their defaults, by name (what a record shows)."""
-        return {spec.name: getattr(self, spec.name) for spec in self.specs()
-                if getattr(self, spec.name) != spec.default and not spec.preset}
+        """The options that differ from their defaults, or from the value another option
+        implies for them (`implied`), by name: what a record and its label show."""
+        implied, shown = self.implied(), {}
+        for spec in self.specs():
+            value = getattr(self, spec.name)
+            if spec.preset:
+                continue
+            if spec.name in implied:  # a switch resolved to None is off, as implied False
+                same = value == implied[spec.name] or (spec.type is bool and not value
+                                                       and not implied[spec.name])
+            else:
+                same = value == spec.default
+            if not same:
+                shown[spec.name] = value
+        return shown
+
+    def implied(self) -> dict:
+        """The values other options set (`--tuning torch` sets torch's own defaults), by
+        name: a label names the option that set them, not each of them."""
+        return {}
 
     def settings(self, devices: tuple[torch.device, ...]) -> dict:
         """Every option's value as the strategy runs it on `devices`, defaults included (a

@@ -13,7 +13,33 @@ from parbench.strategies.base import ProcessPerDevice, Strategy
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import Options, option
 
-__all__ = ["RankDataParallel", "ReplicaOptions", "SplitBatch"]
+__all__ = ["TORCH_SETTINGS", "TUNINGS", "RankDataParallel", "ReplicaOptions", "SplitBatch",
+           "tuning_option", "with_tuning"]
+
+# What `--tuning torch` sets: torch's own defaults for the DDP and FSDP2 settings parbench
+# tunes by default (bucket views, a static graph, layer-group units resharded all but the last,
+# parameters gathered in bf16 under bf16). A setting given beside it is kept as given.
+TORCH_SETTINGS = dict(gradient_as_bucket_view=False, static_graph=False, fsdp_units="block",
+                      reshard_after_forward="yes", mixed_precision=False)
+TUNINGS = ("tuned", "torch")
+
+
+def tuning_option():
+    """The `tuning` field of the data-parallel strategies whose settings parbench tunes."""
+    return option("tuned", choices=TUNINGS, label="tuning", help=(
+        "tuned (the default): parbench's settings, as torchtitan configures DDP and FSDP2; "
+        "torch: torch's own defaults for every setting not given beside it "
+        "(gradient_as_bucket_view off, static_graph off, fsdp_units block, "
+        "reshard_after_forward yes, mixed_precision off); `--tuning tuned,torch` measures "
+        "both in the same rounds"))
+
+
+def with_tuning(values: dict) -> dict:
+    """Option values with torch's own defaults filled in for the settings not given (None or
+    absent), where `tuning` is torch; the values as they are otherwise."""
+    if values.get("tuning") != "torch":
+        return values
+    return {**TORCH_SETTINGS, **{k: v for k, v in values.items() if v is not None}}
 
 
 @dataclass(frozen=True)

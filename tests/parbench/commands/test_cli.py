@@ -157,6 +157,40 @@ def test_torch_defaults_against_the_tuned_ones_are_distinct_labelled_configurati
         "units=block, reshard=yes", "units=block", "units=group, reshard=yes", "units=group"]
 
 
+def test_tuning_torch_sets_torch_own_defaults_for_the_settings_not_given_beside_it():
+    """`--tuning tuned,torch`: two configurations per strategy, the second with torch's own
+    DDP and FSDP2 defaults (what the record's settings say), a setting given beside it kept."""
+    from parbench.cli import parser
+    from parbench.commands.run_spec import spec_of
+    from parbench.drive.runner import planned_fields
+    from parbench.plan import Sweep
+
+    def planned(*flags: str) -> list[tuple[str, dict, dict]]:
+        argv = ["run", *flags, "--devices", "cpu,cpu", *TINY_FLAGS, "--batch-size", "8",
+                "--precision", "bf16"]
+        return [(fields["strategy"], fields["strategy_options"], fields["strategy_settings"])
+                for fields in map(planned_fields, Sweep.build(spec_of(parser().parse_args(
+                    argv))).configs) if fields["strategy"] != "single"]
+
+    both = planned("--strategy", "ddp,fsdp", "--tuning", "tuned,torch")
+    torch_own = [config for config in both if config[1].get("tuning") == "torch"]
+    tuned = [config for config in both if "tuning" not in config[1]]
+    assert [name for name, *_ in tuned] == [name for name, *_ in torch_own] == ["ddp", "fsdp"]
+    assert [options for _, options, _ in torch_own] == [{"tuning": "torch"}] * 2
+    ddp, fsdp = (settings for _, _, settings in torch_own)
+    assert (ddp["gradient_as_bucket_view"], ddp["static_graph"]) == (False, False)
+    assert (fsdp["fsdp_units"], fsdp["reshard_after_forward"], fsdp["mixed_precision"]) == (
+        "block", "yes", False)
+    ddp, fsdp = (settings for _, _, settings in tuned)
+    assert (ddp["gradient_as_bucket_view"], ddp["static_graph"]) == (True, True)
+    assert (fsdp["fsdp_units"], fsdp["reshard_after_forward"], fsdp["mixed_precision"]) == (
+        "group", "except-last", True)
+    [(_, options, settings)] = planned("--strategy", "ddp", "--tuning", "torch",
+                                       "--static-graph", "on")
+    assert options == {"tuning": "torch", "static_graph": True}
+    assert (settings["gradient_as_bucket_view"], settings["static_graph"]) == (False, True)
+
+
 def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
     import parbench.commands.verify
     from parbench.drive.verify import Verdict
