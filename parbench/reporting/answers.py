@@ -12,6 +12,7 @@ from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
 from parbench.plots.common import interval_of, is_compiled
+from parbench.reporting.deciding import Decided, deciding_intervals
 from parbench.results import stats
 from parbench.results.record import columns, has_interval, heading, is_number, optional
 
@@ -59,9 +60,9 @@ def _above_ideal(record: pd.Series, name: str, causes: str) -> str:
     if bounds is None:
         return f" (ABOVE the ideal, in one trial: no interval; if it holds, {causes})"
     if bounds[0] > 1:
-        return (f" (ABOVE the ideal beyond noise, interval {bounds[0]:.0%}-{bounds[1]:.0%}: "
-                f"{causes})")
-    return f" (above the ideal within noise: interval {bounds[0]:.0%}-{bounds[1]:.0%})"
+        return (f" (ABOVE the ideal beyond noise, 95% interval {bounds[0]:.0%}-{bounds[1]:.0%}"
+                f": {causes})")
+    return f" (above the ideal within noise: 95% interval {bounds[0]:.0%}-{bounds[1]:.0%})"
 
 
 def answers(frame: pd.DataFrame) -> list[str]:
@@ -138,7 +139,8 @@ def _rounds(record: pd.Series) -> dict[int, float]:
 
 def _fastest(ranked: pd.DataFrame) -> str:
     """The fastest strategy, unless another is within noise of it (their throughputs'
-    ratio, paired by round, has an interval across 1): then those, named together."""
+    ratio, paired by round, has an interval across 1): then those, named together. Beside
+    each throughput's own interval, the ratio's, which decides."""
     first = ranked.iloc[0]
     text = f"{_named(first)} at {_with_interval(first, 'throughput_ips')} img/s"
     if len(ranked) == 1:
@@ -146,21 +148,33 @@ def _fastest(ranked: pd.DataFrame) -> str:
     others = list(ranked.iloc[1:].iterrows())
     # "Faster than every other" holds only where each pair's own test says so: a claim that
     # needs all of them is false at most as often as one of them (an intersection-union test),
-    # so it needs no correction for their number.
-    verdicts = stats.verdicts({index: stats.paired_ratios(_rounds(first), _rounds(other))
-                               for index, other in others}, correct=False)
-    tied = [other for index, other in others if verdicts[index] == "within noise"]
+    # so it needs no correction for their number, and each pair's 95% interval decides it.
+    ratios = {index: stats.paired_ratios(_rounds(first), _rounds(other))
+              for index, other in others}
+    verdicts = stats.verdicts(ratios, correct=False)
+    tied = [(index, other) for index, other in others if verdicts[index] == "within noise"]
     unknown = [other for index, other in others if verdicts[index] is None]
     pairs = (f"{len(others)} pair{'s' if len(others) > 1 else ''} compared, each by its own "
              "t-test at the 5% level")
+
+    def over(index, other) -> str:  # a pair judged: two ratios or more, so an interval
+        centre, bounds = stats.centre(ratios[index]), stats.interval(ratios[index])
+        assert centre is not None and bounds is not None
+        return (f"{_format_number(centre)} [{_format_number(bounds[0])}, "
+                f"{_format_number(bounds[1])}] over {_named(other)}")
+
+    decides = "decided by the fastest's throughput over each other's, paired by round, "
     if tied:
-        named = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for r in tied)
-        return (f"fastest within noise: {text}, with {named} img/s (paired by round; "
-                f"{pairs})")
+        named = ", ".join(f"{_named(r)} {_with_interval(r, 'throughput_ips')}" for _, r in tied)
+        return (f"fastest within noise: {text}, with {named} img/s (each throughput's 95% "
+                f"interval; {decides}whose 95% interval holds 1: "
+                f"{', '.join(over(*pair) for pair in tied)}; {pairs})")
     if unknown:
         return (f"fastest {text} (against {len(unknown)} of the others, one trial: no "
                 "interval; measure with --repeats 3)")
-    return f"fastest {text}, beyond the noise of every other ({pairs})"
+    example = "e.g. " if len(others) > 1 else ""
+    return (f"fastest {text}, beyond the noise of every other ({decides}whose 95% interval "
+            f"excludes 1, {example}{over(*others[0])}, the next fastest; {pairs})")
 
 
 def _with_interval(record: pd.Series, name: str) -> str:
@@ -170,6 +184,46 @@ def _with_interval(record: pd.Series, name: str) -> str:
     if bounds:
         text += f" [{_format_number(bounds[0])}, {_format_number(bounds[1])}]"
     return text
+
+
+def _speedup_interval(record: pd.Series) -> tuple[float, float] | None:
+    """The speedup's own 95% interval, as the record keeps it."""
+    bounds = interval_of(record, "speedup_vs_baseline")
+    return (bounds[0], bounds[1]) if bounds else None
+
+
+def _disagrees(record: pd.Series) -> bool:
+    """Whether the speedup's own 95% interval says otherwise than the record's verdict: one
+    that excludes 1 beside "within noise", where the verdicts made asked for a wider one."""
+    verdict = record.get("verdict")
+    own = stats.verdict(_speedup_interval(record))
+    return isinstance(verdict, str) and own is not None and own != verdict
+
+
+def _verdict_cell(record: pd.Series) -> str:
+    verdict = record.get("verdict")
+    if not isinstance(verdict, str):
+        return "-"
+    return verdict + ("*" if _disagrees(record) else "")
+
+
+def _deciding_lines(frame: pd.DataFrame, decided: dict) -> list[str]:
+    """For each verdict its speedup's 95% interval contradicts (marked * in the table), the
+    interval that decides."""
+    lines = []
+    for index, row in frame.iterrows():
+        found: Decided | None = decided.get(index)
+        own = _speedup_interval(row)
+        if not _disagrees(row) or found is None or own is None:
+            continue
+        low, high = own
+        lines.append(
+            f"  * {_named(row)} on {row['devices']}: its speedup's 95% interval "
+            f"[{_format_number(low)}, {_format_number(high)}] excludes 1, but it is one of "
+            f"{found.verdicts} verdicts against {strategies.BASELINE} ({found.judged} faster "
+            f"or slower): its verdict's interval, at {found.confidence:.1%}, is "
+            f"[{_format_number(found.bounds[0])}, {_format_number(found.bounds[1])}]")
+    return lines
 
 
 def _verdict_count(frame: pd.DataFrame) -> str:
@@ -196,7 +250,8 @@ def noise_floor(frame: pd.DataFrame) -> list[str]:
         spread = max(abs(bounds[0] - 1), abs(bounds[1] - 1))
         lines.append(
             f"noise floor: {_named(row)} on {row['devices']} against itself (A/A, twice in "
-            f"each round): ratio {_with_interval(row, 'aa_ratio')}, {row['aa_verdict']}: one "
+            f"each round): ratio {_with_interval(row, 'aa_ratio')} (95% interval), "
+            f"{row['aa_verdict']}: one "
             f"configuration's spread, up to about {spread:.0%} here; a verdict compares two "
             "configurations' ratios paired by round, whose spread can be smaller (drift "
             "between rounds cancels) or larger, so it rests on its own test, not on this")
@@ -275,8 +330,7 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
     if "intervals" in frame and frame["intervals"].map(bool).any():
         for field in (f for f in numeric if has_interval(f)):
             table[shown[field]] = [_with_interval(row, field) for _, row in frame.iterrows()]
-        table[heading("verdict")] = frame["verdict"].map(
-            lambda v: v if isinstance(v, str) else "-")
+        table[heading("verdict")] = [_verdict_cell(row) for _, row in frame.iterrows()]
     lines = [table.to_string(index=False, float_format=_format_number, na_rep="-")]
     lines += [f"  {row['strategy']} {row['status']}: {row['reason']}"
               for _, row in frame[frame["status"] != "ok"].iterrows()]
@@ -288,7 +342,8 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
     methods = list(frame["interval_method"].dropna()) if "interval_method" in frame else []
     if methods and "intervals" in frame and frame["intervals"].map(bool).any():
         lines += [f"  [low, high]: {methods[0]}; verdict against {strategies.BASELINE}: "
-                  f"{stats.VERDICT_METHOD} ({_verdict_count(frame)})"]
+                  f"{stats.VERDICT_METHOD} ({_verdict_count(frame)}); {stats.DECIDING_METHOD}"]
+        lines += _deciding_lines(frame, deciding_intervals(frame))
     lines += ["", *answers(frame)]
     if folder is not None:
         lines += ["", f"every field (step times, memory per device, FLOPs, environment): "

@@ -1,6 +1,6 @@
 """Uncertainty over trials: the (geometric) mean and its 95% interval from scipy's Student
-t, ratios paired by round, and verdicts ("faster", "slower" or "within noise") corrected for
-the number made (Benjamini and Hochberg)."""
+t, ratios paired by round, verdicts ("faster", "slower" or "within noise") corrected for the
+number made (Benjamini and Hochberg), and the interval each verdict is decided by."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import TypeVar
 
 Key = TypeVar("Key", bound=Hashable)  # what a family of comparisons is keyed by
 
-__all__ = ["CONFIDENCE", "METHOD", "VERDICT_METHOD", "adjusted", "centre", "interval",
-           "paired_ratios", "p_value", "verdict", "verdicts"]
+__all__ = ["CONFIDENCE", "DECIDING_METHOD", "METHOD", "VERDICT_METHOD", "adjusted", "centre",
+           "deciding_confidence", "interval", "paired_ratios", "p_value", "verdict", "verdicts"]
 
 CONFIDENCE = 0.95
 METHOD = (
@@ -25,6 +25,12 @@ VERDICT_METHOD = (
     "after Benjamini and Hochberg's correction over every verdict against the same baseline "
     "(at most 5% of verdicts false, expected; where nothing differs, any false one in under "
     "5% of runs); otherwise within noise")
+DECIDING_METHOD = (
+    "the verdict is decided by the speedup's interval corrected for the verdicts made against "
+    "the same baseline (Benjamini and Yekutieli's false-coverage-rate interval: Student's t "
+    "at confidence 1 - R x 5% / m, m the verdicts, R those faster or slower, at least 1), "
+    "never narrower than its 95% interval; it excludes 1 exactly where the verdict is "
+    "faster or slower")
 
 
 def _usable(values: Iterable[float], log: bool) -> list[float]:
@@ -43,9 +49,11 @@ def centre(values: Iterable[float], log: bool = True) -> float | None:
     return statistics.fmean(values)
 
 
-def interval(values: Iterable[float], log: bool = True) -> tuple[float, float] | None:
-    """The 95% t-interval of the mean of `values` (of their logarithms with `log`, returned
-    as values), or None with fewer than two finite values. Identical values give a point."""
+def interval(values: Iterable[float], log: bool = True, confidence: float = CONFIDENCE
+             ) -> tuple[float, float] | None:
+    """The t-interval (95%, or at `confidence`) of the mean of `values` (of their logarithms
+    with `log`, returned as values), or None with fewer than two finite values. Identical
+    values give a point."""
     values = _usable(values, log)
     if len(values) < 2:
         return None
@@ -56,7 +64,7 @@ def interval(values: Iterable[float], log: bool = True) -> tuple[float, float] |
     else:
         from scipy import stats  # here: scipy.stats costs every process 0.8 s to import
 
-        low, high = stats.t.interval(CONFIDENCE, len(sample) - 1, loc=centre,
+        low, high = stats.t.interval(confidence, len(sample) - 1, loc=centre,
                                      scale=spread / math.sqrt(len(sample)))
     return (math.exp(low), math.exp(high)) if log else (float(low), float(high))
 
@@ -122,9 +130,7 @@ def verdicts(ratios: Mapping[Key, Iterable[float]], correct: bool = True,
     the direction of its geometric mean; "within noise" otherwise; None with fewer than two
     ratios (one trial)."""
     listed = {key: list(values) for key, values in ratios.items()}
-    tested = {key: p for key, values in listed.items()
-              if (p := p_value(values)) is not None}
-    final = adjusted(tested) if correct else tested
+    final = _final_p_values(listed, correct)
     result: dict[Key, str | None] = {}
     for key, values in listed.items():
         if key not in final:
@@ -134,3 +140,31 @@ def verdicts(ratios: Mapping[Key, Iterable[float]], correct: bool = True,
         else:
             result[key] = above if statistics.fmean(_finite_logs(values)) > 0 else below
     return result
+
+
+def _final_p_values(listed: Mapping[Key, list[float]], correct: bool) -> dict[Key, float]:
+    """Each member's p-value (where it has two ratios or more), adjusted with `correct`."""
+    tested = {key: p for key, values in listed.items() if (p := p_value(values)) is not None}
+    return adjusted(tested) if correct else tested
+
+
+def deciding_confidence(ratios: Mapping[Key, Iterable[float]], correct: bool = True,
+                        level: float = 1 - CONFIDENCE) -> float | None:
+    """The confidence of the interval each of `verdicts` is decided by: its t-interval
+    (`interval`) excludes 1 exactly where that verdict is `above` or `below`. Without
+    `correct`, 1 - `level` (the 95% interval). With it, Benjamini and Yekutieli's
+    false-coverage-rate adjusted level, 1 - R `level` / m, m the verdicts made (members with
+    two ratios or more), R how many are not within noise, at least 1; None where none is made.
+
+    Why they agree: a two-sided t-test's p is under a (1 - a) t-interval's a exactly where the
+    interval excludes the null; Benjamini and Hochberg reject the R smallest p-values, each
+    under R `level` / m, and keep every other at or above (R + 1) `level` / m. Where none is
+    rejected, each p is at least `level` / m."""
+    listed = {key: list(values) for key, values in ratios.items()}
+    final = _final_p_values(listed, correct)
+    if not final:
+        return None
+    if not correct:
+        return 1 - level
+    rejected = sum(p < level for p in final.values())
+    return 1 - max(rejected, 1) * level / len(final)
