@@ -1,7 +1,8 @@
 """Every error figure that README.md, docs/*.md and results/README.md quote: the pages quoting
 it, the exact text, the published file it comes from, and how it is recomputed from that file.
 tests/test_published_figures.py recomputes each and finds its text in its pages, and fails on
-an error figure in those pages that is not listed here.
+an error figure in those pages that is not listed here. Every other figure measured on a GPU
+is listed in tests/published_gpu_figures.py, in entries of the same kind.
 
 The one metric every model version is stated in (headline()): the predicted step time against
 the measured one, predicted / measured step time - 1 (`prediction_error` in predictions.csv,
