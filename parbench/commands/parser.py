@@ -9,6 +9,7 @@ from parbench.commands import (
     info,
     max_batch,
     predict,
+    profile,
     project,
     recommend,
     results,
@@ -20,9 +21,11 @@ from parbench.commands.arguments import UsageError
 __all__ = ["COMMANDS", "DESCRIPTION", "parser"]
 
 DESCRIPTION = ("The `parbench` command line: run and verify sweeps, find the largest batch, "
-               "plot and report results, show the environment, list strategies.")
+               "profile a training step's operations, plot and report results, show the "
+               "environment, list strategies.")
 # Each command module adds its own parsers and arguments, in this order in --help.
-COMMANDS = (run, verify, max_batch, collectives, predict, recommend, project, results, info)
+COMMANDS = (run, verify, max_batch, collectives, profile, predict, recommend, project, results,
+            info)
 
 
 class _Parser(argparse.ArgumentParser):
