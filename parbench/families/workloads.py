@@ -10,9 +10,17 @@ from torch import nn
 
 from parbench.families import FAMILIES, MODELS, ModelFamily, family_of
 
-__all__ = ["MIN_IMAGE_SIZE", "MODELS", "PRECISIONS", "Workload", "compile_in_place", "is_compiled"]
+__all__ = ["COMPILE_MODES", "COMPILE_SCOPES", "CUDA_GRAPH_MODES", "MIN_IMAGE_SIZE", "MODELS",
+           "PRECISIONS", "Workload", "compile_in_place", "compile_text", "is_compiled"]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+# What torch.compile compiles as one: each of the model family's blocks, or the module a
+# strategy runs on one device whole (the model, or a stage).
+COMPILE_SCOPES = ("block", "model")
+# torch.compile's modes (torch._inductor.list_mode_options(), torch 2.8 to 2.14), and those
+# that capture CUDA graphs (`triton.cudagraphs`): torch skips them on a CPU.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The smallest image any family trains on (each family checks its own).
 MIN_IMAGE_SIZE = min(family.min_image_size for family in FAMILIES)
@@ -27,9 +35,13 @@ class Workload:
     num_classes: int = 1000
     precision: str = "fp32"
     channels_last: bool = False
-    # torch.compile each of the model family's blocks, in place (`compiled`), for every
-    # strategy; they compile in the first warm-up step.
+    # torch.compile each of the model family's blocks, or each module a strategy runs on a
+    # device whole (`compile_scope`), in place (`compiled`), for every strategy, in one of
+    # torch's modes; they compile in the first warm-up step. An eager workload keeps the
+    # defaults of both, whatever was given: it is one workload.
     compile: bool = False
+    compile_scope: str = "block"
+    compile_mode: str = "default"
     # cuDNN picks the fastest convolution algorithm for each new input shape by timing them
     # (torch.backends.cudnn.benchmark; timm's benchmark.py turns it on): off by default, as in
     # torch. It applies to CUDA only.
@@ -54,6 +66,15 @@ class Workload:
                              f"{problem}")
         if self.num_classes < 1:
             raise ValueError(f"num classes must be at least 1, got {self.num_classes}")
+        if self.compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"unknown compile scope {self.compile_scope!r}; choose from "
+                             f"{', '.join(COMPILE_SCOPES)}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile mode {self.compile_mode!r}; choose from "
+                             f"{', '.join(COMPILE_MODES)}")
+        if not self.compile:  # frozen: set as the dataclass sets its fields
+            object.__setattr__(self, "compile_scope", Workload.compile_scope)
+            object.__setattr__(self, "compile_mode", Workload.compile_mode)
 
     def describe(self) -> dict:
         described = asdict(self)
@@ -61,11 +82,19 @@ class Workload:
         # resume as they were.
         if not self.compile:
             del described["compile"]
+        for name in ("compile_scope", "compile_mode"):  # the defaults, and always when eager
+            if described[name] == getattr(Workload, name):
+                del described[name]
         if not self.cudnn_benchmark:
             del described["cudnn_benchmark"]
         if self.initial_loss_scale == Workload.initial_loss_scale:
             del described["initial_loss_scale"]
         return described
+
+    @property
+    def captures_cuda_graphs(self) -> bool:
+        """Whether torch.compile is asked to capture CUDA graphs (on CUDA devices only)."""
+        return self.compile and self.compile_mode in CUDA_GRAPH_MODES
 
     @property
     def family(self) -> ModelFamily:
@@ -104,9 +133,10 @@ class Workload:
         return model
 
     def compiled(self, module: nn.Module) -> nn.Module:
-        """`module` with each of its model family's blocks compiled in place where the workload
-        asks for it (else untouched), and returned: a whole model of the family, or a stage
-        (an nn.Sequential of its blocks, as `strategies.partition` cuts one).
+        """`module` compiled in place where the workload asks for it (else untouched), and
+        returned: a whole model of the family, or a stage (an nn.Sequential of its blocks, as
+        `strategies.partition` cuts one). Scope `model` compiles `module` as one; scope
+        `block` each of its model family's blocks.
 
         Per block, as torchtitan compiles each transformer block (`apply_compile`): every
         strategy runs the same compiled blocks, whole, cut into stages or wrapped, and a
@@ -121,13 +151,16 @@ class Workload:
         """
         if not self.compile:
             return module
+        if self.compile_scope == "model":
+            compile_in_place([module], self.compile_mode)
+            return module
         if isinstance(module, nn.Sequential):  # a stage: its children are the blocks
-            compile_in_place(list(module))
+            compile_in_place(list(module), self.compile_mode)
             return module
         if isinstance(vars(module).get("forward"), _Blocks):  # compiled already
             return module
         blocks = [block for _, block in self.family.blocks(module)]
-        compile_in_place(blocks)
+        compile_in_place(blocks, self.compile_mode)
         # An attribute, not a module: the model's parameters, state and submodules stay as
         # they are.
         module.forward = _Blocks(_calls(module, blocks))
@@ -204,9 +237,17 @@ def is_compiled(module: nn.Module) -> bool:
     return getattr(module, "_compiled_call_impl", None) is not None
 
 
-def compile_in_place(blocks: list[nn.Module]) -> None:
-    """Compile each block in place with static shapes (a micro-batch of another size gets a
-    graph of its own), once: a block compiled already is left as it is.
+def compile_text(scope: str | None = "block", mode: str | None = "default") -> str:
+    """How labels name a compiled workload: `compiled` (per block, in torch's default mode),
+    `compiled whole` (scope model), followed by any other mode: `compiled reduce-overhead`."""
+    text = "compiled" + (" whole" if scope == "model" else "")
+    return text + (f" {mode}" if mode and mode != "default" else "")
+
+
+def compile_in_place(blocks: list[nn.Module], mode: str = "default") -> None:
+    """Compile each block (or module) in place with static shapes (a micro-batch of another
+    size gets a graph of its own) in torch.compile's `mode`, once: a block compiled already
+    is left as it is.
 
     Dynamo keeps its graphs on the code object, and the blocks of one class share their
     forward's: resnet50's 16 Bottlenecks make 8 graphs (one per shape) at one micro-batch
@@ -222,6 +263,24 @@ def compile_in_place(blocks: list[nn.Module]) -> None:
     config = torch._dynamo.config
     config.recompile_limit = max(config.recompile_limit, _GRAPHS_PER_CODE)
     config.fail_on_recompile_limit_hit = True
+    if mode in CUDA_GRAPH_MODES and _on_cuda(blocks):
+        _no_silent_cuda_graph_skip()
     for block in blocks:
         if not is_compiled(block):
-            block.compile(dynamic=False)
+            block.compile(dynamic=False, mode=mode)
+
+
+def _on_cuda(modules: list[nn.Module]) -> bool:
+    return any(p.is_cuda for module in modules for p in module.parameters())
+
+
+def _no_silent_cuda_graph_skip() -> None:
+    """A graph torch cannot capture as a CUDA graph (mutated inputs, a CPU tensor in it, ...)
+    fails with torch's reason instead of running without one, so that a record under a mode
+    of CUDA graphs ran them (`triton.cudagraph_or_error`, where this torch has it). Set in
+    this thread, as dynamo's settings above."""
+    import torch._inductor.config
+
+    triton = torch._inductor.config.triton
+    if hasattr(triton, "cudagraph_or_error"):
+        triton.cudagraph_or_error = True

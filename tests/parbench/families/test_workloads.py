@@ -1,4 +1,5 @@
 from dataclasses import replace
+from unittest import mock
 
 import pytest
 import torch
@@ -122,3 +123,97 @@ def test_an_eager_workload_compiles_nothing(compile_calls):
     network = workload.build_model()
     assert workload.compiled(network) is network and compile_calls == []
     assert "forward" not in vars(network)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(compile=True, compile_scope="stage"), "unknown compile scope 'stage'; choose from "
+                                                "block, model"),
+    (dict(compile=True, compile_mode="fast"), "unknown compile mode 'fast'; choose from "
+                                              "default, reduce-overhead"),
+])
+def test_a_bad_compile_scope_or_mode_is_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        Workload(**bad)
+
+
+def test_an_eager_workload_is_one_whatever_scope_and_mode_were_given():
+    eager = Workload(compile_scope="model", compile_mode="reduce-overhead")
+    assert eager == Workload() and not eager.captures_cuda_graphs
+    assert eager.describe() == Workload().describe()
+    compiled = replace(eager, compile=True, compile_scope="model", compile_mode="max-autotune")
+    assert replace(compiled, compile=False) == Workload()
+
+
+def test_describe_names_a_scope_and_mode_only_away_from_their_defaults():
+    """So that a run folder's configurations from before them keep their keys (--resume)."""
+    per_block = Workload(compile=True).describe()
+    assert per_block["compile"] is True
+    assert "compile_scope" not in per_block and "compile_mode" not in per_block
+    whole = Workload(compile=True, compile_scope="model", compile_mode="reduce-overhead")
+    assert (whole.describe()["compile_scope"], whole.describe()["compile_mode"]) == (
+        "model", "reduce-overhead")
+    assert whole.captures_cuda_graphs
+
+
+@pytest.fixture
+def torch_compile(monkeypatch):
+    """torch.compile itself, its calls recorded: nn.Module.compile calls it with the module's
+    bound `_call_impl` (compiling only on the first call, which these tests never make)."""
+    spy = mock.Mock(wraps=torch.compile)
+    monkeypatch.setattr(torch, "compile", spy)
+    return spy
+
+
+def _compiled_by(spy) -> list[tuple[nn.Module, dict]]:
+    return [(call.args[0].__self__, call.kwargs) for call in spy.call_args_list]
+
+
+def test_scope_model_compiles_the_model_whole_in_the_mode_given(torch_compile):
+    workload = Workload(model="resnet18", image_size=32, num_classes=10, compile=True,
+                        compile_scope="model", compile_mode="max-autotune-no-cudagraphs")
+    network = workload.build_model()
+    assert workload.compiled(network) is network
+    assert workload.compiled(network) is network  # compiling again compiles nothing more
+    assert _compiled_by(torch_compile) == [
+        (network, {"dynamic": False, "mode": "max-autotune-no-cudagraphs"})]
+    assert is_compiled(network) and "forward" not in vars(network)  # its own forward
+    assert not any(is_compiled(block) for _, block in workload.family.blocks(network))
+
+
+def test_scope_model_compiles_a_stage_whole_and_block_each_block_in_the_mode_given(
+        torch_compile):
+    whole = Workload(model="resnet18", image_size=32, num_classes=10, compile=True,
+                     compile_scope="model", compile_mode="reduce-overhead")
+    blocks = [block for _, block in whole.family.blocks(whole.build_model())]
+    stage = nn.Sequential(*blocks[:3])
+    whole.compiled(stage)
+    assert _compiled_by(torch_compile) == [(stage, {"dynamic": False, "mode": "reduce-overhead"})]
+    torch_compile.reset_mock()
+    per_block = replace(whole, compile_scope="block")
+    other = nn.Sequential(*blocks[3:6])
+    per_block.compiled(other)
+    assert _compiled_by(torch_compile) == [
+        (block, {"dynamic": False, "mode": "reduce-overhead"}) for block in blocks[3:6]]
+    assert not is_compiled(other)
+
+
+def test_on_a_cpu_torch_skips_the_cuda_graphs_a_mode_asks_for(monkeypatch):
+    """What a record's `cuda_graphs` says of a CPU: inductor compiles the head under
+    reduce-overhead and runs it without a CUDA graph (its forward only: quick)."""
+    import torch._dynamo
+    import torch._inductor.config
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)  # no pool left behind
+    torch._dynamo.reset()
+    workload = Workload(model="resnet18", image_size=32, num_classes=10, compile=True,
+                        compile_scope="model", compile_mode="reduce-overhead")
+    head = dict(workload.family.blocks(workload.build_model()))["head"]
+    skips = counters["inductor"]["cudagraph_skips"]
+    features = torch.randn(2, 512, 1, 1)
+    try:
+        assert torch.allclose(workload.compiled(head)(features), head._call_impl(features),
+                              atol=1e-5)
+    finally:
+        torch._dynamo.reset()
+    assert counters["inductor"]["cudagraph_skips"] > skips
