@@ -21,8 +21,19 @@ if TYPE_CHECKING:
     from parbench.families.workloads import Workload
     from parbench.measure.timeline import Timeline
 
-__all__ = ["ProcessPerDevice", "Strategy", "StrategyError", "TrainingPlan", "Unavailable",
+__all__ = ["ACCUMULATED_GRADIENTS_OVERWRITTEN", "STAGES_ACCUMULATE", "WITHOUT_CUDA_GRAPHS",
+           "ProcessPerDevice", "Strategy", "StrategyError", "TrainingPlan", "Unavailable",
            "WorkloadRefused", "default_backend"]
+
+# Why gradients accumulated over micro-batches and CUDA graphs do not mix, and what every
+# refusal of a CUDA-graph mode offers instead (a strategy's `cuda_graphs_refusal`).
+ACCUMULATED_GRADIENTS_OVERWRITTEN = (
+    "torch's CUDA graph trees leave a backward's gradients in the graph's own memory, which "
+    "the next micro-batch's replay overwrites (pytorch#169545)")
+WITHOUT_CUDA_GRAPHS = "give --compile-mode default or max-autotune-no-cudagraphs"
+# The refusal of the pipelines whose stages accumulate gradients over micro-batches.
+STAGES_ACCUMULATE = ("each stage accumulates its gradients over the micro-batches: "
+                     f"{ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}")
 
 
 class Layout(enum.Enum):
@@ -109,9 +120,11 @@ class Strategy(ABC):
     # True: the launcher starts one process per device, each building the strategy with the
     # process group already initialised (rank k drives devices[k]).
     process_per_device: ClassVar[bool] = False
-    # Why the strategy cannot train in fp16 or under --compile (torch.compile), or None.
+    # Why the strategy cannot train in fp16, under --compile (torch.compile), or under a
+    # --compile-mode that captures CUDA graphs (reduce-overhead, max-autotune), or None.
     fp16_refusal: ClassVar[str | None] = None
     compile_refusal: ClassVar[str | None] = None
+    cuda_graphs_refusal: ClassVar[str | None] = None
     # What the strategy does, for callers that pick records by it, never by name: it
     # all-reduces its gradients every step (`allreduce_bytes` of them), as `parbench project`
     # and the communication figure's ideal step model.
@@ -197,6 +210,8 @@ class Strategy(ABC):
             raise WorkloadRefused(cls.fp16_refusal)
         if workload.compile and cls.compile_refusal:
             raise WorkloadRefused(cls.compile_refusal)
+        if workload.captures_cuda_graphs and cls.cuda_graphs_refusal:
+            raise WorkloadRefused(cls.cuda_graphs_refusal)
 
     @classmethod
     def check_plan(cls, workload: Workload, global_batch: int,

@@ -11,7 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from parbench.strategies.base import Layout
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
@@ -104,6 +104,9 @@ class DDP(RankDataParallel):
     _wrapped: DistributedDataParallel
     allreduces_gradients = True
     layout = Layout.REPLICAS
+    cuda_graphs_refusal = ("DDP hands each backward's gradients to its reducer from autograd's "
+                           "thread (_DDPSink) while torch's CUDA graph trees run, which torch "
+                           f"reports failing (pytorch#113809); {WITHOUT_CUDA_GRAPHS}")
 
     @classmethod
     def check_backend(cls, backend, devices, options) -> None:

@@ -17,7 +17,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import Layout
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
@@ -129,6 +129,9 @@ class FSDP(RankDataParallel):
     layout = Layout.SHARDED_REPLICAS
     Options = FSDPOptions
     options: FSDPOptions
+    cuda_graphs_refusal = ("FSDP2 gathers each unit's parameters into new memory every step "
+                           "and frees them after, while a CUDA graph replays at the addresses "
+                           f"it captured; {WITHOUT_CUDA_GRAPHS}")
 
     @classmethod
     def make_plan(cls, name, workload, global_batch, used, options, backend=None):

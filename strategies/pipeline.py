@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import Layout
+from parbench.strategies.base import ACCUMULATED_GRADIENTS_OVERWRITTEN, WITHOUT_CUDA_GRAPHS, Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.model_parallel import ModelParallel, StageOptions
 from parbench.strategies.options import option
@@ -58,6 +58,10 @@ class Pipeline(ModelParallel):
     layout = Layout.TICK_PIPELINE
     Options = PipelineOptions
     options: PipelineOptions
+    cuda_graphs_refusal = (
+        "pipeline runs each stage on a thread of its own, while torch keeps its CUDA graph "
+        f"trees per thread, and accumulates gradients over micro-batches: "
+        f"{ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}, or use model-parallel")
 
     def setup(self) -> None:
         super().setup()

@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import Layout
+from parbench.strategies.base import ACCUMULATED_GRADIENTS_OVERWRITTEN, WITHOUT_CUDA_GRAPHS, Layout
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.fsdp import reduce_by_sum_on_gloo
 from parbench.strategies.options import option
@@ -82,6 +82,10 @@ class PipelineFSDP(ScheduledPipeline):
     Options = PipelineFSDPOptions
     options: PipelineFSDPOptions
     min_devices = 4  # two pipelines of two stages
+    cuda_graphs_refusal = (
+        "FSDP2 gathers each stage's parameters into new memory every step, while a CUDA graph "
+        "replays at the addresses it captured, and each stage accumulates its gradients over "
+        f"the micro-batches: {ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}")
 
     @classmethod
     def one_pipeline(cls, global_batch, devices, options) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import Layout, ProcessPerDevice
+from parbench.strategies.base import STAGES_ACCUMULATE, Layout, ProcessPerDevice
 from parbench.strategies.errors import StrategyError, Unavailable, WorkloadRefused
 from parbench.strategies.options import option
 from parbench.strategies.partition import Partition, plan_cut, split_model
@@ -148,6 +148,7 @@ class ScheduledPipeline(ProcessPerDevice):
     options: ScheduleOptions
     fp16_refusal = ("fp16 loss scaling is not coordinated across pipeline ranks; use "
                     "--precision bf16 or fp32 with process-per-stage pipelines")
+    cuda_graphs_refusal = STAGES_ACCUMULATE
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
@@ -161,8 +162,7 @@ class ScheduledPipeline(ProcessPerDevice):
                               f"torch.distributed.pipelining.{schedule.torch_name}")
         if workload.compile and schedule.splits_backward:
             raise WorkloadRefused(f"{schedule.torch_name} splits backward into input and weight "
-                                  "gradients, which torch.compile does not support; drop "
-                                  "--compile")
+                                  "gradients, which torch.compile does not support; drop --compile")
         batch, ranks = cls.one_pipeline(global_batch, devices, options)
         if batch < ranks:
             raise StrategyError(f"a batch of {batch} cannot fill {ranks} "

@@ -108,8 +108,8 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         return self._module
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
-        """The model with the layers this strategy changes (before --compile compiles its
-        blocks); by default the model itself."""
+        """The model with the layers this strategy changes (before --compile compiles it or
+        its blocks); by default the model itself."""
         return model
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -124,7 +124,10 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         # Under --compile each block is compiled in place before it is wrapped, as torchtitan
         # compiles each transformer block before FSDP2 shards it or DDP replicates it: the
         # wrapper's hooks and collectives run around compiled blocks, and DDP's buckets still
-        # overlap backward.
+        # overlap backward. Compiled whole (--compile model), the model is compiled on its
+        # first call, inside DDP's forward, where dynamo's DDPOptimizer cuts the graph at
+        # DDP's buckets so that each bucket's all-reduce still overlaps the rest of backward;
+        # under FSDP2 the graph breaks at each unit's hooks, which run eager.
         model = self.prepare_model(self.workload.build_model_on(device))
         self._module = self.workload.compiled(model)
         self._wrapped = self.wrap(self._module)

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from parbench.strategies.base import Layout, Strategy
+from parbench.strategies.base import (
+    ACCUMULATED_GRADIENTS_OVERWRITTEN,
+    WITHOUT_CUDA_GRAPHS,
+    Layout,
+    Strategy,
+)
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import Options, option
 from parbench.strategies.stages import micro_batch_sizes
@@ -34,9 +39,15 @@ class SingleOptions(Options):
         return self.accumulation_split
 
     def check(self, workload, global_batch, devices) -> None:
-        if self.accumulation_split is not None and self.accumulation_split > global_batch:
-            raise StrategyError(f"--accumulation-split {self.accumulation_split} is larger than "
+        split = self.accumulation_split
+        if split is not None and split > global_batch:
+            raise StrategyError(f"--accumulation-split {split} is larger than "
                                 f"--batch-size {global_batch}")
+        if split and split < global_batch and workload.captures_cuda_graphs:
+            raise StrategyError(f"--accumulation-split {split} accumulates gradients over "
+                                f"micro-batches, and under --compile-mode "
+                                f"{workload.compile_mode} {ACCUMULATED_GRADIENTS_OVERWRITTEN}; "
+                                f"{WITHOUT_CUDA_GRAPHS}, or drop --accumulation-split")
 
 
 class SingleDevice(Strategy):
@@ -55,7 +66,8 @@ class SingleDevice(Strategy):
 
     def setup(self) -> None:
         device = self.devices[0]
-        # Under --compile, each of its blocks compiled in place (the model is what it was).
+        # Under --compile, each of its blocks compiled in place (the model is what it was), or
+        # the model whole.
         self._model = self.workload.compiled(self.workload.build_model_on(device))
         self.prepare_training(self._model.parameters(), device)
 
