@@ -6,7 +6,7 @@ import argparse
 
 from parbench import strategies
 from parbench.commands.arguments import add_common_arguments, add_strategy_options
-from parbench.families.workloads import MODELS, PRECISIONS
+from parbench.families.workloads import COMPILE_MODES, MODELS, PRECISIONS
 from parbench.plan import experiments, suite
 from parbench.plan.config import SCALINGS
 from parbench.plan.planning import BACKENDS
@@ -46,14 +46,24 @@ def _add_workload_arguments(group) -> None:
     group.add_argument("--precision", default="fp32", help=f"{', '.join(PRECISIONS)} "
                        "(autocast; fp16 adds gradient scaling)")
     group.add_argument("--channels-last", action="store_true", help="NHWC memory format")
-    group.add_argument("--compile", nargs="?", const="on", default="off", metavar="on|off[,...]",
-                       help="torch.compile each block of the model in place, for every "
-                            "strategy (a ResNet's stem, residual blocks and head; a ViT's "
-                            "embedding, encoder layers and head); `--compile` alone is on, "
-                            "`--compile on,off` measures both, each a configuration of its "
-                            "own in the same rounds (default off). The first warm-up step "
-                            "compiles, its time is recorded apart (compile_time_s), so "
-                            "--warmup must be at least 1")
+    group.add_argument("--compile", nargs="?", const="on", default="off",
+                       metavar="off|on|block|model[,...]",
+                       help="torch.compile the model in place, for every strategy: block (or "
+                            "on) compiles each block of the model (a ResNet's stem, residual "
+                            "blocks and head; a ViT's embedding, encoder layers and head), "
+                            "model the module a strategy runs on each device whole (the model, "
+                            "or a stage), before DDP or FSDP2 wraps it; `--compile` alone is "
+                            "on, and a comma list measures each, a configuration of its own in "
+                            "the same rounds (default off). The first warm-up step compiles, "
+                            "its time is recorded apart (compile_time_s), so --warmup must be "
+                            "at least 1")
+    group.add_argument("--compile-mode", metavar=f"{'|'.join(COMPILE_MODES)}[,...]",
+                       help="torch.compile's mode for the compiled configurations (default: "
+                            "default); a comma list measures each (an eager configuration "
+                            "once). reduce-overhead and max-autotune capture CUDA graphs, on "
+                            "GPUs only (a record says whether: cuda_graphs), and strategies "
+                            "whose steps a CUDA graph cannot replay refuse them. Given while "
+                            "--compile is off, it compiles per block")
     group.add_argument("--cudnn-benchmark", action="store_true",
                        help="let cuDNN time its convolution algorithms for each input shape "
                             "and keep the fastest (torch.backends.cudnn.benchmark, on in "

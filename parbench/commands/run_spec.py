@@ -22,7 +22,7 @@ from parbench.commands.arguments import (
     strategy_names,
     strategy_option_sweep,
 )
-from parbench.families.workloads import MODELS, PRECISIONS
+from parbench.families.workloads import COMPILE_MODES, COMPILE_SCOPES, MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
 from parbench.plan import SpecError, SweepSpec, suite
 from parbench.results.folder import ResultsError, RunFolder
@@ -38,7 +38,11 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
     requested = args.strategy is not None
     repeats = args.repeats if args.repeats is not None else (1 if requested else suite.REPEATS)
     compiles = compile_values(args.compile)
-    if any(compiles) and args.warmup < 1:
+    modes = tuple(dict.fromkeys(choice_list("--compile-mode", args.compile_mode or "default",
+                                            COMPILE_MODES)))
+    if args.compile_mode and compiles == ("off",):  # a mode asks for compiling: per block
+        compiles = ("block",)
+    if compiles != ("off",) and args.warmup < 1:
         raise UsageError("--compile needs --warmup 1 or more: the first step compiles the "
                          "model, and that step must not be measured")
     models = choice_list("--model", args.model, MODELS)
@@ -53,7 +57,7 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
         options=tuple(strategy_option_sweep(args)),
         scaling=args.scaling,
         num_classes=at_least("--num-classes", args.num_classes, 1),
-        channels_last=args.channels_last, compiles=compiles,
+        channels_last=args.channels_last, compiles=compiles, compile_modes=modes,
         cudnn_benchmark=args.cudnn_benchmark, seed=args.seed, data=args.data,
         loader_workers=at_least("--loader-workers", args.loader_workers, 0),
         warmup=at_least("--warmup", args.warmup, 0), steps=at_least("--steps", args.steps, 1),
@@ -68,19 +72,25 @@ def spec_of(args: argparse.Namespace, in_job: bool = False) -> SweepSpec:
         experiment_flags=tuple(args.experiment_flags or ()))
 
 
-def compile_values(given: str | bool) -> tuple[bool, ...]:
-    """--compile's values: `on`, `off` or a list of both (a run folder's flags from before
-    the list kept a bool)."""
+def compile_values(given: str | bool) -> tuple[str, ...]:
+    """--compile's values: off, block or model (on is block), or a list of them (a run
+    folder's flags from before the list kept a bool)."""
     if isinstance(given, bool):
-        return (given,)
+        return ("block",) if given else ("off",)
     values = []
     for text in given.split(","):
-        value = SWITCH.get(text.strip().lower())
+        value = _COMPILE_VALUES.get(text.strip().lower())
         if value is None:
-            raise UsageError(f"--compile {given!r}: give on, off, or on,off to measure both")
+            raise UsageError(f"--compile {given!r}: give off, on (each block), block or model, "
+                             "or a comma list of them to measure each (e.g. off,block,model)")
         if value not in values:
             values.append(value)
     return tuple(values)
+
+
+# --compile's words: a switch (on compiles each block) or a scope.
+_COMPILE_VALUES = {**{word: "block" if on else "off" for word, on in SWITCH.items()},
+                   **{scope: scope for scope in COMPILE_SCOPES}}
 
 
 def _device_lists(specs: list[str]) -> tuple[str, ...]:
@@ -128,7 +138,7 @@ def read_spec(folder: RunFolder, parse_run: Callable[[list[str]], argparse.Names
 # The flag that sets each field, where it is not the field's name.
 _FLAGS = dict(strategies="--strategy", models="--model", batch_sizes="--batch-size",
               image_sizes="--image-size", precisions="--precision", options="a strategy option",
-              timeout_s="--timeout", compiles="--compile")
+              timeout_s="--timeout", compiles="--compile", compile_modes="--compile-mode")
 
 
 def _text(value) -> str:

@@ -21,7 +21,14 @@ from parbench.commands.arguments import (
     strategy_option_sweep,
 )
 from parbench.drive.verify import DRIFT_ALLOWANCE, MULTI_STEP_PRECISION, TWINS, verify
-from parbench.families.workloads import MODELS, PRECISIONS, Workload
+from parbench.families.workloads import (
+    COMPILE_MODES,
+    COMPILE_SCOPES,
+    MODELS,
+    PRECISIONS,
+    Workload,
+    compile_text,
+)
 from parbench.plan.config import Config, options_for
 
 __all__ = ["command_verify"]
@@ -48,7 +55,9 @@ def command_verify(args: argparse.Namespace) -> int:
     workload = Workload(model=model, image_size=image_sizes(args.image_size, [model])[0],
                         num_classes=at_least("--num-classes", args.num_classes, 1),
                         precision=choice_list("--precision", args.precision, PRECISIONS)[0],
-                        compile=args.compile, seed=args.seed)
+                        compile=bool(args.compile or args.compile_mode),
+                        compile_scope=args.compile or "block",
+                        compile_mode=args.compile_mode or "default", seed=args.seed)
     steps = at_least("--steps", args.steps, 1)
     if steps > 1 and workload.precision != "fp32":
         raise UsageError(MULTI_STEP_PRECISION)
@@ -88,8 +97,10 @@ def command_verify(args: argparse.Namespace) -> int:
 
 def _header(workload: Workload, batch: int, devices, seed: int, steps: int) -> str:
     what = "one SGD step" if steps == 1 else f"{steps} SGD steps"
+    compiled = (", " + compile_text(workload.compile_scope, workload.compile_mode)
+                if workload.compile else "")
     text = (f"{what} of {workload.model} on batch {batch} ({workload.image_size}px, "
-            f"{workload.precision}{', compiled' if workload.compile else ''}) from seed {seed}, "
+            f"{workload.precision}{compiled}) from seed {seed}, "
             f"against {strategies.BASELINE}{' eager' if workload.compile else ''} on "
             f"{devices.logical[0]}")
     if workload.family.batch_statistics:
@@ -146,11 +157,16 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                        "down at which neither its step nor the baseline's overflows)")
     check.add_argument("--devices", help="as for run (default: all GPUs, else cpu,cpu)")
     add_strategy_options(check, sweep=False)
-    check.add_argument("--compile", action="store_true",
-                       help="each strategy with every block of the model compiled "
-                       "(torch.compile, as `parbench run --compile`), against the baseline "
-                       "eager; single compiled is checked too (against itself eager), and a "
-                       "strategy that refuses --compile is left out with its reason")
+    check.add_argument("--compile", nargs="?", const="block", choices=COMPILE_SCOPES,
+                       metavar="|".join(COMPILE_SCOPES),
+                       help="each strategy compiled (torch.compile, as `parbench run "
+                       "--compile`): each block of the model (block, as `--compile` alone), or "
+                       "the module each device runs whole (model), against the baseline eager; "
+                       "single compiled is checked too (against itself eager), and a strategy "
+                       "that refuses it is left out with its reason")
+    check.add_argument("--compile-mode", choices=COMPILE_MODES, metavar="|".join(COMPILE_MODES),
+                       help="torch.compile's mode for --compile (default: default); given "
+                       "alone, it compiles per block")
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--steps", type=int, default=1,
                        help="steps to train on the batch; above 1 the loss of every "

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from parbench import strategies
-from parbench.families.workloads import Workload
+from parbench.families.workloads import Workload, compile_text
 from parbench.machine.devices import DeviceSet
 
 if TYPE_CHECKING:
     from parbench.plan.planning import RunPlan
 
-__all__ = ["SCALINGS", "Config", "expand_sweep", "options_for", "weakly_scaled"]
+__all__ = ["SCALINGS", "Config", "compile_variants", "expand_sweep", "options_for",
+           "weakly_scaled"]
 
 # strong: the global batch is fixed whatever the devices; weak: the batch per device is.
 SCALINGS = ("strong", "weak")
@@ -105,34 +106,52 @@ class Config:
         w = self.workload
         options = "".join(f" {k}={v}" for k, v in self.options.items() if v is not None)
         return (f"{self.strategy}{options} {w.model} batch {self.global_batch} "
-                f"{w.image_size}px {w.precision}{' compiled' if w.compile else ''} on "
+                f"{w.image_size}px {w.precision}"
+                f"{' ' + compile_text(w.compile_scope, w.compile_mode) if w.compile else ''} on "
                 f"{self.used_devices.describe()}")
+
+
+def compile_variants(scopes: Iterable[str] = ("off",),
+                     modes: Iterable[str] = ("default",)) -> list[dict]:
+    """The workload's compile settings each value of --compile (off, block or model) and
+    --compile-mode give, in the order given: eager once, each compiled scope in every mode."""
+    variants: list[dict] = []
+    for scope in scopes:
+        for mode in (("default",) if scope == "off" else modes):
+            variant = (dict(compile=False) if scope == "off" else
+                       dict(compile=True, compile_scope=scope, compile_mode=mode))
+            if variant not in variants:
+                variants.append(variant)
+    return variants
 
 
 def expand_sweep(strategy: Iterable[str], model: Iterable[str], global_batch: Iterable[int],
                  image_size: Iterable[int], precision: Iterable[str],
                  devices: Iterable[DeviceSet], options: Iterable[dict] = ({},),
-                 compiled: Iterable[bool] = (False,), **common) -> list[Config]:
+                 compiled: Iterable[str] = ("off",), compile_modes: Iterable[str] = ("default",),
+                 **common) -> list[Config]:
     """The cartesian product of the swept values, strategies varying fastest.
 
     `options` lists the strategy-option combinations to sweep; each strategy receives only the
     options it takes (its `Options` fields), and a combination that differs only in options a
-    strategy ignores is measured once for it. `compiled` sweeps eager (False) and compiled
-    (True), as `precision` sweeps precisions.
+    strategy ignores is measured once for it. `compiled` sweeps eager ("off") and compiled
+    per block or whole ("block", "model"), each compiled one in every mode of
+    `compile_modes` (`compile_variants`), as `precision` sweeps precisions.
     """
     workload_fields = {k: common.pop(k) for k in ("num_classes", "channels_last",
                                                   "cudnn_benchmark", "seed") if k in common}
+    variants = compile_variants(compiled, compile_modes)
     configs, seen = [], set()
-    for dev, mdl, size, prec, comp, batch, opts, name in itertools.product(
-            devices, model, image_size, precision, compiled, global_batch, list(options),
+    for dev, mdl, size, prec, variant, batch, opts, name in itertools.product(
+            devices, model, image_size, precision, variants, global_batch, list(options),
             strategy):
         kept = options_for(name, opts)
-        key = (dev, mdl, size, prec, comp, batch, name, tuple(sorted(kept.items())))
+        workload = Workload(model=mdl, image_size=size, precision=prec, **variant,
+                            **workload_fields)
+        key = (dev, workload, batch, name, tuple(sorted(kept.items())))
         if key in seen:
             continue
         seen.add(key)
-        workload = Workload(model=mdl, image_size=size, precision=prec, compile=comp,
-                            **workload_fields)
         configs.append(Config(strategy=name, workload=workload, global_batch=batch,
                               devices=dev, options=kept, **common))
     return configs

@@ -14,6 +14,8 @@ __all__ = ["SPEC_VERSION", "SpecError", "SweepSpec"]
 # line's flags (runs from before the spec) and is read by `parbench.commands.run_spec`.
 SPEC_VERSION = 1
 # A held-out point's flags (parbench.plan.held_out) and the spec's axis each sets.
+# A compile axis stored as booleans (before scopes): what each value compiled.
+_SCOPE_OF = {True: "block", False: "off"}
 _POINT_AXES = {"strategy": "strategies", "model": "models", "batch_size": "batch_sizes",
                "image_size": "image_sizes", "devices": "devices"}
 
@@ -39,8 +41,10 @@ class SweepSpec:
     scaling: str = "strong"
     num_classes: int = 1000
     channels_last: bool = False
-    # Eager (False) and under torch.compile (True): each a configuration of its own.
-    compiles: tuple[bool, ...] = (False,)
+    # Eager ("off") and under torch.compile per block ("block") or whole ("model"), and the
+    # compiled ones in each of torch.compile's modes: each a configuration of its own.
+    compiles: tuple[str, ...] = ("off",)
+    compile_modes: tuple[str, ...] = ("default",)
     cudnn_benchmark: bool = False
     seed: int = 0
     data: str | None = None  # an image folder instead of synthetic data
@@ -101,4 +105,7 @@ class SweepSpec:
                                 for k, v in values.items() if k in known}
         if "compile" in values and "compiles" not in values:  # before --compile on,off
             kept["compiles"] = (bool(values["compile"]),)
+        # Before --compile block,model: on and off as True and False.
+        kept["compiles"] = tuple(_SCOPE_OF.get(v, v) if isinstance(v, bool) else v
+                                 for v in kept.get("compiles", cls.compiles))
         return cls(**kept)

@@ -330,7 +330,18 @@ def test_strategies_lists_every_name(capsys):
      "available: yes, no, except-last"),
     (["run", "--strategy", "data-parallel", "--compile"],
      "data-parallel: nn.DataParallel copies each compiled block into its replicas"),
-    (["run", "--compile", "yes"], "--compile 'yes': give on, off, or on,off"),
+    (["run", "--compile", "yes"], "--compile 'yes': give off, on (each block), block or model"),
+    (["run", "--compile-mode", "fast"], "unknown compile mode 'fast'; available: default, "
+                                        "reduce-overhead, max-autotune-no-cudagraphs"),
+    (["run", "--compile-mode", "reduce-overhead", "--warmup", "0"],
+     "--compile needs --warmup 1 or more"),
+    (["run", "--strategy", "pipeline", "--devices", "cpu,cpu", "--compile-mode",
+      "reduce-overhead"], "pipeline: pipeline runs each stage on a thread of its own, while "
+                          "torch keeps its CUDA graph trees per thread"),
+    (["run", "--strategy", "single", "--devices", "cpu", "--accumulation-split", "2",
+      "--compile", "model", "--compile-mode", "max-autotune"],
+     "single: --accumulation-split 2 accumulates gradients over micro-batches, and under "
+     "--compile-mode max-autotune torch's CUDA graph trees leave a backward's gradients"),
     (["run", "--compile", "on,off", "--warmup", "0"], "--compile needs --warmup 1 or more"),
     (["run", "--compile", "--warmup", "0"], "--compile needs --warmup 1 or more"),
     (["run", "--strategy", "data-parallel", "--devices", "cpu,cpu"],

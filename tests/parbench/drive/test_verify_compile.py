@@ -62,3 +62,21 @@ def test_verify_compile_checks_single_too_and_leaves_out_what_refuses_it(capsys,
     for name in ("pipeline-zero-bubble", "pipeline-zbv", "pipeline-dualpipev", "data-parallel"):
         assert name not in names and f"note: left out {name}: " in out
     assert "(64px, fp32, compiled) from seed 0, against single eager on cpu" in out
+
+
+def test_verify_compiles_whole_in_a_mode_and_leaves_out_what_refuses_its_cuda_graphs(
+        capsys, monkeypatch):
+    from parbench.commands import verify as command
+
+    checked = []
+    monkeypatch.setattr(command, "verify", lambda workload, devices, names, *rest: checked.extend(
+        (name, workload) for name in names) or [])
+    assert main(["verify", "--compile", "model", "--compile-mode", "reduce-overhead",
+                 "--devices", "cpu,cpu"]) == 0
+    assert [name for name, _ in checked] == ["single", "model-parallel"]
+    assert {(w.compile_scope, w.compile_mode) for _, w in checked} == {
+        ("model", "reduce-overhead")}
+    out = capsys.readouterr().out
+    for name in ("pipeline", "pipeline-gpipe", "ddp", "fsdp"):
+        assert f"note: left out {name}: " in out
+    assert "(64px, fp32, compiled whole reduce-overhead) from seed 0, against single eager" in out

@@ -2,6 +2,7 @@
 version refused, and a command file from before specs read as its flags were."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from parbench.cli import parser
 from parbench.commands.arguments import UsageError
 from parbench.commands.run_spec import read_spec, spec_of
+from parbench.families.workloads import COMPILE_MODES, CUDA_GRAPH_MODES
 from parbench.plan import SPEC_VERSION, SpecError, Sweep, SweepSpec
 from parbench.results.folder import RunFolder
 
@@ -57,26 +59,62 @@ def test_a_command_file_that_cannot_be_read_is_one_line(tmp_path):
         read_spec(folder, _parse_run)
 
 
-@pytest.mark.parametrize("flags, compiles", [
-    ([], (False,)), (["--compile"], (True,)), (["--compile", "off"], (False,)),
-    (["--compile", "on,off"], (True, False)), (["--compile", "ON, off, on"], (True, False))])
-def test_compile_is_an_axis_of_on_and_off(flags, compiles):
+@pytest.mark.parametrize("flags, compiles, modes", [
+    ([], ("off",), ("default",)), (["--compile"], ("block",), ("default",)),
+    (["--compile", "off"], ("off",), ("default",)),
+    (["--compile", "on,off"], ("block", "off"), ("default",)),
+    (["--compile", "ON, off, on, block"], ("block", "off"), ("default",)),
+    (["--compile", "model,off,block"], ("model", "off", "block"), ("default",)),
+    (["--compile", "model", "--compile-mode", "reduce-overhead,default,reduce-overhead"],
+     ("model",), ("reduce-overhead", "default")),
+    # A mode given while --compile is off compiles per block.
+    (["--compile-mode", "max-autotune"], ("block",), ("max-autotune",)),
+    (["--compile", "off,model", "--compile-mode", "max-autotune-no-cudagraphs"],
+     ("off", "model"), ("max-autotune-no-cudagraphs",))])
+def test_compile_is_an_axis_of_scopes_and_modes(flags, compiles, modes):
     spec = spec_of(_parse("--devices", "cpu", *flags))
-    assert spec.compiles == compiles
+    assert (spec.compiles, spec.compile_modes) == (compiles, modes)
     assert SweepSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
-def test_a_bad_compile_value_is_one_line():
-    with pytest.raises(UsageError, match="--compile 'yes': give on, off, or on,off"):
-        spec_of(_parse("--devices", "cpu", "--compile", "yes"))
+@pytest.mark.parametrize("flags, message", [
+    (["--compile", "yes"], "--compile 'yes': give off, on (each block), block or model, or a "
+                           "comma list of them to measure each"),
+    (["--compile", "block,stage"], "--compile 'block,stage': give off, on"),
+    (["--compile-mode", "fast"], "unknown compile mode 'fast'; available: default, "
+                                 "reduce-overhead, max-autotune-no-cudagraphs, max-autotune"),
+    (["--compile-mode", "reduce-overhead", "--warmup", "0"], "--compile needs --warmup 1")])
+def test_a_bad_compile_value_is_one_line(flags, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        spec_of(_parse("--devices", "cpu", *flags))
+
+
+def test_the_modes_offered_are_torchs_and_those_of_cuda_graphs_are_its_own():
+    """Each mode is one torch.compile knows, and a mode captures CUDA graphs exactly where
+    torch's own options for it turn them on."""
+    import torch._inductor
+
+    known = torch._inductor.list_mode_options()
+    assert set(COMPILE_MODES) <= set(known)
+    assert {mode for mode in COMPILE_MODES if known[mode].get("triton.cudagraphs")} == set(
+        CUDA_GRAPH_MODES)
 
 
 def test_runs_from_before_the_compile_axis_resume_as_they_were(tmp_path):
     """A spec, and a run's flags from before specs, kept `compile` as a bool."""
     stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "compile": True}
-    del stored["compiles"]
-    assert SweepSpec.from_json(stored).compiles == (True,)
+    del stored["compiles"], stored["compile_modes"]
+    assert SweepSpec.from_json(stored).compiles == ("block",)
     folder = RunFolder.create(tmp_path)
     flags = {"strategy": "single", "devices": ["cpu"], "compile": True, "warmup": 1}
     (folder.path / "command.json").write_text(json.dumps(flags))
-    assert read_spec(folder, _parse_run).compiles == (True,)
+    spec = read_spec(folder, _parse_run)
+    assert (spec.compiles, spec.compile_modes) == (("block",), ("default",))
+
+
+def test_a_spec_from_before_scopes_and_modes_reads_its_compile_axis_as_on_and_off():
+    """`--compile on,off` was stored as [true, false], and no modes."""
+    stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "compiles": [True, False]}
+    del stored["compile_modes"]
+    spec = SweepSpec.from_json(json.loads(json.dumps(stored)))
+    assert (spec.compiles, spec.compile_modes) == (("block", "off"), ("default",))
