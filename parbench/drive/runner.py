@@ -199,7 +199,8 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
         model=workload.model,
         image_size=workload.image_size, num_classes=workload.num_classes,
         precision=workload.precision, channels_last=workload.channels_last,
-        compile=workload.compile, cudnn_benchmark=workload.cudnn_benchmark,
+        compile=workload.compile, **_compile_fields(workload, used.kind),
+        cudnn_benchmark=workload.cudnn_benchmark,
         global_batch=config.global_batch, scaling=config.scaling, devices=used.describe(),
         physical_devices=used.describe_physical(), device_kind=used.kind,
         nodes=used.nodes, emulated=used.emulated, micro_batches=1,
@@ -216,6 +217,15 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
                     strategy_settings=options.settings(plan.devices),
                     split_size=options.micro_batch_size())
     return base
+
+
+def _compile_fields(workload: Workload, device_kind: str) -> dict[str, Any]:
+    """How the workload was compiled: its scope and mode, and whether CUDA graphs ran (torch
+    captures them on CUDA devices only); None for each where it ran eager."""
+    if not workload.compile:
+        return dict(compile_scope=None, compile_mode=None, cuda_graphs=None)
+    return dict(compile_scope=workload.compile_scope, compile_mode=workload.compile_mode,
+                cuda_graphs=workload.captures_cuda_graphs and device_kind == "cuda")
 
 
 def _holds_gpu_memory(config: Config) -> bool:

@@ -17,9 +17,11 @@ import pandas as pd  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from parbench import strategies  # noqa: E402
+from parbench.families.workloads import CUDA_GRAPH_MODES, compile_text  # noqa: E402
 
-__all__ = ["best_settings", "compared_batch", "compiled_column", "config_label", "has_intervals",
-           "interval_errors", "interval_of", "is_compiled", "make_axes", "options_text",
+__all__ = ["best_settings", "compared_batch", "compile_label", "compile_labels", "config_label",
+           "has_intervals", "interval_errors", "interval_of", "is_compiled", "make_axes",
+           "options_text",
            "panel_groups", "plot_with_interval", "save_figure", "strategy_colour",
            "strategy_marker", "throughput_spread", "title", "with_interval", "workload_text"]
 
@@ -55,18 +57,36 @@ def is_compiled(record: pd.Series) -> bool:
     return _true(record.get("compile"))
 
 
-def compiled_column(frame: pd.DataFrame) -> pd.Series:
-    """Per record, whether it ran compiled (False where a record does not say)."""
-    if "compile" not in frame:
-        return pd.Series(False, index=frame.index)
-    return frame["compile"].map(_true)
+def compile_label(record: pd.Series) -> str:
+    """How the record's model ran: `eager`, or compiled as labels name it (`compiled`, per
+    block in torch's default mode; `compiled whole`; `compiled whole reduce-overhead`), with
+    `(no CUDA graphs)` where a mode of CUDA graphs captured none (on a CPU, torch skips them).
+    A record from before scopes and modes compiled per block, in the default mode."""
+    if not is_compiled(record):
+        return "eager"
+    scope, mode = _text(record.get("compile_scope")), _text(record.get("compile_mode"))
+    label = compile_text(scope or "block", mode or "default")
+    if mode in CUDA_GRAPH_MODES and not _true(record.get("cuda_graphs")):
+        label += " (no CUDA graphs)"
+    return label
+
+
+def _text(value) -> str | None:
+    """A string field's value; None where a record has none (None, NaN, absent)."""
+    return value if isinstance(value, str) else None
+
+
+def compile_labels(frame: pd.DataFrame) -> pd.Series:
+    """Per record, `compile_label` (`eager` where a record does not say)."""
+    return pd.Series([compile_label(record) for _, record in frame.iterrows()],
+                     index=frame.index, dtype=object)
 
 
 def config_label(record: pd.Series) -> str:
     """`strategy (options)` for axis ticks, the options wrapped at 24 characters; `strategy
-    compiled` where the record ran compiled, so that it is told apart from the same strategy
-    eager."""
-    name = record["strategy"] + (" compiled" if is_compiled(record) else "")
+    compiled` (or how it was compiled: `compile_label`) where the record ran compiled, so that
+    it is told apart from the same strategy eager or compiled otherwise."""
+    name = record["strategy"] + (f" {compile_label(record)}" if is_compiled(record) else "")
     options = options_text(record.get("strategy_options"))
     if not options:
         return name
@@ -83,8 +103,9 @@ def workload_text(frame: pd.DataFrame) -> str:
     precision = frame["precision"].dropna().unique()
     if len(precision) == 1:
         parts.append(str(precision[0]))
-    if len(frame) and compiled_column(frame).all():
-        parts.append("compiled")
+    labels = compile_labels(frame).unique()
+    if len(frame) and "eager" not in labels:  # how, where every record compiled alike
+        parts.append(labels[0] if len(labels) == 1 else "compiled")
     return ", ".join(parts)
 
 
@@ -116,13 +137,13 @@ def panel_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """One panel per workload (model, batch, image size, precision, eager or compiled)
     present; under weak scaling the batch per device, so that its records on N devices share a
     panel. Eager and compiled records of a run that measured both (--compile on,off) are
-    panels side by side, each with its own baselines."""
+    panels side by side, each with its own baselines, as are records compiled otherwise
+    (--compile block,model, --compile-mode)."""
     compared = compared_batch(frame)
     frame = frame.assign(batch=[f"{b} per device" if weak else b
                                 for b, weak in zip(compared["batch"], compared["weak"],
                                                    strict=True)],
-                         compiled=compiled_column(frame).map({True: "compiled",
-                                                              False: "eager"}))
+                         compiled=compile_labels(frame))
     keys = ["model", "batch", "image_size", "precision", "compiled"]
     varying = [k for k in keys if frame[k].nunique() > 1]
     if not varying:
@@ -204,10 +225,10 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     have figures of their own), in the order first measured, with `settings_tried` (how many
     it was the fastest of). The baseline on the whole batch, every speedup's reference, is
     kept beside the baseline's fastest accumulating setting; a strategy compiled beside
-    itself eager."""
+    itself eager and compiled otherwise."""
     keys = [frame[column].astype(str) for column in ("model", "global_batch", "image_size",
                                                      "precision")]
-    keys.append(compiled_column(frame))
+    keys.append(compile_labels(frame))
     whole = (frame["strategy"] == strategies.BASELINE) & frame["strategy_options"].map(
         lambda options: not options)
     groups = [*keys, frame["strategy"], frame["devices"].astype(str).str.count(","), whole]

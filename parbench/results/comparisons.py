@@ -9,7 +9,7 @@ from parbench import strategies
 from parbench.results import stats
 from parbench.results.record import COMPARED, Record
 
-__all__ = ["add_comparisons", "is_baseline", "comparison_key", "per_round"]
+__all__ = ["add_comparisons", "comparison_key", "compile_variant", "is_baseline", "per_round"]
 
 
 
@@ -24,14 +24,25 @@ def per_round(record: Record, twin: bool = False) -> dict[int, float]:
             if t["status"] == "ok" and t["twin"] == twin}
 
 
+def compile_variant(record: Record) -> tuple | None:
+    """How the record's model was compiled: (scope, mode), None eager. A record from before
+    scopes and modes compiled per block in torch's default mode."""
+    if record.compile != True:  # noqa: E712 (None, False or NaN: eager)
+        return None
+    scope, mode = record.compile_scope, record.compile_mode
+    return (scope if isinstance(scope, str) else "block",
+            mode if isinstance(mode, str) else "default")
+
+
 def comparison_key(record: Record) -> tuple:
-    """What records compared with each other share: the workload, the device type, and the
-    batch (the global batch; under weak scaling, the batch per device)."""
+    """What records compared with each other share: the workload (compiled ones with the same
+    scope and mode), the device type, and the batch (the global batch; under weak scaling,
+    the batch per device)."""
     batch = record.global_batch
     if record.scaling == "weak" and batch is not None:
         batch //= max(record.device_count, 1)
     return (record.model, record.image_size, record.num_classes, record.precision,
-            record.channels_last, record.compile, record.scaling == "weak", batch,
+            record.channels_last, compile_variant(record), record.scaling == "weak", batch,
             record.device_kind)
 
 

@@ -63,6 +63,13 @@ class Record:
     precision: str | None = declared("precision", shown_in=("readme",))
     channels_last: bool | None = declared("channels last", shown_in=("readme",))
     compile: bool | None = declared("compiled", shown_in=("readme",))
+    # Compiled: what torch.compile compiled as one ("block", "model") and its mode; None eager.
+    compile_scope: str | None = None
+    compile_mode: str | None = None
+    # Whether torch.compile captured CUDA graphs: True under a mode of CUDA graphs on CUDA
+    # devices (a graph torch cannot capture fails the configuration), False where it did not
+    # (another mode, or a CPU, where torch skips them); None eager.
+    cuda_graphs: bool | None = None
     cudnn_benchmark: bool | None = None  # torch.backends.cudnn.benchmark in every process
     global_batch: int | None = None
     # strong: the global batch was given; weak: the batch per device was (global = it x devices)
