@@ -18,6 +18,7 @@ from PIL import Image  # noqa: E402
 
 from parbench import strategies  # noqa: E402
 from parbench.families.workloads import CUDA_GRAPH_MODES, compile_text  # noqa: E402
+from parbench.results.record import compile_variant  # noqa: E402
 
 __all__ = ["best_settings", "compared_batch", "compile_label", "compile_labels", "config_label",
            "has_intervals", "interval_errors", "interval_of", "is_compiled", "make_axes",
@@ -61,19 +62,15 @@ def compile_label(record: pd.Series) -> str:
     """How the record's model ran: `eager`, or compiled as labels name it (`compiled`, per
     block in torch's default mode; `compiled whole`; `compiled whole reduce-overhead`), with
     `(no CUDA graphs)` where a mode of CUDA graphs captured none (on a CPU, torch skips them).
-    A record from before scopes and modes compiled per block, in the default mode."""
-    if not is_compiled(record):
+    A record from before scopes and modes as `compile_variant` says."""
+    variant = compile_variant(record.get("compile"), record.get("compile_scope"),
+                              record.get("compile_mode"), record.get("timestamp_utc"))
+    if variant is None:
         return "eager"
-    scope, mode = _text(record.get("compile_scope")), _text(record.get("compile_mode"))
-    label = compile_text(scope or "block", mode or "default")
-    if mode in CUDA_GRAPH_MODES and not _true(record.get("cuda_graphs")):
+    label = compile_text(*variant)
+    if variant[1] in CUDA_GRAPH_MODES and not _true(record.get("cuda_graphs")):
         label += " (no CUDA graphs)"
     return label
-
-
-def _text(value) -> str | None:
-    """A string field's value; None where a record has none (None, NaN, absent)."""
-    return value if isinstance(value, str) else None
 
 
 def compile_labels(frame: pd.DataFrame) -> pd.Series:

@@ -7,9 +7,9 @@ import math
 
 from parbench import strategies
 from parbench.results import stats
-from parbench.results.record import COMPARED, Record
+from parbench.results.record import COMPARED, Record, compile_variant
 
-__all__ = ["add_comparisons", "comparison_key", "compile_variant", "is_baseline", "per_round"]
+__all__ = ["add_comparisons", "comparison_key", "compiled_as", "is_baseline", "per_round"]
 
 
 
@@ -24,14 +24,10 @@ def per_round(record: Record, twin: bool = False) -> dict[int, float]:
             if t["status"] == "ok" and t["twin"] == twin}
 
 
-def compile_variant(record: Record) -> tuple | None:
-    """How the record's model was compiled: (scope, mode), None eager. A record from before
-    scopes and modes compiled per block in torch's default mode."""
-    if record.compile != True:  # noqa: E712 (None, False or NaN: eager)
-        return None
-    scope, mode = record.compile_scope, record.compile_mode
-    return (scope if isinstance(scope, str) else "block",
-            mode if isinstance(mode, str) else "default")
+def compiled_as(record: Record) -> tuple[str, str] | None:
+    """How the record's model was compiled: (scope, mode), None eager (`compile_variant`)."""
+    return compile_variant(record.compile, record.compile_scope, record.compile_mode,
+                           record.environment.get("timestamp_utc"))
 
 
 def comparison_key(record: Record) -> tuple:
@@ -42,7 +38,7 @@ def comparison_key(record: Record) -> tuple:
     if record.scaling == "weak" and batch is not None:
         batch //= max(record.device_count, 1)
     return (record.model, record.image_size, record.num_classes, record.precision,
-            record.channels_last, compile_variant(record), record.scaling == "weak", batch,
+            record.channels_last, compiled_as(record), record.scaling == "weak", batch,
             record.device_kind)
 
 

@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["COMPARED", "FIELDS", "LIST_FIELDS", "PER_TRIAL", "STATUSES", "Record", "axis_label",
-           "columns", "declared", "has_interval", "heading",
+           "columns", "compile_variant", "declared", "has_interval", "heading",
            "is_number", "optional"]
 
 STATUSES = ("ok", "oom", "error", "skipped")
+# --compile compiled each module a strategy runs whole until it compiled each block, from
+# this time (UTC, as records' timestamp_utc): how a compiled record from before
+# compile_scope was compiled.
+PER_BLOCK_SINCE = "2026-11-26T21:59:57+00:00"
 
 
 VIEWS = ("readme", "table", "narrow")
@@ -257,6 +261,18 @@ _METADATA = {f.name: f.metadata for f in dataclasses.fields(Record) if f.metadat
 PER_TRIAL = {name: m["per_trial"] for name, m in _METADATA.items() if m["per_trial"]}
 # The figures parbench.results.comparisons sets, against other records of the run.
 COMPARED = tuple(name for name, m in _METADATA.items() if m["compared"])
+
+
+def compile_variant(compile, scope, mode, measured_at) -> tuple[str, str] | None:
+    """(scope, mode) a record's model was compiled with, None eager (compile None, False or
+    NaN). A compiled record from before scopes and modes ran the default mode, per block, or
+    whole where it was measured (`measured_at`, its timestamp_utc) before PER_BLOCK_SINCE."""
+    if compile != True:  # noqa: E712 (numpy's True too)
+        return None
+    if not isinstance(scope, str):
+        early = isinstance(measured_at, str) and measured_at < PER_BLOCK_SINCE
+        scope = "model" if early else "block"
+    return scope, mode if isinstance(mode, str) else "default"
 
 
 def columns(view: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from parbench.commands.run import build_sweep, spec_of
 from parbench.drive import runner
 from parbench.drive.runner import add_comparisons, planned_fields
 from parbench.plots.common import compile_label, config_label
+from parbench.results.comparisons import compiled_as
 from tests.support import ok_record
 
 RO = "reduce-overhead"
@@ -89,6 +90,19 @@ def test_compiled_records_are_compared_with_those_compiled_alike():
     assert records[3].speedup_vs_baseline == pytest.approx(12 / 10)
     assert records[4].speedup_vs_baseline == pytest.approx(30 / 40)
     assert records[5].speedup_vs_baseline == pytest.approx(25 / 20)
+
+
+def test_a_compiled_record_from_before_scopes_was_compiled_whole_until_per_block_came():
+    """--compile compiled each module a strategy runs whole until 2026-11-26 21:59:57 UTC."""
+    def old(timestamp):
+        return replace(_record("single", 1.0, None, None, compile=True),
+                       environment={"timestamp_utc": timestamp})
+
+    before, after = old("2026-11-26T00:54:06+00:00"), old("2026-11-27T01:14:51+00:00")
+    assert (compiled_as(before), compiled_as(after)) == (("model", "default"),
+                                                         ("block", "default"))
+    assert [compile_label(r.to_dict()) for r in (before, after)] == ["compiled whole",
+                                                                     "compiled"]
 
 
 def test_figures_name_the_scope_and_mode_and_leave_per_block_default_as_it_was():
