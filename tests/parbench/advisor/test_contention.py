@@ -2,7 +2,9 @@
 end, and read back from the cache."""
 
 import json
+import math
 import multiprocessing
+import os
 import time
 
 import pytest
@@ -37,18 +39,43 @@ def test_a_measured_slowdown_is_cached_and_read_back(tmp_path, monkeypatch):
     assert json.loads(path.read_text())["slowdown"] == pytest.approx(1.25)
 
 
+def _twice_as_many_processes_as_cores(rounds: int) -> dict[str, float]:
+    """Twice as many single-threaded processes as cores, each step a few milliseconds."""
+    return contention.measure_slowdown(TINY, micro_batch=2, processes=2 * cpu_cores(),
+                                       steps=1, rounds=rounds, timeout_s=150, window_s=0.3)
+
+
 @pytest.mark.timeout(180)
 def test_processes_sharing_cores_are_slowed_even_at_a_step_of_milliseconds():
-    """Processes at once timed against one alone, in real processes that all end. Twice as
-    many single-threaded processes as cores, each step a few milliseconds: started step by
-    step they did not overlap and measured no slowdown (1.004 for three processes on two
-    cores); stepping for a whole window, each gets about half a core."""
-    processes = 2 * cpu_cores()
-    measured = contention.measure_slowdown(TINY, micro_batch=2, processes=processes, steps=1,
-                                           rounds=2, timeout_s=150, window_s=0.5)
+    """Processes at once timed against one alone, in real processes that all end. Started
+    step by step, steps of a few milliseconds did not overlap and measured no slowdown (1.004
+    for three processes on two cores); stepping for a whole window, twice as many processes
+    as cores each get half a core: about 2x on a quiet machine.
+
+    Another job moves the ratio, so only a lower bound holds. In another session (the
+    kernel's autogroups share the cores between sessions) it takes from the processes
+    together as much as from the one alone, or more: 2x or above (17.1 was measured). In this
+    session, k other runnable threads (k >= c - 1, on c cores) slow the one alone as well and
+    dilute the ratio to (2c + k) / (1 + k): above 1.3 while k < (2c - 1.3) / 0.3, 9 on two
+    cores; the median over 5 rounds keeps a burst in one or two of them from moving it. A
+    measurement whose processes do not compute at once, or that does not take the ratio,
+    reads about 1."""
+    measured = _twice_as_many_processes_as_cores(rounds=5)
     # ratios of real step times; in lock-step, each step also waits for the slowest process
-    assert 1.4 < measured["slowdown"] < 10 and 1.4 < measured["lockstep_slowdown"] < 10
+    assert measured["slowdown"] > 1.3 and measured["lockstep_slowdown"] > 1.3
+    assert all(math.isfinite(value) for value in measured.values())
     assert multiprocessing.active_children() == []  # every process it started has ended
+
+
+@pytest.mark.skipif(os.environ.get("PARBENCH_QUIET_MACHINE") != "1",
+                    reason="a quiet machine's figure: run with PARBENCH_QUIET_MACHINE=1")
+@pytest.mark.timeout(180)
+def test_on_a_quiet_machine_two_processes_a_core_take_about_twice_as_long_a_step():
+    """The probe's magnitude where nothing else runs (the advisor's predicted steps rest on
+    it): half a core each, and the memory system shared, gives 1.4x to 10x. Not gated: any
+    other job on the machine moves it either way (17.1 measured beside one)."""
+    measured = _twice_as_many_processes_as_cores(rounds=5)
+    assert 1.4 < measured["slowdown"] < 10 and 1.4 < measured["lockstep_slowdown"] < 10
 
 
 def test_sharing_takes_the_cores_in_turn_and_the_rest_of_the_measured_slowdown_evenly():
