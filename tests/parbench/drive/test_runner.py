@@ -139,11 +139,11 @@ def test_a_record_keeps_every_setting_its_label_leaves_out(tiny_workload):
     ddp = planned_fields(Config("ddp", tiny_workload, 8, CPU2, options={"static_graph": False}))
     assert ddp["strategy_options"] == {"static_graph": False}
     assert ddp["strategy_settings"] == dict(
-        world_size=2, bucket_cap_mb=None, gradient_as_bucket_view=True, static_graph=False,
-        sync_batchnorm=False, comm_hook=None, powersgd_rank=None, zero=False)
+        world_size=2, tuning="tuned", bucket_cap_mb=None, gradient_as_bucket_view=True,
+        static_graph=False, sync_batchnorm=False, comm_hook=None, powersgd_rank=None, zero=False)
     fsdp = planned_fields(Config("fsdp", replace(tiny_workload, precision="bf16"), 8, CPU2))
     assert fsdp["strategy_options"] == {"fsdp_units": "group", "mixed_precision": True}
-    assert fsdp["strategy_settings"] == dict(world_size=2, fsdp_units="group",
+    assert fsdp["strategy_settings"] == dict(world_size=2, tuning="tuned", fsdp_units="group",
                                              reshard_after_forward="except-last",
                                              mixed_precision=True)
     refused = planned_fields(Config("ddp", tiny_workload, 7, CPU2))  # 7 does not divide
