@@ -27,7 +27,8 @@ CPU2 = parse_devices("cpu,cpu")
 TINY_FLAGS = ["--model", "resnet18", "--image-size", "32", "--num-classes", "10"]
 # The GPU reference run's script, and its modules by the short names tests give them.
 GPU_REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "reference.py"
-_GPU_REFERENCE_MODULES = {"reference": "reference", "plan": "reference_chunks",
+_GPU_REFERENCE_MODULES = {"reference": "reference", "plan": "reference_plan",
+                          "steps": "reference_steps", "summaries": "reference_summaries",
                           "host": "reference_host", "commit": "reference_commit",
                           "estimates": "reference_estimates"}
 
@@ -100,8 +101,9 @@ def one_rank():
 @contextlib.contextmanager
 def gpu_reference_modules():
     """The GPU reference script's modules, imported from its folder as they import each other
-    when it runs: .reference (the runner), .plan, .host (wheels, install, checks), .commit,
-    .estimates; forgotten again afterwards."""
+    when it runs: .reference (the runner), .plan (its parts), .steps (what they are made of),
+    .summaries, .host (wheels, install, checks), .commit, .estimates; forgotten again
+    afterwards."""
     sys.path.insert(0, str(GPU_REFERENCE.parent))
     try:
         yield types.SimpleNamespace(**{short: importlib.import_module(name)

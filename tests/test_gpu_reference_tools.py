@@ -3,6 +3,7 @@ the commit without git, and the install's checks and the wheels it brings."""
 
 import importlib
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -53,7 +54,7 @@ def per_test_timeout():
 
 
 def _part(gpu, letter, *steps):
-    return gpu.plan.Part(letter, "test", "the runner", steps)
+    return gpu.steps.Part(letter, "test", "the runner", steps)
 
 
 def test_the_per_test_limit_is_the_least_of_mark_cap_and_the_deadline(per_test_timeout):
@@ -74,12 +75,12 @@ def _hangs(tmp_path: Path) -> Path:
 
 
 def test_a_hung_test_fails_at_its_limit_and_the_step_goes_on(gpu, tmp_path, child_pids):
-    # No pytest-timeout, as on the GPU hosts: per_test_timeout keeps the limit.
-    argv = gpu.plan._pytest(f"{_hangs(tmp_path)}::test_hangs", f"{_hangs(tmp_path)}::test_after",
+    # Without pytest-timeout (plugins not loaded), per_test_timeout keeps the limit.
+    argv = gpu.steps.pytest(f"{_hangs(tmp_path)}::test_hangs", f"{_hangs(tmp_path)}::test_after",
                             per_test_s=2)
-    step = gpu.plan.Step("tests", argv, gpu.estimates.Estimate(1, ""),
-                         env={"PYTHONPATH": gpu.plan._pythonpath(),
-                              "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    step = gpu.steps.Step("tests", argv, gpu.estimates.Estimate(1, ""),
+                          env={"PYTHONPATH": gpu.steps.pythonpath(),
+                               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     folder = tmp_path / "z-tests"
     [entry] = gpu.reference.run_part(_part(gpu, "z", step), folder,
                                      {"z/tests": time.monotonic() + 60})
@@ -192,13 +193,13 @@ def test_without_git_the_commit_comes_from_files_or_is_given_and_asv_is_not_hand
     _git_dir(copy, "ref: refs/heads/main", {"refs/heads/main": COMMIT})
     assert gpu.commit.source_commit(copy) == (COMMIT, ".git's files, without git")
     assert gpu.commit.asv_commit(copy, COMMIT) is None  # asv reads commits through git
-    steps = {step.name: step for part in gpu.plan.parts("cuda:0", None, None)
+    steps = {step.name: step for part in gpu.plan.parts(gpu.steps.GPU, None, None)
              for step in part.steps}
     asv_run, suites = steps["asv-run"], steps["gpu-tests-suites"]
     assert "--set-commit-hash" not in asv_run.argv and "saves no results" in asv_run.note
     assert not any("test_asv" in arg for arg in suites.argv)
     assert "asv's test left out" in suites.note and suites.requires == ("pytest_benchmark",)
-    with_git = {step.name: step for part in gpu.plan.parts("cuda:0", None, COMMIT)
+    with_git = {step.name: step for part in gpu.plan.parts(gpu.steps.GPU, None, COMMIT)
                 for step in part.steps}
     assert with_git["asv-run"].argv[-2:] == ("--set-commit-hash", COMMIT)
 
@@ -216,8 +217,8 @@ def test_a_step_whose_module_cannot_start_is_skipped_with_one_line(gpu, tmp_path
     (tmp_path / "asv").mkdir()
     (tmp_path / "asv" / "__init__.py").write_text("import json5_not_installed\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    every = gpu.plan.parts("cuda:0", None, COMMIT)
-    skipped = gpu.host.check([every[0], every[3]], set())
+    every = gpu.plan.parts(gpu.steps.GPU, None, COMMIT)
+    skipped = gpu.host.check([every[0], every[4]], set())
     assert list(skipped) == ["asv-machine", "asv-run"]  # (a) still runs
     message = skipped["asv-run"]
     assert len(message.splitlines()) == 1
@@ -291,3 +292,40 @@ def test_an_install_that_fails_is_a_note_and_only_a_changed_torch_stops_the_run(
     assert "note: pip install of parbench failed" in out
     with pytest.raises(SystemExit, match="changed torch from 2.11.0"):
         gpu.host.install(None)
+
+
+def _commit_all(repo, message):
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m",
+                    message], cwd=repo, check=True, capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_correctness_is_due_where_a_file_naming_cuda_changed_since_it_last_passed(gpu,
+                                                                                 tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "strategies").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "strategies" / "gpu.py").write_text("device = 'cuda'\n")
+    (repo / "strategies" / "plain.py").write_text("x = 1\n")
+    passed_at = _commit_all(repo, "first")
+    results = repo / "results"
+    assert "no GPU run under results/ has passed" in gpu.commit.correctness_due(repo, results)
+    run = results / "20261128T000000Z-gpu-reference-h200"
+    (run / "g-correctness").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"commit": passed_at}))
+    (run / "g-correctness" / "steps.json").write_text(json.dumps(
+        [{"step": "gpu-tests", "status": "exit 1"}]))
+    assert gpu.commit.last_passed(results) is None  # a failed step: it did not pass
+    (run / "g-correctness" / "steps.json").write_text(json.dumps(
+        [{"step": "gpu-tests", "status": "ok"}, {"step": "verify-2", "status": "ok"}]))
+    assert gpu.commit.last_passed(results) == (passed_at, run / "g-correctness")
+    (repo / "strategies" / "plain.py").write_text("x = 2\n")  # names no CUDA
+    _commit_all(repo, "plain")
+    assert gpu.commit.correctness_due(repo, results) is None
+    (repo / "strategies" / "gpu.py").write_text("device = 'cuda:0'\n")
+    _commit_all(repo, "cuda")
+    due = gpu.commit.correctness_due(repo, results)
+    assert due.startswith(f"1 files naming CUDA changed since {passed_at[:10]}")
+    assert due.endswith(": strategies/gpu.py")

@@ -1,8 +1,10 @@
 """The commit a copy of the repository was made from, with git, without it (.git's files read
-by hand), or as given, for the run's record and for asv, which reads one only through git."""
+by hand), or as given, for the run's record and for asv, which reads one only through git; and
+whether git says a CUDA code path changed since the correctness part last passed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -91,3 +93,63 @@ def asv_commit(root: Path, commit: str | None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return commit if known else None
+
+
+# Where the CUDA code paths live: a Python file under these that names CUDA is one of them.
+CUDA_CODE = ("parbench", "strategies", "tests/gpu")
+CORRECTNESS = "correctness"  # the name of the part whose steps must all have passed
+
+
+def _git(root: Path, *args: str) -> str | None:
+    if shutil.which("git") is None or not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def last_passed(results: Path) -> tuple[str, Path] | None:
+    """The commit and folder of the newest GPU run under `results` whose correctness part
+    ran every step and passed them all (its run.json names the commit)."""
+    passed = []
+    for steps in results.glob(f"*gpu-reference*/**/*-{CORRECTNESS}/steps.json"):
+        try:
+            done = json.loads(steps.read_text())
+        except (OSError, ValueError):
+            continue
+        if not done or any(step.get("status") != "ok" for step in done):
+            continue
+        for folder in steps.parents:
+            run = folder / "run.json"
+            if run.is_file():
+                commit = json.loads(run.read_text()).get("commit")
+                if commit:
+                    passed.append((commit, steps.parent))
+                break
+    # Run folders are named by their UTC start: the greatest path is the newest run.
+    return max(passed, key=lambda found: str(found[1])) if passed else None
+
+
+def correctness_due(root: Path, results: Path) -> str | None:
+    """Why the correctness part must run again (None: git says no CUDA code path changed
+    since it last passed): no committed run passed it, git cannot tell, or the files under
+    CUDA_CODE that name CUDA and changed since that run's commit."""
+    passed = last_passed(results)
+    if passed is None:
+        return "no GPU run under results/ has passed every step of it"
+    commit, folder = passed
+    where = folder.relative_to(results) if folder.is_relative_to(results) else folder
+    naming = _git(root, "grep", "-il", "cuda", "HEAD", "--", *CUDA_CODE)
+    changed = _git(root, "diff", "--name-only", commit, "HEAD", "--", *CUDA_CODE)
+    if naming is None or changed is None:
+        return f"git cannot tell what changed since {commit[:10]} ({where}) here"
+    cuda = {line.split(":", 1)[1] for line in naming.splitlines() if ":" in line}
+    files = [name for name in changed.splitlines() if name in cuda and name.endswith(".py")]
+    if not files:
+        return None
+    shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+    return (f"{len(files)} files naming CUDA changed since {commit[:10]}, when it last passed "
+            f"({where}): {shown}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "results" / "20261126T004029Z-gpu-reference-h200"
+H100 = ROOT / "results" / "20261127T011008Z-gpu-reference-h100"
 # Every estimate is 1.2 times its arithmetic: an H100 (less memory bandwidth than the H200)
 # may be lent, a new code path may be slower, and the arithmetic below leaves out what was
 # not measured (the compiled steps are taken as long as the eager ones).
@@ -54,6 +55,9 @@ SEARCH_S = 10.7
 # runs that installed (1-default, 3-part-a: their wall time less their steps').
 INSTALL_S = 31.0
 ARCHIVE_S = 1.0  # tar.gz of a run folder of a few MB
+# Steps the H100 measured whole (1-default's steps.json): timm's benchmark.py on the 224 px
+# job, asv's machine file and its --quick run of the suite.
+TIMM_S, ASV_MACHINE_S, ASV_RUN_S = 15.3, 0.3, 73.3
 UNMEASURED_TEST_S = 10.0  # a GPU test the H200 did not run
 
 
@@ -161,10 +165,11 @@ def _trial_s(trials: Trials, warmup: int, steps: int) -> float:
 
 
 def run_estimate(trials: Sequence[Trials], rounds: int, warmup: int, steps: int,
-                 compiles: int = 0, searches: int = 0) -> Estimate:
+                 compiles: int = 0, searches: int = 0, fresh_compiles: int = 0) -> Estimate:
     """A parbench run: its start, `rounds` rounds of `trials`, the forkserver's start if any
     trial is spawned, the model compiled at `compiles` batch shapes (a compile each, the
-    rounds after the first reusing it) and `searches` cuDNN searches."""
+    rounds after the first reusing it), `fresh_compiles` more compiles from scratch (another
+    scope or mode of torch.compile) and `searches` cuDNN searches."""
     per_round = sum(t.count * _trial_s(t, warmup, steps) for t in trials)
     raw = RUN_START_S + rounds * per_round
     parts = [f"start {RUN_START_S} s", f"{rounds} round{'s' * (rounds > 1)} x {per_round:.1f} s"]
@@ -177,6 +182,10 @@ def run_estimate(trials: Sequence[Trials], rounds: int, warmup: int, steps: int,
         raw += compiling
         parts.append(f"compiled at {compiles} batch shapes {compiling:.1f} s (the first "
                      f"{COMPILE_S} s, each other {RECOMPILE} of it: H100)")
+    if fresh_compiles:
+        raw += fresh_compiles * COMPILE_S
+        parts.append(f"{fresh_compiles} compile{'s' * (fresh_compiles > 1)} of another scope "
+                     f"or mode x {COMPILE_S} s (PLANNING: each as long as the H100's first)")
     if searches:
         raw += searches * SEARCH_S
         parts.append(f"{searches} cuDNN search{'es' * (searches > 1)} x {SEARCH_S} s")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reference_chunks import ROOT, Part
+from reference_steps import ROOT, Part
 
 HOST_PYTHON = "3.12"
 # Fetched with every runtime dependency for the host (asv's: asv_runner, build,
