@@ -3,12 +3,15 @@ files and logs, the steps' summaries, and the published tables' comparison."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 FIRST_H200 = "20261126T004029Z-gpu-reference-h200"
@@ -115,3 +118,29 @@ def markdown_table(path: str) -> list[dict[str, str]]:
 def published_tables() -> dict[str, dict[str, str]]:
     """results/published-tables/comparison.md's rows by their name."""
     return {row["row"]: row for row in markdown_table("published-tables/comparison.md")}
+
+
+def junit_suite(path: str) -> dict:
+    """A junit file's test count and pytest's time for them."""
+    root = ET.parse(RESULTS / path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None, path
+    return {"tests": int(suite.get("tests", 0)), "time": float(suite.get("time", 0))}
+
+
+def step_seconds(path: str, step: str) -> float:
+    """A step's seconds in a GPU run's steps.json."""
+    [found] = [s for s in json.loads((RESULTS / path).read_text()) if s["step"] == step]
+    return float(found["seconds"])
+
+
+@cache
+def estimates() -> ModuleType:
+    """The GPU plan's estimates (benchmarks/gpu/reference_estimates.py), as a module."""
+    path = RESULTS.parent / "benchmarks" / "gpu" / "reference_estimates.py"
+    spec = importlib.util.spec_from_file_location("reference_estimates_figures", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

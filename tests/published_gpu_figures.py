@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -20,15 +21,12 @@ from tests import gpu_run_files as runs
 from tests.gpu_passages import ROOT
 from tests.published_figures import Figure
 
-README, RES = "README.md", "results/README.md"
+README, RES, HOSTS = "README.md", "results/README.md", "docs/gpu-hosts.md"
 METHODOLOGY, PREDICTION, STRATEGIES = "docs/methodology.md", "docs/prediction.md", \
     "docs/strategies.md"
-SCANNED_DOCS_LEFT_OUT = (
-    "docs/gpu-hosts.md",  # being rewritten; delete this line to scan it too
-)
-# Sections of a scanned page left out, by their heading line: being rewritten (it quotes a
-# resnet18 compile check on one H200 that no results folder holds); delete to scan it too.
-SECTIONS_LEFT_OUT = {STRATEGIES: ("## Compiled blocks: `--compile`",)}
+SCANNED_DOCS_LEFT_OUT: tuple[str, ...] = ()  # a page to leave out of the scan, while rewritten
+# Sections of a scanned page left out, by their heading line, while they are rewritten.
+SECTIONS_LEFT_OUT: dict[str, tuple[str, ...]] = {}
 SCANNED = sorted({README, RES, *(str(path.relative_to(ROOT)) for path in
                                  (ROOT / "docs").glob("*.md"))} - set(SCANNED_DOCS_LEFT_OUT))
 _WORDS = {1: "one", 2: "two", 7: "seven"}
@@ -75,6 +73,30 @@ def _h100_tests() -> str:
 def _second_h200_tests() -> str:
     run, passed, skipped = _junit_total(*SECOND_H200_JUNIT)
     return f"{passed} of the {run} run on a second H200 passed and {skipped} skipped"
+
+
+def _second_h200_tests_hosts() -> str:
+    run, passed, skipped = _junit_total(*SECOND_H200_JUNIT)
+    return f"{passed} of its {run} GPU tests passed and {skipped} skipped"
+
+
+def _first_h200_timings() -> str:
+    """The first H200's GPU tests: pytest's time for the fast ones and their step's, and the
+    three slowest's pytest time."""
+    fast, slow = (runs.junit_suite(path) for path in FIRST_H200_JUNIT)
+    step = runs.step_seconds(f"{runs.FIRST_H200}/1-gpu-tests/steps.json", "gpu-tests")
+    return (f"{fast['tests']} in {fast['time']:.1f} s of pytest's time ({step:.1f} s for the "
+            f"step), the three slowest (a cold `torch.compile`, the `max-batch` search, "
+            f"torchrun) in {slow['time']:.1f} s")
+
+
+def _estimates(template: str, *names: str) -> Callable[[], str]:
+    """A text of the GPU plan's estimates (benchmarks/gpu/reference_estimates.py, whose
+    figures tests/test_gpu_reference.py holds to the runs' files), filled from the module."""
+    def text() -> str:
+        module = runs.estimates()
+        return template.format(*(getattr(module, name) for name in names))
+    return text
 
 
 # ---- single resnet50 at 224 px ---------------------------------------------------------
@@ -281,6 +303,8 @@ def _amp_loss() -> str:
 
 
 PUBLISHED = "results/published-tables/comparison.md"
+ESTIMATES = ("benchmarks/gpu/reference_estimates.py (each held to the GPU runs' steps.json, "
+             "junit.xml and records.json by tests/test_gpu_reference.py)")
 TUTORIAL, PART_B = _results(f"{runs.H200_TUTORIAL}/records.json"), _results(
     f"{runs.H100_PART_B}/records.json")
 PROFILE_CHECK = _results(f"{runs.FIRST_H200}/profile-check.md")
@@ -295,6 +319,23 @@ GPU_FIGURES: tuple[Figure, ...] = (
            _results(H100_TESTS_LOG), _h100_tests),
     Figure((README,), "29 of the 32 run on a second H200 passed and 1 skipped",
            " and ".join(_results(p) for p in SECOND_H200_JUNIT), _second_h200_tests),
+    Figure((HOSTS,), "29 of its 32 GPU tests passed and 1 skipped",
+           " and ".join(_results(p) for p in SECOND_H200_JUNIT), _second_h200_tests_hosts),
+    Figure((HOSTS,), "27 in 62.6 s of pytest's time (71.6 s for the step), the three slowest "
+           "(a cold `torch.compile`, the `max-batch` search, torchrun) in 102.3 s",
+           " and ".join(_results(p) for p in FIRST_H200_JUNIT) + " and 1-gpu-tests/steps.json",
+           _first_h200_timings),
+    Figure((HOSTS,), "`parbench run`'s start (12.0 s) and each trial's set-up (0.49 s)",
+           ESTIMATES, _estimates("`parbench run`'s start ({} s) and each trial's set-up ({} s)",
+                                 "RUN_START_S", "TRIAL_S")),
+    Figure((HOSTS,), "a spawned rank's 1.6 s and the forkserver's 7.7 s", ESTIMATES,
+           _estimates("a spawned rank's {} s and the forkserver's {} s", "SPAWN_TRIAL_S",
+                      "FORKSERVER_S")),
+    Figure((HOSTS,), "cuDNN's search (10.7 s); a compile (43.3 s); timm's run (15.3 s) and "
+           "asv's (73.3 s) whole; the install (31 s)", ESTIMATES, _estimates(
+               "cuDNN's search ({} s); a compile ({} s); timm's run ({} s) and asv's ({} s) "
+               "whole; the install ({:.0f} s)", "SEARCH_S", "COMPILE_S", "TIMM_S", "ASV_RUN_S",
+               "INSTALL_S")),
     Figure((README,), "3913 img/s at 224 px bf16, timm's own loop 3873",
            _results(f"{runs.H100_TIMM}/summary.json"),
            lambda: _timm("", " at 224 px bf16, timm's own loop ")),
@@ -304,18 +345,19 @@ GPU_FIGURES: tuple[Figure, ...] = (
     Figure((RES,), "2191 img/s in fp32, 4617 in bf16 with channels_last and cuDNN's search, "
            "6461 with the whole model compiled (cuDNN's search off)",
            _results(f"{runs.H200_224} and {runs.H200_COMPILED} (records.json)"), _first_h200_224),
-    Figure((README, METHODOLOGY), "6461 img/s compiled against 4647 eager",
+    Figure((README, METHODOLOGY, STRATEGIES), "6461 img/s compiled against 4647 eager",
            _results(f"{runs.H200_COMPILED} and {runs.SECOND_H200_CHANNELS_LAST} (records.json)"),
            _compiled_against_eager),
     Figure((METHODOLOGY,), "24.3 GFLOP per image for resnet50 at 224 px",
            _results(f"{runs.FIRST_H200} (records.json, flops_per_image)"), _flops),
-    Figure((README, METHODOLOGY, RES), "1.27 to 1.87 times the eager one", PART_B,
+    Figure((README, METHODOLOGY, RES, STRATEGIES), "1.27 to 1.87 times the eager one", PART_B,
            _compile_ratios),
-    Figure((README,), "893 img/s against eager's 1837", _results(SECOND_H200_JUNIT[1]),
+    Figure((README, STRATEGIES), "893 img/s against eager's 1837",
+           _results(SECOND_H200_JUNIT[1]),
            lambda: _compile_test_text("eager's ")),
     Figure((RES,), "893 img/s against 1837", _results(SECOND_H200_JUNIT[1]),
            lambda: _compile_test_text("")),
-    Figure((README, RES), "12.8 to 20.4 ms", TUTORIAL, _micro_batch_costs),
+    Figure((README, RES, STRATEGIES), "12.8 to 20.4 ms", TUTORIAL, _micro_batch_costs),
     Figure((RES,), "a micro-batch effect of 0.54 at best", TUTORIAL, _best_micro_batch_effect),
     Figure((RES,), "Its model-parallel step (0.72x single)", TUTORIAL, _first_model_parallel),
     Figure((RES,), "(2 of 3 rounds, emulated)", PART_B, _h100_rounds),
@@ -364,7 +406,8 @@ class NotMeasured:
 NOT_MEASURED: tuple[NotMeasured, ...] = (
     NotMeasured((README,), "whiskers 95% intervals", "the intervals' confidence level"),
     NotMeasured((RES,), "NVIDIA H100 80GB", "the GPU's name (env.json: NVIDIA H100 80GB HBM3)"),
-    NotMeasured((METHODOLOGY,), "989 TFLOP/s bf16/fp16 and 495 TF32 for an H100 SXM or H200",
+    NotMeasured((METHODOLOGY, HOSTS), "989 TFLOP/s bf16/fp16 and 495 TF32 for an H100 SXM or "
+                "H200",
                 "NVIDIA's data sheets' dense peaks, as parbench/measure/flops.py lists them"),
     NotMeasured((METHODOLOGY,), "fsdp's ranks over gloo grew their data segment by 410-460 MiB "
                 "at resnet18 64 px whatever the batch (8 to 64), ddp's by 240-340 MiB, for 97 "
@@ -387,4 +430,16 @@ NOT_MEASURED: tuple[NotMeasured, ...] = (
     NotMeasured(("docs/results.md",), "every 0.2 s", "the GPU sampler's period, a setting"),
     NotMeasured(("docs/multi-node.md",), "15000 + the job id modulo 17000",
                 "a port number's rule"),
+    NotMeasured((HOSTS,), "costing under 1% of a step", "the GPU test's threshold"),
+    NotMeasured((HOSTS,), "of at most 9 minutes (540 s)", "the reference run's limit"),
+    NotMeasured((HOSTS,), "each inside 540 s too", "the reference run's limit"),
+    NotMeasured((HOSTS,), "3600 s timeouts", "asv.conf.json's benchmark timeout, a setting"),
+    NotMeasured((HOSTS,), "each test at most 60 s", "the correctness part's per-test limit"),
+    NotMeasured((HOSTS,), "at 128 and 224 px", "image sizes profiled, settings"),
+    NotMeasured((HOSTS,), "Each estimate is 1.2 times", "the plan's margin, a setting"),
+    NotMeasured((HOSTS,), "is ended 5 s later", "per_test_timeout's grace, a setting"),
+    NotMeasured((HOSTS,), "no test runs past 15 s before its step's end",
+                "per_test_timeout's margin, a setting"),
+    NotMeasured((HOSTS,), "their 50 MB would not travel",
+                "the size of those wheels, on the index, not a GPU's figure"),
 )
