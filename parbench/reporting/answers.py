@@ -1,8 +1,12 @@
 """What a reader came for, read from a run's records: the answers (the fastest strategy, the
-leanest, the distance from the ideal), the noise floor, and the table `parbench run` prints."""
+leanest, the distance from the ideal), the noise floor, the table `parbench run` prints, and
+the interval each verdict in it is decided by."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +16,11 @@ from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
 from parbench.plots.common import interval_of, is_compiled
-from parbench.reporting.deciding import Decided, deciding_intervals
 from parbench.results import stats
-from parbench.results.record import columns, has_interval, heading, is_number, optional
+from parbench.results.comparisons import comparison_key, is_baseline, per_round
+from parbench.results.record import Record, columns, has_interval, heading, is_number, optional
 
-__all__ = ["answers", "noise_floor", "results_table"]
+__all__ = ["Decided", "answers", "deciding_intervals", "noise_floor", "results_table"]
 
 
 def _format_number(value: float) -> str:
@@ -187,8 +191,7 @@ def _with_interval(record: pd.Series, name: str) -> str:
 
 
 def _speedup_interval(record: pd.Series) -> tuple[float, float] | None:
-    """The speedup's own 95% interval, as the record keeps it."""
-    bounds = interval_of(record, "speedup_vs_baseline")
+    bounds = interval_of(record, "speedup_vs_baseline")  # the speedup's own 95% interval
     return (bounds[0], bounds[1]) if bounds else None
 
 
@@ -224,6 +227,48 @@ def _deciding_lines(frame: pd.DataFrame, decided: dict) -> list[str]:
             f"or slower): its verdict's interval, at {found.confidence:.1%}, is "
             f"[{_format_number(found.bounds[0])}, {_format_number(found.bounds[1])}]")
     return lines
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A verdict's deciding interval of the speedup, at `confidence`, one of `verdicts` made
+    against the same baseline, `judged` of them faster or slower."""
+
+    bounds: tuple[float, float]
+    confidence: float
+    verdicts: int
+    judged: int
+
+
+def deciding_intervals(frame: pd.DataFrame) -> dict[Hashable, Decided]:
+    """Frame index -> the deciding interval of each record with a verdict against its
+    baseline: its speedup's ratios paired by round, in the family parbench.results.comparisons
+    corrects together (the same workload and batch against its first baseline), at
+    stats.deciding_confidence; it excludes 1 exactly where the verdict is faster or slower."""
+    records = {index: Record.from_dict({  # pandas reads a missing number as NaN; Record, None
+        key: None if isinstance(value, float) and math.isnan(value) else value
+        for key, value in row.items()}) for index, row in frame.iterrows()}
+    baselines: dict[tuple, Record] = {}
+    for record in records.values():
+        if record.ok and is_baseline(record):
+            baselines.setdefault(comparison_key(record), record)
+    families: dict[tuple, dict[Hashable, list[float]]] = {}
+    for index, record in records.items():
+        baseline = baselines.get(comparison_key(record))
+        if (record.ok and record.throughput_ips is not None and baseline is not None
+                and baseline is not record):
+            families.setdefault(comparison_key(record), {})[index] = stats.paired_ratios(
+                per_round(record), per_round(baseline))
+    decided: dict[Hashable, Decided] = {}
+    for family in families.values():
+        made = [verdict for verdict in stats.verdicts(family).values() if verdict is not None]
+        # None where no member has two ratios, so none has an interval either
+        confidence = stats.deciding_confidence(family) or stats.CONFIDENCE
+        for index, ratios in family.items():
+            if bounds := stats.interval(ratios, confidence=confidence):
+                decided[index] = Decided(bounds, confidence, len(made),
+                                         sum(verdict != "within noise" for verdict in made))
+    return decided
 
 
 def _verdict_count(frame: pd.DataFrame) -> str:

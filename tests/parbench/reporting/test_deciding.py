@@ -6,8 +6,7 @@ import pandas as pd
 import pytest
 
 from parbench.plan.trials import Trial
-from parbench.reporting.answers import answers, results_table
-from parbench.reporting.deciding import deciding_intervals
+from parbench.reporting.answers import answers, deciding_intervals, results_table
 from parbench.results import stats
 from parbench.results.comparisons import add_comparisons
 from tests.support import ok_record
