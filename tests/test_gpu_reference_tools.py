@@ -270,6 +270,9 @@ def test_wheels_of_what_the_host_has_are_left_alone(gpu, tmp_path):
 def test_an_install_that_fails_is_a_note_and_only_a_changed_torch_stops_the_run(
         gpu, tmp_path, monkeypatch, capsys):
     (tmp_path / "asv-0.6.6-py3-none-any.whl").write_bytes(b"")
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(gpu.host.sysconfig, "get_paths", lambda: {"purelib": str(site)})
     torch_versions = iter(["2.11.0+cu130", "2.11.0+cu130", "2.11.0+cu130", "2.12.0"])
     commands = []
 
@@ -284,14 +287,28 @@ def test_an_install_that_fails_is_a_note_and_only_a_changed_torch_stops_the_run(
     monkeypatch.setattr(gpu.host.subprocess, "run", run)
     monkeypatch.setattr(gpu.host, "_installed_version", lambda name: None)
     assert gpu.host.install(tmp_path) == {"asv"}
-    wheels, parbench = (command[8:] for command in commands if "install" in command)
-    assert wheels == [str(tmp_path / "asv-0.6.6-py3-none-any.whl")]  # before parbench
-    assert parbench == ["-e", str(ROOT)]
+    [wheels] = [command[7:] for command in commands if "install" in command]
+    assert wheels == [str(tmp_path / "asv-0.6.6-py3-none-any.whl")]  # pip builds nothing
+    assert (site / "parbench-source.pth").read_text() == f"{ROOT}\n"  # nor does parbench
     out = capsys.readouterr().out
     assert "note: pip install of 1 wheels failed" in out
-    assert "note: pip install of parbench failed" in out
+    assert f"parbench from its source tree: {site / 'parbench-source.pth'}" in out
     with pytest.raises(SystemExit, match="changed torch from 2.11.0"):
         gpu.host.install(None)
+
+
+def test_a_path_file_makes_parbench_importable_from_its_source_tree(gpu, tmp_path):
+    """What the install writes, read by a fresh interpreter's site machinery: parbench from
+    the source tree, its strategies included, in a directory that is not the tree."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "parbench-source.pth").write_text(f"{ROOT}\n")
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); import parbench.strategies; "
+            "print(parbench.strategies.__file__)")
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(site)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(ROOT))
 
 
 def _commit_all(repo, message):

@@ -52,7 +52,8 @@ COMPILED_STEP = 1.42
 # bf16-channels-last's first step 11.06 s less 4 ablation's bf16 first step 0.33 s.
 SEARCH_S = 10.7
 # The install and its checks: the H100's command start to its first step, 31 s in both of its
-# runs that installed (1-default, 3-part-a: their wall time less their steps').
+# runs that installed (1-default, 3-part-a: their wall time less their steps'), when pip still
+# built parbench's editable install there; a path file builds nothing now, so it errs long.
 INSTALL_S = 31.0
 ARCHIVE_S = 1.0  # tar.gz of a run folder of a few MB
 # Steps the H100 measured whole (1-default's steps.json): timm's benchmark.py on the 224 px

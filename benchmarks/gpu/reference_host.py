@@ -1,6 +1,7 @@
 """A GPU host without network made ready for the reference run: the wheels it lacks (fetched
-where there is network), parbench installed beside the host's torch, and a check, before any
-step, that what the chosen steps need starts."""
+where there is network and built there, GPUtil's included), parbench made importable from its
+source tree beside the host's torch (nothing built on the host), and a check, before any step,
+that what the chosen steps need starts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from reference_steps import ROOT, Part
@@ -23,6 +25,7 @@ FETCHED = ("asv", "setuptools")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64")
 GPUTIL = "GPUtil==1.4.0"  # on PyPI only as a source archive: built into a wheel by --fetch-wheels
+SOURCE_PATH_FILE = "parbench-source.pth"  # site-packages' path file naming the source tree
 
 
 def _torch_version() -> str:
@@ -97,14 +100,21 @@ def fetch_wheels(folder: Path) -> None:
           "python benchmarks/gpu/reference.py --wheels DIR")
 
 
+def install_source(root: Path = ROOT) -> Path:
+    """parbench importable from its source tree in every later process of this Python (the
+    steps, their spawned ranks, asv's benchmarks), through a path file in its site-packages:
+    nothing is built or copied on the host. Returns the file."""
+    path = Path(sysconfig.get_paths()["purelib"]) / SOURCE_PATH_FILE
+    path.write_text(f"{root}\n")
+    return path
+
+
 def install(wheels: Path | None) -> set[str]:
     """parbench (after the wheels in `wheels` of what the host lacks) into this Python, never
     replacing its torch; returns the distributions the wheels folder holds. Only a changed
     torch stops the run: a wheel or an import that fails is a note, and the steps that need
     it are skipped by `check` (parbench itself also runs from the source tree)."""
     before = _torch_version()
-    # The wheels first: setuptools among them builds parbench's editable install.
-    commands: list[list[str]] = []
     brought: set[str] = set()
     if wheels:
         if not wheels.is_dir():
@@ -113,16 +123,17 @@ def install(wheels: Path | None) -> set[str]:
         brought = {_distribution(path.name.split("-")[0]) for path in wheels.glob("*.whl")}
         if kept:
             print(f"kept the host's {', '.join(kept)} (their wheels left alone)", flush=True)
-        if new:
-            commands.append([str(path) for path in new])
-    commands.append(["-e", str(ROOT)])
-    for command in commands:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                               "--no-index", "--no-build-isolation", *command])
-        if done.returncode:
-            what = "parbench" if command[0] == "-e" else f"{len(command)} wheels"
-            print(f"note: pip install of {what} failed (above); the steps that need it are "
-                  "skipped", flush=True)
+        if new and subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                                   "--no-index", *map(str, new)]).returncode:
+            print(f"note: pip install of {len(new)} wheels failed (above); the steps that "
+                  "need them are skipped", flush=True)
+    try:
+        where = install_source()
+    except OSError as error:
+        print(f"note: parbench's path file could not be written ({error}); the steps run it "
+              "from the source tree they start in", flush=True)
+    else:
+        print(f"parbench from its source tree: {where} names {ROOT}", flush=True)
     after = _torch_version()
     if after != before:
         raise SystemExit(f"installing parbench changed torch from {before} to {after}")
@@ -207,8 +218,9 @@ def wheels_plan(wheels: Path | None) -> list[str]:
 
 def install_plan(selected: list[Part], wheels: Path | None) -> None:
     """The install and its checks, as the dry run prints them."""
-    print("install (left out with --no-install): pip install -q --no-deps --no-index "
-          f"--no-build-isolation -e {ROOT}; stops if torch changes")
+    print("install (left out with --no-install): the carried wheels with pip install -q "
+          f"--no-deps --no-index, then parbench from {ROOT} through a path file in "
+          f"site-packages ({SOURCE_PATH_FILE}: nothing built); stops if torch changes")
     for line in wheels_plan(wheels):
         print(f"  {line}")
     print(f"  a wheels folder for the host (Python {HOST_PYTHON}) holds asv with its runtime "
