@@ -432,16 +432,18 @@ def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skippe
 
 
 @pytest.fixture
-def compiling_here(monkeypatch):
+def compiling_here():
     """torch.compile in this process, inductor compiling in the calling thread (a pool of
     compile workers would live as long as this process, and be taken for a leftover by the
-    tests that look for them); the compiled code dropped afterwards."""
+    tests that look for them); the compiled code dropped afterwards. Inductor's own patch,
+    not monkeypatch: its config is no plain module, and a monkeypatch's undo left a later
+    test in the same process without `compile_threads`."""
     import torch._dynamo
     import torch._inductor.config
 
-    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
     torch._dynamo.reset()  # graphs an earlier test compiled in this process would be reused
-    yield
+    with torch._inductor.config.patch(compile_threads=1):
+        yield
     torch._dynamo.reset()
 
 

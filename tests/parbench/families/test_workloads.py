@@ -197,23 +197,23 @@ def test_scope_model_compiles_a_stage_whole_and_block_each_block_in_the_mode_giv
     assert not is_compiled(other)
 
 
-def test_on_a_cpu_torch_skips_the_cuda_graphs_a_mode_asks_for(monkeypatch):
+def test_on_a_cpu_torch_skips_the_cuda_graphs_a_mode_asks_for():
     """What a record's `cuda_graphs` says of a CPU: inductor compiles the head under
     reduce-overhead and runs it without a CUDA graph (its forward only: quick)."""
     import torch._dynamo
     import torch._inductor.config
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)  # no pool left behind
     torch._dynamo.reset()
     workload = Workload(model="resnet18", image_size=32, num_classes=10, compile=True,
                         compile_scope="model", compile_mode="reduce-overhead")
     head = dict(workload.family.blocks(workload.build_model()))["head"]
     skips = counters["inductor"]["cudagraph_skips"]
     features = torch.randn(2, 512, 1, 1)
-    try:
-        assert torch.allclose(workload.compiled(head)(features), head._call_impl(features),
-                              atol=1e-5)
+    try:  # inductor's own patch: no pool of compile workers left behind
+        with torch._inductor.config.patch(compile_threads=1):
+            assert torch.allclose(workload.compiled(head)(features), head._call_impl(features),
+                                  atol=1e-5)
     finally:
         torch._dynamo.reset()
     assert counters["inductor"]["cudagraph_skips"] > skips
