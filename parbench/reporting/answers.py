@@ -15,7 +15,7 @@ from parbench import strategies
 from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
-from parbench.plots.common import interval_of, is_compiled
+from parbench.plots.common import compile_label, interval_of, is_compiled
 from parbench.results import stats
 from parbench.results.comparisons import comparison_key, is_baseline, per_round
 from parbench.results.record import Record, columns, has_interval, heading, is_number, optional
@@ -30,7 +30,7 @@ def _format_number(value: float) -> str:
 def _named(record: pd.Series) -> str:
     options = options_text(record.get("strategy_options"))
     named = f"{record['strategy']} ({options})" if options else record["strategy"]
-    return named + (" compiled" if is_compiled(record) else "")
+    return named + (f" {compile_label(record)}" if is_compiled(record) else "")
 
 
 def _from_ideal(record: pd.Series, devices: int) -> str:
@@ -353,7 +353,8 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
     """What is printed after a run: the columns a reader compares (those that fit 120
     characters, every one with `wide`), why each configuration that is not ok is not, every
     steady memory rise, the answers, and where the rest is."""
-    compiled = frame.apply(lambda row: ", compiled" if is_compiled(row) else "", axis=1)
+    compiled = frame.apply(lambda row: f", {compile_label(row)}" if is_compiled(row) else "",
+                           axis=1)
     table = frame.assign(options=(frame["strategy_options"].map(options_text) + compiled)
                          .str.lstrip(", "))
     shown = _columns(frame, wide)

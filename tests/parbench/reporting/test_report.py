@@ -174,3 +174,24 @@ def test_the_table_and_answers_tell_eager_from_compiled():
     assert rows[0].split()[1:3] == ["split=4", "2"]
     assert rows[1].split()[1:4] == ["split=4,", "compiled", "2"]
     assert "fastest pipeline (split=4) compiled at 150 img/s" in results_table(frame)
+
+
+def test_the_table_tells_compile_scopes_and_modes_apart():
+    import dataclasses
+
+    import pandas as pd
+
+    from parbench.reporting.answers import results_table
+    from tests.support import ok_record
+
+    records = [ok_record("single", compile=True, compile_scope=scope, compile_mode=mode,
+                         cuda_graphs=False if mode == "reduce-overhead" else None,
+                         throughput_ips=ips, step_time_median_s=8 / ips,
+                         peak_memory_max_mib=10.0, memory_imbalance=1.0)
+               for scope, mode, ips in (("block", "default", 100.0),
+                                        ("model", "reduce-overhead", 150.0))]
+    text = results_table(pd.DataFrame([dataclasses.asdict(r) for r in records]))
+    rows = text.splitlines()[1:3]
+    assert rows[0].split()[:2] == ["single", "compiled"]
+    assert rows[1].split()[:7] == ["single", "compiled", "whole", "reduce-overhead", "(no",
+                                   "CUDA", "graphs)"]
