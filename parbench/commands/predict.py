@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -83,13 +85,21 @@ def whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
     return [at_least(flag, value, 1) for value in values]
 
 
+def host_cache() -> Path:
+    """The default folder of profiles, probes and collectives: one per host under
+    DEFAULT_CACHE, since each measures the host that took it (a home folder a cluster's nodes
+    share would otherwise hand one node's to another)."""
+    return DEFAULT_CACHE / (re.sub(r"[^A-Za-z0-9._-]+", "-", platform.node()) or "host")
+
+
 def profile_cache(path: Path | None) -> Path:
-    """The folder profiles are kept in, refused where it, or a folder above it, is a file."""
-    cache = path or DEFAULT_CACHE
+    """The folder profiles are kept in (given, else this host's: `host_cache`), refused where
+    it, or a folder above it, is a file."""
+    cache = path or host_cache()
     existing = next(folder for folder in (cache, *cache.parents) if folder.exists())
     if not existing.is_dir():
         raise UsageError(f"--profile-cache {cache}: {existing} is a file, not a folder; give a "
-                         f"folder to keep the profiles in (made if missing), e.g. {DEFAULT_CACHE}")
+                         f"folder to keep the profiles in (made if missing), e.g. {host_cache()}")
     return cache
 
 
@@ -392,7 +402,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                          f"the cpu (no run folder; default {SWEEP_DEFAULTS['threads']})")
     predict.add_argument("--profile-cache", type=Path,
                          help="where a sweep's profiles are kept (default "
-                              "~/.cache/parbench/profiles; a run's are kept in its folder)")
+                              "~/.cache/parbench/profiles/<host>; a run's are kept in its folder)")
     predict.add_argument("--csv", help="also write the sweep's predictions to this file")
     predict.add_argument("--figure", help="also draw the sweep (throughput against split size "
                          "per device count) to this PNG, an SVG beside it")

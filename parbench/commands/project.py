@@ -16,6 +16,7 @@ from parbench.advisor.links import LINKS, Link, links_help, named_link
 from parbench.advisor.projection import project
 from parbench.advisor.record_profiles import profiles_for
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
+from parbench.commands.predict import profile_cache
 from parbench.results.collectives import measured_busbw_gbps
 from parbench.results.folder import atomic_write_text
 
@@ -82,7 +83,7 @@ def command_project(args: argparse.Namespace) -> int:
                          "(parbench collectives --devices ... --into RUN) or name a link")
     rows, checks = [], []
     for record, measured_bw, record_links in chosen:
-        profile = _shape_profile(record, args.profile_cache)
+        profile = _shape_profile(record, profile_cache(args.profile_cache))
         rows += [project(record, n, link, profile) for link in record_links for n in ranks]
         if measured_bw is not None:  # the prediction at the measured size, against itself
             home = project(record, int(record["world_size"]), Link("measured", measured_bw),
@@ -132,5 +133,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                                  + links_help() + ", or a bus bandwidth in GB/s without "
                                  "latency (default: all of them)")
     projection.add_argument("--profile-cache", type=Path,
-                            help="where profiles are kept (default ~/.cache/parbench/profiles)")
+                            help="where profiles are kept (default "
+                                 "~/.cache/parbench/profiles/<host>)")
     projection.set_defaults(handler=command_project)

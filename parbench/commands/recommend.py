@@ -258,7 +258,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=SWEEP_DEFAULTS["threads"],
                         help="CPU threads per device, profiled and measured")
     parser.add_argument("--profile-cache", type=Path,
-                        help="where profiles are kept (default ~/.cache/parbench/profiles)")
+                        help="where profiles are kept (default ~/.cache/parbench/profiles/<host>)")
     confirm = parser.add_argument_group("measuring the recommendation")
     confirm.add_argument("--confirm", type=int, metavar="K",
                          help="measure the top K and the control (ddp at the full batch)")

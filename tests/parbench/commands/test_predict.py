@@ -435,3 +435,19 @@ def test_a_run_from_another_cpu_is_predicted_with_a_warning(tmp_path):
                               f"{cpu_cores() + 62} cores, and this machine is {cpu_model()}")
     (tmp_path / "env.json").write_text("{}")
     assert other_machine(folder) is None  # a run that does not say
+
+
+def test_the_default_profile_cache_is_a_folder_per_host(monkeypatch):
+    """A profile or probe measures the host that took it: two hosts sharing a home folder
+    keep theirs apart; a folder given is used as it is."""
+    import platform
+
+    from parbench.advisor.record_profiles import DEFAULT_CACHE
+    from parbench.commands.predict import profile_cache
+
+    monkeypatch.setattr(platform, "node", lambda: "node-a.cluster")
+    first = profile_cache(None)
+    monkeypatch.setattr(platform, "node", lambda: "node b/2")
+    assert (first, profile_cache(None)) == (DEFAULT_CACHE / "node-a.cluster",
+                                            DEFAULT_CACHE / "node-b-2")
+    assert profile_cache(Path("/tmp/given")) == Path("/tmp/given")
