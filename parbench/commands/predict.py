@@ -169,16 +169,26 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
     return folder, records
 
 
+# What a record trained from an image folder has that no model of its step counts.
+FROM_DATA = ("trained from an image folder, whose decoding and augmenting on the host no timing "
+             "model counts (they predict a step on synthetic data): measure the loader's rate "
+             "with parbench loader")
+
+
 def _modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The records whose settings the models model, and each other ok record with why
-    (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
-    models version 6 model torch's own), each also printed."""
+    """The records whose settings and data the models model, and each other ok record with
+    why (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
+    the models model torch's own; or an image folder it trained from), each also printed."""
     modelled = (f"timing model version {PREDICTOR_VERSION} models torch's own settings for it "
                 f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, resharding "
                 "yes or no)")
     why = {}
     for index, row in records[records["status"] == "ok"].iterrows():
-        if settings := unmodelled_settings(row.to_dict()):
+        if row.get("data") not in (None, "synthetic") and not pd.isna(row.get("data")):
+            print(f"left out: {row['strategy']} on {row['devices']} ({row['data']}): "
+                  f"{FROM_DATA}")
+            why[index] = FROM_DATA
+        elif settings := unmodelled_settings(row.to_dict()):
             named = ", ".join(f"{k}={v}" for k, v in settings.items())
             print(f"left out: {row['strategy']} on {row['devices']} ({named}): {modelled}")
             why[index] = f"{modelled}, not {named}"
