@@ -1,0 +1,58 @@
+"""Whole training steps measured on GPUs by parbench's own GPU runs, kept with their
+provenance, from which a step on a GPU that is not here is carried (parbench.advisor.carry):
+the suite's reference measurements, shipped with it so that a machine without a GPU predicts
+from them. tests/parbench/advisor/test_gpu_references.py holds each to its run's records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["REFERENCES", "GpuReference", "reference_for"]
+
+
+@dataclass(frozen=True)
+class GpuReference:
+    """`single` training `model` at `batch` images of `image_size` px on `gpu`: its median
+    step over its measured steps (one trial), and where it was measured."""
+
+    gpu: str  # as torch.cuda.get_device_name names it
+    model: str
+    image_size: int
+    precision: str  # fp32 (convolutions on TF32 tensor cores, torch's default) or bf16
+    channels_last: bool
+    cudnn_benchmark: bool
+    batch: int
+    step_s: float
+    host_s: float | None  # the host's enqueue time of a step, where the run measured it
+    torch: str
+    run: str  # the run folder under results/
+
+    @property
+    def throughput_ips(self) -> float:
+        return self.batch / self.step_s
+
+
+_FIRST_H200 = "20261126T004029Z-gpu-reference-h200/4-resnet50-224"
+_SECOND_H200 = "20261127T111514Z-gpu-reference-h200/1-parts-a-e/e-data-parallel-and-slow"
+_H100 = "20261127T011008Z-gpu-reference-h100/1-default/c-resnet50-224px-bf16"
+REFERENCES: tuple[GpuReference, ...] = (
+    GpuReference("NVIDIA H200", "resnet50", 224, "fp32", False, False, 256, 0.116778,
+                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004738Z-ablation"),
+    GpuReference("NVIDIA H200", "resnet50", 224, "bf16", True, False, 256, 0.055024,
+                 0.021190, "2.11.0+cu130", f"{_SECOND_H200}/20261127T111955Z-bf16-channels-last"),
+    GpuReference("NVIDIA H200", "resnet50", 224, "bf16", True, True, 256, 0.055485,
+                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004713Z-bf16-channels-last"),
+    GpuReference("NVIDIA H100 80GB HBM3", "resnet50", 224, "bf16", True, True, 256, 0.064951,
+                 0.019908, "2.11.0+cu130", f"{_H100}/20261127T011208Z-timm-job"),
+)
+
+
+def reference_for(model: str, image_size: int, precision: str, channels_last: bool,
+                  gpu: str | None = None) -> GpuReference | None:
+    """The reference of the job (the first listed; on `gpu` where given), or None."""
+    for reference in REFERENCES:
+        if (reference.model, reference.image_size, reference.precision,
+                reference.channels_last) == (model, image_size, precision, channels_last) \
+                and (gpu is None or reference.gpu == gpu):
+            return reference
+    return None
