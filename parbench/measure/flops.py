@@ -15,29 +15,22 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["PEAK_TFLOPS", "peak_tflops", "training_flops_per_image"]
+from parbench.machine.gpus import gpu_named
 
-# Dense peak TFLOP/s from NVIDIA's data sheets (no sparsity): (16-bit: bf16 and fp16, TF32).
-# fp32 training is held to the TF32 peak: PyTorch's cuDNN convolutions run in TF32 by default
-# (torch.backends.cudnn.allow_tf32), and convolutions are nearly all of a ResNet's FLOPs.
-# Matched as a substring of torch.cuda.get_device_name(), first match first.
-PEAK_TFLOPS: dict[str, tuple[float, float]] = {
-    "H100 PCIe": (756.0, 378.0),
-    "H100 NVL": (835.0, 418.0),
-    "H100": (989.0, 495.0),  # SXM: "NVIDIA H100 80GB HBM3"
-    "H200 NVL": (835.0, 418.0),
-    "H200": (989.0, 495.0),  # SXM: "NVIDIA H200"
-    "A100": (312.0, 156.0),  # SXM4 and PCIe, 40 and 80 GB
-}
+__all__ = ["peak_tflops", "training_flops_per_image"]
 
 
 def peak_tflops(device_name: str | None, precision: str) -> float | None:
     """The dense peak TFLOP/s of one device of this name at this precision (fp32, bf16, fp16),
-    or None for a device the table does not know (every CPU)."""
-    for key, (half, tf32) in PEAK_TFLOPS.items():
-        if device_name and key in device_name:
-            return tf32 if precision == "fp32" else half
-    return None
+    or None for a device the table does not know (every CPU).
+
+    The peak is machine.gpus' for a training step at the precision (fp32 at TF32's: PyTorch's
+    cuDNN convolutions run in TF32 by default, and convolutions are nearly all of a ResNet's
+    FLOPs), to three significant figures as records carry it (989 and 495 on an H100 SXM5)."""
+    gpu = gpu_named(device_name)
+    if gpu is None:
+        return None
+    return float(f"{gpu.training_peak_tflops(precision):.3g}")
 
 
 def training_flops_per_image(build_model: Callable[[], torch.nn.Module], image_size: int) -> int:

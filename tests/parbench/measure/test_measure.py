@@ -83,5 +83,7 @@ def test_peak_tflops_by_device_name_and_precision():
     assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0  # not the SXM part's figure
     assert peak_tflops("NVIDIA H200", "bf16") == 989.0
     assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 156.0
-    assert peak_tflops("NVIDIA GeForce RTX 4090", "bf16") is None  # not in the table: empty
+    assert peak_tflops("NVIDIA GeForce RTX 4090", "bf16") == 165.0  # fp32 accumulate
+    assert peak_tflops("Tesla V100-SXM2-32GB", "fp32") == 15.7  # no TF32: its CUDA cores
+    assert peak_tflops("Tesla T4", "bf16") is None  # not in the table: empty
     assert peak_tflops(None, "fp32") is None
