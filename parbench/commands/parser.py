@@ -7,6 +7,7 @@ import argparse
 from parbench.commands import (
     collectives,
     info,
+    loader,
     max_batch,
     predict,
     profile,
@@ -21,11 +22,11 @@ from parbench.commands.arguments import UsageError
 __all__ = ["COMMANDS", "DESCRIPTION", "parser"]
 
 DESCRIPTION = ("The `parbench` command line: run and verify sweeps, find the largest batch, "
-               "profile a training step's operations, plot and report results, show the "
-               "environment, list strategies.")
+               "measure the host's input pipeline, profile a training step's operations, plot "
+               "and report results, show the environment, list strategies.")
 # Each command module adds its own parsers and arguments, in this order in --help.
-COMMANDS = (run, verify, max_batch, collectives, profile, predict, recommend, project, results,
-            info)
+COMMANDS = (run, verify, max_batch, collectives, loader, profile, predict, recommend, project,
+            results, info)
 
 
 class _Parser(argparse.ArgumentParser):
