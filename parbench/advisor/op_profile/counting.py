@@ -51,7 +51,9 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.namespace != "profiler":  # the marks themselves
+        # Not the profiler's marks, nor a tensor subclass's questions about itself (FakeTensor's
+        # `prim::device`, when a step is counted without storage): neither launches anything.
+        if func.namespace not in ("profiler", "prim"):
             self.ops.append(_counted(func, args, kwargs, out, *self.labels.current))
         return out
 

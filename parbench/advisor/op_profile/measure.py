@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from parbench.advisor.op_profile.counting import OpCounter
+from parbench.advisor.op_profile.counting import CountedOp, OpCounter
 from parbench.advisor.op_profile.groups import OpRow, op_rows
 from parbench.advisor.op_profile.labels import LOSS, OPTIMIZER, StepLabels
 from parbench.advisor.op_profile.trace import TracedStep, traced_steps
@@ -19,7 +19,8 @@ from parbench.families.workloads import Workload
 from parbench.machine.allocator import pin_cpu_allocator
 from parbench.strategies.device_timer import StepClock
 
-__all__ = ["DEFAULT_STEPS", "WARMUP_STEPS", "OpMeasurement", "measure_ops"]
+__all__ = ["DEFAULT_STEPS", "WARMUP_STEPS", "OpMeasurement", "Training", "counted_step",
+           "measure_ops"]
 
 # Untimed steps first: the warm-up step makes the optimiser's momentum buffers (a clone where
 # later steps update them in place), fills the allocator's cache, and runs cuDNN's search
@@ -50,13 +51,15 @@ class OpMeasurement:
         return statistics.median(self.step_s)
 
 
-class _Training:
+class Training:
     """The workload's model run as its family's blocks, one after another (what the blocks
-    promise to compute), with its loss, optimiser and fp16's gradient scaler."""
+    promise to compute), with its loss, optimiser and fp16's gradient scaler; the model built
+    on `device`, or the one given (already there)."""
 
-    def __init__(self, workload: Workload, micro_batch: int, device: torch.device) -> None:
+    def __init__(self, workload: Workload, micro_batch: int, device: torch.device,
+                 model: nn.Module | None = None) -> None:
         self.workload, self.device = workload, device
-        model = workload.build_model_on(device)
+        model = workload.build_model_on(device) if model is None else model
         self.blocks = workload.family.blocks(model)
         self.net = nn.Sequential(*[block for _, block in self.blocks])
         self.images, self.targets = workload.make_batch(micro_batch, device)
@@ -92,16 +95,15 @@ def measure_ops(workload: Workload, micro_batch: int, device: torch.device | str
     torch.set_num_threads(threads)
     torch.backends.cudnn.benchmark = workload.cudnn_benchmark
     try:
-        training = _Training(workload, micro_batch, device)
+        training = Training(workload, micro_batch, device)
         for _ in range(WARMUP_STEPS):
             training.step()
         labels = StepLabels(training.blocks)
         try:
-            with OpCounter(labels) as counter:
-                training.step(labels)
+            counted = counted_step(training, labels)
             step_s = [_clocked_step(training) for _ in range(steps)]
             profiled = _profiled_steps(training, labels, steps,
-                                       {op.name for op in counter.ops})
+                                       {op.name for op in counted})
         finally:
             labels.remove()
     finally:
@@ -110,12 +112,19 @@ def measure_ops(workload: Workload, micro_batch: int, device: torch.device | str
     if device.type == "cuda" and not any(op.device_s for step in profiled for op in step.ops):
         raise RuntimeError("torch.profiler recorded no CUDA kernel: its CUDA activity needs "
                            "CUPTI (libcupti, shipped with PyTorch's CUDA wheels)")
-    rows, unseen = op_rows(counter.ops, profiled)
+    rows, unseen = op_rows(counted, profiled)
     return OpMeasurement(tuple(name for name, _ in training.blocks), tuple(rows),
                          tuple(step_s), tuple(profiled), unseen)
 
 
-def _clocked_step(training: _Training) -> float:
+def counted_step(training: Training, labels: StepLabels) -> list[CountedOp]:
+    """Every operation of one step of `training`, each with its block and phase."""
+    with OpCounter(labels) as counter:
+        training.step(labels)
+    return counter.ops
+
+
+def _clocked_step(training: Training) -> float:
     """One step timed by parbench's step clock, from the device's queue (no hook, no
     profiler)."""
     clock = StepClock(training.device)
@@ -127,7 +136,7 @@ def _clocked_step(training: _Training) -> float:
     return clock.seconds("start", "end")
 
 
-def _profiled_steps(training: _Training, labels: StepLabels, steps: int,
+def _profiled_steps(training: Training, labels: StepLabels, steps: int,
                     counted_names: set[str]) -> list[TracedStep]:
     """`steps` steps under torch.profiler after one it discards (its own start-up), each
     between a start mark and an end mark set once the device finished it."""
