@@ -7,8 +7,8 @@ import argparse
 import json
 import os
 import re
+import statistics
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from parbench.commands.arguments import UsageError, at_least, int_list, positive
@@ -24,9 +24,8 @@ from parbench.measure.loader import (
     Repeat,
     decoder_provenance,
     describe_transforms,
-    loader_rates,
+    measure_in_rounds,
     open_dataset,
-    per_core_rates,
     training_transforms,
 )
 
@@ -105,14 +104,9 @@ def _check_batches(images: int, settings: dict) -> None:
                          "images or a smaller --batch-size")
 
 
-def _printer(what: str, count: int) -> Callable[[Repeat], None]:
-    """A line per repeat as it is measured: `what k/count: ...`."""
-    done = iter(range(1, count + 1))
-
-    def line(repeat: Repeat) -> None:
-        print(f"{what} {next(done)}/{count}: {repeat.images} images in {repeat.seconds:.3f} s "
-              f"= {repeat.images_per_s:.1f} images/s", flush=True)
-    return line
+def _line(round_index: int, name: str, repeat: Repeat, rounds: int) -> None:
+    print(f"round {round_index}/{rounds}, {name}: {repeat.images} images in "
+          f"{repeat.seconds:.3f} s = {repeat.images_per_s:.1f} images/s", flush=True)
 
 
 def _describe(facts: dict) -> str:
@@ -143,14 +137,20 @@ def _measure(args, settings: dict, root: Path, facts: dict) -> dict:
           f"average {host['load_average_1min_before']:.2f}", flush=True)
     for path in image_folder.image_files(root):  # every measurement reads the page cache
         path.read_bytes()
-    repeats = settings["repeats"]
-    per_core = per_core_rates(dataset, settings["seconds"], repeats, settings["warmup"],
-                              _printer("per core, repeat", repeats))
-    loaders = [loader_rates(dataset, workers, settings["batch_size"], repeats, _printer(
-        f"DataLoader {workers} worker{'s' * (workers != 1)}, epoch", repeats))
-        for workers in settings["workers"]]
+    rounds = settings["repeats"]
+    per_core, loaders = measure_in_rounds(
+        dataset, settings["workers"], settings["batch_size"], rounds, settings["seconds"],
+        settings["warmup"], lambda k, name, repeat: _line(k, name, repeat, rounds))
     return _figures(args, settings, facts, {"decoder": decoder, "host": host},
                     describe_transforms(pipeline), per_core, loaders)
+
+
+def _scaling(rates: Rates, baseline: Rates) -> dict:
+    """Its rate over the baseline's in the same round: the median and range of those ratios."""
+    ratios = [mine.images_per_s / theirs.images_per_s
+              for mine, theirs in zip(rates.repeats, baseline.repeats, strict=True)]
+    return {"scaling": statistics.median(ratios), "scaling_min": min(ratios),
+            "scaling_max": max(ratios)}
 
 
 def _figures(args, settings: dict, facts: dict, provenance: dict, transforms: list[str],
@@ -163,13 +163,13 @@ def _figures(args, settings: dict, facts: dict, provenance: dict, transforms: li
                      "crop_size": settings["crop_size"], "transforms": transforms},
         "images": facts,
         "imagenet_mean_file_bytes": image_folder.IMAGENET_MEAN_FILE_BYTES,
+        "rounds": settings["repeats"],
         "per_core": {"processes": 1, "threads": 1, "seconds_per_repeat": settings["seconds"],
                      "warmup_images": settings["warmup"], **per_core.as_dict()},
         "data_loader": {"batch_size": settings["batch_size"], "shuffle": True,
                         "persistent_workers": True, "warmup": "one batch from each worker",
                         "scaling_over_workers": baseline.workers,
-                        "runs": [{**rates.as_dict(),
-                                  "scaling": rates.median / baseline.median}
+                        "runs": [{**rates.as_dict(), **_scaling(rates, baseline)}
                                  for rates in loaders]},
         "implied": {"cores": cores, "images_per_s": per_core.median * cores},
         **provenance,
@@ -178,23 +178,28 @@ def _figures(args, settings: dict, facts: dict, provenance: dict, transforms: li
 
 
 def _summary(figures: dict) -> None:
-    core = figures["per_core"]
-    loader = figures["data_loader"]
+    core, loader = figures["per_core"], figures["data_loader"]
     print(f"\nper core (1 process, 1 thread): {core['images_per_s_median']:.1f} images/s median "
           f"[{core['images_per_s_min']:.1f}, {core['images_per_s_max']:.1f}] over "
-          f"{len(core['repeats'])} repeats of {core['seconds_per_repeat']:g} s")
+          f"{figures['rounds']} rounds of {core['seconds_per_repeat']:g} s")
+    fewest = loader["scaling_over_workers"]
     for run in loader["runs"]:
         print(f"DataLoader, batch {loader['batch_size']}, {run['workers']:>2} worker"
               f"{'s' if run['workers'] != 1 else ' '}: {run['images_per_s_median']:.1f} "
               f"images/s [{run['images_per_s_min']:.1f}, {run['images_per_s_max']:.1f}], "
-              f"x{run['scaling']:.2f} over {loader['scaling_over_workers']} worker"
-              f"{'s' * (loader['scaling_over_workers'] != 1)}"
+              f"x{run['scaling']:.2f} [{run['scaling_min']:.2f}, {run['scaling_max']:.2f}] "
+              f"over {fewest} worker{'s' * (fewest != 1)} in the same round"
               f"{'' if run['every_image_once'] else '; NOT every image once an epoch'}")
     implied = figures["implied"]
     best = max(loader["runs"], key=lambda run: run["images_per_s_median"])
     print(f"{implied['cores']} cores at this rate feed about {implied['images_per_s']:.0f} "
           f"images/s (the DataLoader delivered {best['images_per_s_median']:.0f} with "
           f"{best['workers']} worker{'s' * (best['workers'] != 1)})")
+    host = figures["host"]
+    if host["load_average_1min_before"] >= 1.0:  # at least a core's worth of other work
+        print(f"note: the load average was {host['load_average_1min_before']:.2f} on "
+              f"{host['cpu_cores_available']} cores before measuring: other work shared them, "
+              "which lowers these rates and widens their ranges")
 
 
 def command_loader(args: argparse.Namespace) -> int:
@@ -244,8 +249,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                         "(default: 1 and the cores available)")
     loader.add_argument("--batch-size", type=int, default=32, help="images a DataLoader "
                         "batch collates (default 32, the reference script's per GPU)")
-    loader.add_argument("--repeats", type=int, default=5, help="timed repeats per core, and "
-                        "timed epochs per worker count (default 5)")
+    loader.add_argument("--repeats", type=int, default=5, help="rounds, each timing every "
+                        "measurement once in a shuffled order: a per-core repeat and an "
+                        "epoch per worker count (default 5)")
     loader.add_argument("--seconds", type=float, default=2.0, help="length of each per-core "
                         "repeat (default 2)")
     loader.add_argument("--warmup", type=int, default=10, help="untimed images per core "

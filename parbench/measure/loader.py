@@ -4,6 +4,8 @@ workers, with what decoded them."""
 
 from __future__ import annotations
 
+import functools
+import random
 import statistics
 import time
 from collections import Counter
@@ -21,9 +23,9 @@ from torchvision.transforms import v2
 
 from parbench.families.data import MEAN, STD
 
-__all__ = ["APIS", "DECODE", "LoaderError", "Rates", "Repeat", "decoder_provenance",
-           "describe_transforms", "loader_rates", "open_dataset", "per_core_rates",
-           "training_transforms"]
+__all__ = ["APIS", "DECODE", "LoaderError", "LoaderRates", "PerCore", "Rates", "Repeat",
+           "TimedLoader", "decoder_provenance", "describe_transforms", "measure_in_rounds",
+           "open_dataset", "training_transforms"]
 
 Clock = Callable[[], float]
 # ClassificationPresetTrain's default is use_v2=False: the v1 transforms on PIL images.
@@ -125,31 +127,36 @@ def _endless_order(count: int, seed: int) -> Iterator[int]:
         yield from torch.randperm(count, generator=generator).tolist()
 
 
-def per_core_rates(dataset, seconds: float, repeats: int, warmup: int,
-                   on_repeat: Callable[[Repeat], None] = lambda repeat: None,
-                   clock: Clock = time.perf_counter, seed: int = 0) -> Rates:
-    """Images a second one process on one thread makes: each repeat decodes and transforms
-    images in a shuffled order until `seconds` have passed, after `warmup` untimed ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)  # the random crops and flips
-    order, rates = _endless_order(len(dataset), seed), Rates()
-    try:
-        for _ in range(warmup):
-            dataset[next(order)]
-        for _ in range(repeats):
+class PerCore:
+    """One process on one thread (torch.set_num_threads(1) while it measures) decoding and
+    transforming the folder's images in a shuffled order, endlessly."""
+
+    def __init__(self, dataset, warmup: int, seed: int = 0) -> None:
+        self.dataset, self.rates = dataset, Rates()
+        self._order = _endless_order(len(dataset), seed)
+        torch.manual_seed(seed)  # the random crops and flips
+        self._one_thread(lambda: [dataset[next(self._order)] for _ in range(warmup)])
+
+    def _one_thread(self, work: Callable):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return work()
+        finally:
+            torch.set_num_threads(threads)
+
+    def repeat(self, seconds: float, clock: Clock) -> Repeat:
+        """Images made until `seconds` have passed, and the time they took."""
+        def timed() -> Repeat:
             images, start = 0, clock()
             while True:
-                dataset[next(order)]
+                self.dataset[next(self._order)]
                 images += 1
                 elapsed = clock() - start
                 if elapsed >= seconds:
-                    break
-            rates.repeats.append(Repeat(images, elapsed))
-            on_repeat(rates.repeats[-1])
-    finally:
-        torch.set_num_threads(threads)
-    return rates
+                    return Repeat(images, elapsed)
+        self.rates.repeats.append(self._one_thread(timed))
+        return self.rates.repeats[-1]
 
 
 @dataclass
@@ -165,40 +172,63 @@ class LoaderRates(Rates):
                 "every_image_once": self.every_image_once}
 
 
-def _stop_workers(loader: DataLoader) -> None:
-    """Stop persistent workers now, not whenever the loader is garbage collected."""
-    shutdown = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
+class TimedLoader:
+    """A shuffled DataLoader with persistent workers that collates batches as training has
+    them, started and warmed by one untimed batch from every worker."""
 
-
-def loader_rates(dataset: datasets.ImageFolder, workers: int, batch_size: int, repeats: int,
-                 on_repeat: Callable[[Repeat], None] = lambda repeat: None,
-                 clock: Clock = time.perf_counter, seed: int = 0) -> LoaderRates:
-    """Images a second a shuffled DataLoader delivers, collated into batches as training has
-    them: each repeat one epoch, timed from its first request to its last batch, after an
-    untimed first batch from every worker (their start)."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                        persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
-                        generator=torch.Generator().manual_seed(seed))
-    expected = Counter(dataset.targets)
-    rates = LoaderRates(workers=workers)
-    try:
-        warming = iter(loader)
-        for _ in range(min(max(workers, 1), len(loader))):
+    def __init__(self, dataset: datasets.ImageFolder, workers: int, batch_size: int,
+                 seed: int = 0) -> None:
+        self.loader = DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+            persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
+            generator=torch.Generator().manual_seed(seed))
+        self.rates = LoaderRates(workers=workers)
+        self._expected = Counter(dataset.targets)
+        warming = iter(self.loader)
+        for _ in range(min(max(workers, 1), len(self.loader))):
             next(warming)
-        for _ in range(repeats):
-            epoch = iter(loader)  # with persistent workers, drains the warm-up's batches
-            seen: Counter = Counter()
-            start = clock()
-            for _images, labels in epoch:
-                seen.update(labels.tolist())
-            rates.repeats.append(Repeat(sum(seen.values()), clock() - start))
-            rates.every_image_once &= seen == expected
-            on_repeat(rates.repeats[-1])
+
+    def epoch(self, clock: Clock) -> Repeat:
+        """One epoch, timed from its first request to its last batch."""
+        batches = iter(self.loader)  # with persistent workers, drains what is in flight first
+        seen: Counter = Counter()
+        start = clock()
+        for _images, labels in batches:
+            seen.update(labels.tolist())
+        self.rates.repeats.append(Repeat(sum(seen.values()), clock() - start))
+        self.rates.every_image_once &= seen == self._expected
+        return self.rates.repeats[-1]
+
+    def close(self) -> None:
+        """Stop the workers now, not whenever the loader is garbage collected."""
+        shutdown = getattr(getattr(self.loader, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def measure_in_rounds(dataset: datasets.ImageFolder, workers: list[int], batch_size: int,
+                      repeats: int, seconds: float, warmup: int,
+                      on_repeat: Callable[[int, str, Repeat], None] = lambda *shown: None,
+                      clock: Clock = time.perf_counter,
+                      seed: int = 0) -> tuple[Rates, list[LoaderRates]]:
+    """The per-core rate and each worker count's, in `repeats` rounds: every measurement once
+    a round in a shuffled order, so that the host's drift (other work) falls on all alike."""
+    per_core, loaders = PerCore(dataset, warmup, seed), []
+    try:
+        for count in workers:
+            loaders.append(TimedLoader(dataset, count, batch_size, seed))
+        measurements: list[tuple[str, functools.partial[Repeat]]] = [
+            ("per core", functools.partial(per_core.repeat, seconds, clock))] + [
+            (f"DataLoader {loader.rates.workers} worker{'s' * (loader.rates.workers != 1)}",
+             functools.partial(loader.epoch, clock)) for loader in loaders]
+        shuffler = random.Random(seed)
+        for round_index in range(1, repeats + 1):
+            for name, measure in shuffler.sample(measurements, len(measurements)):
+                on_repeat(round_index, name, measure())
     finally:
-        _stop_workers(loader)
-    return rates
+        for loader in loaders:
+            loader.close()
+    return per_core.rates, [loader.rates for loader in loaders]
 
 
 def decoder_provenance() -> dict:

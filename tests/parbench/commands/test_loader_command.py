@@ -16,10 +16,10 @@ def test_loader_prints_each_measurement_and_writes_every_figure_with_provenance(
                    "--into", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 0
-    assert "per core, repeat 1/1:" in out and "DataLoader 1 worker, epoch 1/1: 4 images" in out
+    assert "round 1/1, per core:" in out and "round 1/1, DataLoader 1 worker: 4 images" in out
     assert "cores at this rate feed about" in out
     figures = json.loads((tmp_path / "loader.json").read_text())
-    assert set(figures) == {"pipeline", "images", "imagenet_mean_file_bytes", "per_core",
+    assert set(figures) == {"pipeline", "images", "imagenet_mean_file_bytes", "rounds", "per_core",
                             "data_loader", "implied", "decoder", "host", "environment"}
     assert figures["pipeline"]["transforms"][0].startswith("RandomResizedCrop(size=(16, 16)")
     assert figures["pipeline"]["api"] == "torchvision.transforms"
@@ -31,6 +31,7 @@ def test_loader_prints_each_measurement_and_writes_every_figure_with_provenance(
     assert core["images_per_s_median"] == core["repeats"][0]["images_per_s"]
     run, = figures["data_loader"]["runs"]
     assert (run["workers"], run["scaling"], run["every_image_once"]) == (1, 1.0, True)
+    assert figures["rounds"] == 1
     assert run["repeats"][0]["images"] == 4
     assert figures["implied"]["images_per_s"] == pytest.approx(
         core["images_per_s_median"] * figures["implied"]["cores"])
@@ -62,3 +63,13 @@ def test_refusals_are_one_line_and_exit_2(capsys, tmp_path, flags, says):
     status = main(["loader", "--jpeg-size", "64x48", *flags])
     err = capsys.readouterr().err
     assert status == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_scaling_pairs_each_round_with_the_fewest_workers_same_round():
+    from parbench.commands.loader import _scaling
+    from parbench.measure.loader import Rates, Repeat
+
+    mine = Rates([Repeat(10, 1.0), Repeat(30, 1.0), Repeat(20, 1.0)])
+    fewest = Rates([Repeat(10, 1.0), Repeat(10, 1.0), Repeat(40, 1.0)])
+    assert _scaling(mine, fewest) == {"scaling": 1.0, "scaling_min": 0.5, "scaling_max": 3.0}
+    assert mine.median / fewest.median == 2.0  # what comparing the medians would have said

@@ -1,5 +1,6 @@
 """The input-pipeline measurement: the synthetic folder ImageFolder reads, the per-core rate as
-images over measured time, and DataLoader epochs that deliver every image once."""
+images over measured time, DataLoader epochs that deliver every image once, and rounds that
+time every measurement once each."""
 
 import itertools
 
@@ -11,9 +12,8 @@ from torchvision import datasets
 from parbench.measure.image_folder import describe_folder, write_image_folder
 from parbench.measure.loader import (
     describe_transforms,
-    loader_rates,
+    measure_in_rounds,
     open_dataset,
-    per_core_rates,
     training_transforms,
 )
 
@@ -66,20 +66,27 @@ def test_the_per_core_rate_is_the_images_transformed_over_the_time_measured(six_
     dataset = open_dataset(six_classes, counted)
     ticks = itertools.count(step=0.25)  # a clock that moves a quarter second a reading
     threads = torch.get_num_threads()
-    rates = per_core_rates(dataset, seconds=1.0, repeats=2, warmup=3,
-                           clock=lambda: next(ticks))
+    rates, loaders = measure_in_rounds(dataset, [], batch_size=2, repeats=2, seconds=1.0,
+                                       warmup=3, clock=lambda: next(ticks))
     assert [(r.images, r.seconds, r.images_per_s) for r in rates.repeats] == [(4, 1.0, 4.0)] * 2
     assert len(seen) == 3 + 4 + 4 and set(seen) == {1}  # one thread while measuring
-    assert torch.get_num_threads() == threads
+    assert torch.get_num_threads() == threads and loaders == []
     assert rates.median == 4.0 and rates.spread == (4.0, 4.0)
 
 
-def test_every_data_loader_epoch_delivers_every_image_once(six_classes):
+def test_each_round_times_every_measurement_once_and_every_epoch_sees_every_image(six_classes):
     dataset = open_dataset(six_classes, training_transforms(16))
-    rates = loader_rates(dataset, workers=2, batch_size=4, repeats=2)
-    assert [r.images for r in rates.repeats] == [6, 6]
-    assert rates.every_image_once and rates.workers == 2
-    assert rates.as_dict()["images_per_s_median"] == rates.median > 0
+    shown = []
+    per_core, (one, two) = measure_in_rounds(
+        dataset, [1, 2], batch_size=4, repeats=2, seconds=0.01, warmup=0,
+        on_repeat=lambda k, name, repeat: shown.append((k, name, repeat)))
+    assert [sorted(name for k, name, _ in shown if k == r) for r in (1, 2)] == [
+        ["DataLoader 1 worker", "DataLoader 2 workers", "per core"]] * 2
+    assert [r.images for r in one.repeats + two.repeats] == [6] * 4  # the folder, each epoch
+    assert one.every_image_once and two.every_image_once  # a label is an image here
+    assert (one.workers, two.workers, len(per_core.repeats)) == (1, 2, 2)
+    assert [repeat for *_, repeat in shown if repeat in two.repeats] == two.repeats
+    assert two.as_dict()["images_per_s_median"] == two.median > 0
 
 
 def test_describe_folder_reads_sizes_and_bytes_of_any_image_folder(tmp_path):
