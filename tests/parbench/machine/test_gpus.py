@@ -53,3 +53,16 @@ def test_every_entry_is_dense_sourced_and_named_once(gpu):
                for peak in (gpu.tf32_tflops, gpu.bf16_tflops, gpu.fp16_tflops))
     if gpu.tf32_tflops and gpu.bf16_tflops:
         assert gpu.bf16_tflops == pytest.approx(2 * gpu.tf32_tflops, rel=0.01)
+
+
+def test_the_table_in_the_docs_is_the_tables():
+    doc = (RESULTS.parent / "docs" / "prediction.md").read_text()
+    rows = {cells[0]: cells for line in doc.splitlines() if line.startswith("| ")
+            for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
+    for gpu in GPUS:
+        cells = rows[gpu.label]
+        figures = [gpu.fp32_tflops, gpu.tf32_tflops, gpu.bf16_tflops, gpu.fp16_tflops,
+                   gpu.memory_bandwidth_gbs, gpu.memory_gb, gpu.sm_count]
+        assert cells[1] == gpu.names[0]
+        assert [None if cell == "-" else float(cell.replace(",", "")) for cell in cells[2:9]] \
+            == figures, gpu.label
