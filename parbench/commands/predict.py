@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +25,7 @@ from parbench.advisor.published import (
     stale_models,
     stored_prediction,
 )
-from parbench.advisor.record_profiles import DEFAULT_CACHE, profiles_for
+from parbench.advisor.record_profiles import profiles_for
 from parbench.advisor.summary import (
     PREDICTIONS_FILE,
     error_summary,
@@ -41,6 +39,7 @@ from parbench.advisor.summary import (
 )
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
+from parbench.commands.caches import profile_cache
 from parbench.commands.environment import warn_if_measured_elsewhere
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
@@ -83,24 +82,6 @@ def whole_numbers(flag: str, text: str, what: str, example: str) -> list[int]:
         raise UsageError(f"{flag} {text!r}: give {what}, whole numbers separated by commas, "
                          f"e.g. {flag} {example}") from None
     return [at_least(flag, value, 1) for value in values]
-
-
-def host_cache() -> Path:
-    """The default folder of profiles, probes and collectives: one per host under
-    DEFAULT_CACHE, since each measures the host that took it (a home folder a cluster's nodes
-    share would otherwise hand one node's to another)."""
-    return DEFAULT_CACHE / (re.sub(r"[^A-Za-z0-9._-]+", "-", platform.node()) or "host")
-
-
-def profile_cache(path: Path | None) -> Path:
-    """The folder profiles are kept in (given, else this host's: `host_cache`), refused where
-    it, or a folder above it, is a file."""
-    cache = path or host_cache()
-    existing = next(folder for folder in (cache, *cache.parents) if folder.exists())
-    if not existing.is_dir():
-        raise UsageError(f"--profile-cache {cache}: {existing} is a file, not a folder; give a "
-                         f"folder to keep the profiles in (made if missing), e.g. {host_cache()}")
-    return cache
 
 
 def _output_file(flag: str, value: str | None, example: str) -> Path | None:

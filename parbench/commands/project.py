@@ -16,7 +16,7 @@ from parbench.advisor.links import LINKS, Link, links_help, named_link
 from parbench.advisor.projection import project
 from parbench.advisor.record_profiles import profiles_for
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
-from parbench.commands.predict import profile_cache
+from parbench.commands.caches import profile_cache
 from parbench.results.collectives import measured_busbw_gbps
 from parbench.results.folder import atomic_write_text
 

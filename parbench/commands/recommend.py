@@ -28,12 +28,12 @@ from parbench.commands.arguments import (
     output_folder,
     positive,
 )
+from parbench.commands.caches import profile_cache
 from parbench.commands.predict import (
     SWEEP_DEFAULTS,
     check_batches,
     link_flag,
     prediction_refusals,
-    profile_cache,
     whole_numbers,
 )
 from parbench.commands.recommend_confirm import confirm, run_settings, text_table, workload

@@ -450,7 +450,7 @@ def test_the_default_profile_cache_is_a_folder_per_host(monkeypatch):
     import platform
 
     from parbench.advisor.record_profiles import DEFAULT_CACHE
-    from parbench.commands.predict import profile_cache
+    from parbench.commands.caches import profile_cache
 
     monkeypatch.setattr(platform, "node", lambda: "node-a.cluster")
     first = profile_cache(None)
