@@ -87,6 +87,9 @@ _ADA_WHITEPAPER = Source("NVIDIA Ada GPU Architecture whitepaper, Appendix A: Ge
                          "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
                          "nvidia-ada-gpu-architecture.pdf")
 
+_P40_SHEET = Source("NVIDIA Tesla P40 data sheet (Inferencing accelerator)",
+                    "https://images.nvidia.com/content/pdf/tesla/184427-Tesla-P40-Datasheet-"
+                    "NV-Final-Letter-Web.pdf")
 _V100_NOTE = ("Volta has no TF32 or bf16 tensor cores and no sparsity: the Ampere blog's V100 "
               "(SXM2) column, 125 TFLOP/s fp16 tensor with fp32 accumulate, 15.7 fp32, 900 GB/s, "
               "80 SMs, '32 GB / 16 GB'.")
@@ -99,6 +102,13 @@ _NVL_NOTE = ("The data sheet prints sparse figures only (835 TF32, 1,671 bf16 an
              "not confirmed in an NVIDIA document.")
 
 GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec("Tesla P40 24 GB", ("Tesla P40",), 11.76, None, None, None, 346.0, 24, 30,
+            (_P40_SHEET,),
+            "Pascal (GP102) has no tensor cores: fp32 on its 3,840 CUDA cores at the 1,531 MHz "
+            "boost clock, 11.76 TFLOP/s (the data sheet rounds it to 12 'with GPU Boost'); its "
+            "fp16 runs at 1/64 of that, so none is listed; 24 GB GDDR5 at 346 GB/s from the "
+            "data sheet. The data sheet itself was not read here: the figures were confirmed "
+            "in copies of its table (and 30 SMs, GP102's full count, in GPU databases)."),
     GpuSpec("V100 SXM2 16 GB", ("Tesla V100-SXM2-16GB",), 15.7, None, None, 125.0, 900.0, 16,
             80, (_AMPERE_BLOG,), _V100_NOTE),
     GpuSpec("V100 SXM2 32 GB", ("Tesla V100-SXM2-32GB",), 15.7, None, None, 125.0, 900.0, 32,
