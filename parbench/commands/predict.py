@@ -13,7 +13,6 @@ import pandas as pd
 import torch
 
 from parbench.advisor.figures import write_sweep_figure
-from parbench.advisor.layouts import MODELLED_SETTINGS, unmodelled_settings
 from parbench.advisor.links import LINKS, AnyLink, links_help, named_link
 from parbench.advisor.memory_calls import MEMORY_CALLS_FILE, calls_summary
 from parbench.advisor.predicted_sweep import above_ideal_notes, predict_sweep
@@ -41,6 +40,8 @@ from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import UsageError, at_least, image_sizes, open_run_folder
 from parbench.commands.caches import profile_cache
 from parbench.commands.environment import warn_if_measured_elsewhere
+from parbench.commands.left_out import modelled_only
+from parbench.commands.predict_table import add_table_arguments, predict_tables
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plan.experiments import held_out_version
@@ -150,37 +151,10 @@ def _checked_run_arguments(args: argparse.Namespace) -> tuple[RunFolder, pd.Data
     return folder, records
 
 
-# What a record trained from an image folder has that no model of its step counts.
-FROM_DATA = ("trained from an image folder, whose decoding and augmenting on the host no timing "
-             "model counts (they predict a step on synthetic data): measure the loader's rate "
-             "with parbench loader")
-
-
-def _modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The records whose settings and data the models model, and each other ok record with
-    why (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
-    the models model torch's own; or an image folder it trained from), each also printed."""
-    modelled = (f"timing model version {PREDICTOR_VERSION} models torch's own settings for it "
-                f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, resharding "
-                "yes or no)")
-    why = {}
-    for index, row in records[records["status"] == "ok"].iterrows():
-        if row.get("data") not in (None, "synthetic") and not pd.isna(row.get("data")):
-            print(f"left out: {row['strategy']} on {row['devices']} ({row['data']}): "
-                  f"{FROM_DATA}")
-            why[index] = FROM_DATA
-        elif settings := unmodelled_settings(row.to_dict()):
-            named = ", ".join(f"{k}={v}" for k, v in settings.items())
-            print(f"left out: {row['strategy']} on {row['devices']} ({named}): {modelled}")
-            why[index] = f"{modelled}, not {named}"
-    left = records.loc[list(why)].assign(not_predicted=list(why.values()))
-    return records.drop(index=list(why)), left
-
-
 def _predict_run(args: argparse.Namespace) -> int:
     folder, records = _checked_run_arguments(args)
     warn_if_measured_elsewhere(folder)
-    records, unmodelled = _modelled_only(records)
+    records, unmodelled = modelled_only(records)
     try:
         published = predict_into(folder, records, args.link, left=unmodelled)
     except ValueError as error:  # a record without what a prediction needs
@@ -355,6 +329,8 @@ def _predict_sweep(args: argparse.Namespace) -> int:
 
 
 def command_predict(args: argparse.Namespace) -> int:
+    if args.table:
+        return predict_tables(args)
     return _predict_run(args) if args.run else _predict_sweep(args)
 
 
@@ -397,4 +373,5 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--csv", help="also write the sweep's predictions to this file")
     predict.add_argument("--figure", help="also draw the sweep (throughput against split size "
                          "per device count) to this PNG, an SVG beside it")
+    add_table_arguments(predict)
     predict.set_defaults(handler=command_predict)

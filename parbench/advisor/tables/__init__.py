@@ -1,0 +1,1 @@
+"""Published training tables described in files and predicted from their setups alone."""

@@ -1,0 +1,36 @@
+"""Which of a run's records the timing models predict, and why each other is left out."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from parbench.advisor.layouts import MODELLED_SETTINGS, unmodelled_settings
+from parbench.advisor.version import PREDICTOR_VERSION
+
+__all__ = ["FROM_DATA", "modelled_only"]
+
+# What a record trained from an image folder has that no model of its step counts.
+FROM_DATA = ("trained from an image folder, whose decoding and augmenting on the host no timing "
+             "model counts (they predict a step on synthetic data): measure the loader's rate "
+             "with parbench loader")
+
+
+def modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The records whose settings and data the models model, and each other ok record with
+    why (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
+    the models model torch's own; or an image folder it trained from), each also printed."""
+    modelled = (f"timing model version {PREDICTOR_VERSION} models torch's own settings for it "
+                f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, resharding "
+                "yes or no)")
+    why = {}
+    for index, row in records[records["status"] == "ok"].iterrows():
+        if row.get("data") not in (None, "synthetic") and not pd.isna(row.get("data")):
+            print(f"left out: {row['strategy']} on {row['devices']} ({row['data']}): "
+                  f"{FROM_DATA}")
+            why[index] = FROM_DATA
+        elif settings := unmodelled_settings(row.to_dict()):
+            named = ", ".join(f"{k}={v}" for k, v in settings.items())
+            print(f"left out: {row['strategy']} on {row['devices']} ({named}): {modelled}")
+            why[index] = f"{modelled}, not {named}"
+    left = records.loc[list(why)].assign(not_predicted=list(why.values()))
+    return records.drop(index=list(why)), left

@@ -1,0 +1,78 @@
+"""`parbench predict --table FILE`: a published table's rows PREDICTED from its setup alone,
+each beside the perfect-scaling guess and what it would be without each cost, as a CSV."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from parbench.advisor.tables.predict import predict_setup
+from parbench.advisor.tables.setup import read_setup
+from parbench.commands.arguments import UsageError
+
+__all__ = ["add_table_arguments", "loader_rate", "predict_tables"]
+
+# The columns printed, in order (the CSV has every one).
+SHOWN = ("setup", "row", "predicted_ips", "perfect_scaling_ips", "predicted_efficiency",
+         "predicted_speedup", "without_communication_ips", "loader_cap_ips",
+         "without_recompute_ips", "dispatch_bound")
+
+
+def add_table_arguments(predict: argparse.ArgumentParser) -> None:
+    predict.add_argument("--table", nargs="+", type=Path, metavar="FILE",
+                         help="published tables described in files (docs/prediction.md: the "
+                              "GPU, the job, the link, what feeds the GPUs, each row's layout; "
+                              "never the table's figures): each row PREDICTED from a step "
+                              "parbench measured on another GPU, beside perfect scaling")
+    predict.add_argument("--loader", type=Path, metavar="FILE",
+                         help="with --table: the host's input-pipeline rate per core, a "
+                              "`parbench loader --into FILE` file, which caps a table whose "
+                              "host decodes its images (none: the cap is left out, and said)")
+    predict.add_argument("--reference-gpu", metavar="NAME",
+                         help="with --table: the GPU whose measured step is carried (its name "
+                              "as torch reports it; default: the H200's, or the H100's for an "
+                              "H200)")
+
+
+def loader_rate(path: Path | None) -> float | None:
+    """The per-core images a second a parbench loader file holds; None without a file."""
+    if path is None:
+        return None
+    try:
+        return float(json.loads(path.read_text())["per_core"]["median"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"--loader {path}: not a file parbench loader --into wrote "
+                         f"({type(error).__name__}: {error}); measure one with parbench "
+                         "loader --into FILE") from None
+
+
+def predict_tables(args: argparse.Namespace) -> int:
+    if args.run:
+        raise UsageError("--table predicts published tables, not a run folder: give the table "
+                         "files alone")
+    rate = loader_rate(args.loader)
+    rows = []
+    for path in args.table:
+        try:
+            setup = read_setup(path)
+            print(f"predicting {setup.name} ({len(setup.rows)} rows on {setup.gpu.label})",
+                  file=sys.stderr, flush=True)
+            rows += predict_setup(setup, rate, args.reference_gpu)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    table = pd.DataFrame(rows)
+    print(f"PREDICTED (no published figure is an input; carried from {rows[0]['carried_from']})")
+    shown = [column for column in SHOWN if column in table]
+    print(table[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    if rate is None and (table["data"] == "jpeg-cpu").any():
+        print("the input pipeline is not counted: a setup decodes JPEGs on its host; give "
+              "--loader FILE (parbench loader --into FILE) to cap it at the host's rate")
+    print(f"not modelled: {rows[0]['not_modelled']}")
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"predictions: {args.csv}")
+    return 0
