@@ -29,9 +29,10 @@ def add_table_arguments(predict: argparse.ArgumentParser) -> None:
                               "never the table's figures): each row PREDICTED from a step "
                               "parbench measured on another GPU, beside perfect scaling")
     predict.add_argument("--loader", type=Path, metavar="FILE",
-                         help="with --table: the host's input-pipeline rate per core, a "
-                              "`parbench loader --into FILE` file, which caps a table whose "
-                              "host decodes its images (none: the cap is left out, and said)")
+                         help="with --table: the host's input-pipeline rate, a `parbench "
+                              "loader --into FILE` file (a DataLoader worker's images a second), "
+                              "which caps a table whose host decodes its images (none: the cap "
+                              "is left out, and said)")
     predict.add_argument("--reference-gpu", metavar="NAME",
                          help="with --table: the GPU whose measured step is carried (its name "
                               "as torch reports it; default: the H200's, or the H100's for an "
@@ -39,11 +40,15 @@ def add_table_arguments(predict: argparse.ArgumentParser) -> None:
 
 
 def loader_rate(path: Path | None) -> float | None:
-    """The per-core images a second a parbench loader file holds; None without a file."""
+    """A loader worker's images a second, from a parbench loader file: its DataLoader run with
+    the most workers, over them (what a training loader's worker delivers, collation and the
+    copy between processes included); None without a file."""
     if path is None:
         return None
     try:
-        return float(json.loads(path.read_text())["per_core"]["median"])
+        runs = json.loads(path.read_text())["data_loader"]["runs"]
+        most = max(runs, key=lambda run: run["workers"])
+        return float(most["images_per_s_median"]) / int(most["workers"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"--loader {path}: not a file parbench loader --into wrote "
                          f"({type(error).__name__}: {error}); measure one with parbench "

@@ -49,7 +49,7 @@ def _workload(setup: TableSetup) -> Workload:
 def _loader_cap(setup: TableSetup, devices: int, rate: float | None) -> float | None:
     """The images a second the host's cores decode and augment: as many workers as it runs for
     the GPUs (each on a core; none beyond the cores the GPUs' processes leave), each at the
-    per-core `rate` measured by parbench loader; None where the host does not decode, or no
+    worker's `rate` parbench loader measured; None where the host does not decode, or no
     rate was measured."""
     if setup.data != "jpeg-cpu" or rate is None or setup.host_cores is None:
         return None
@@ -107,7 +107,7 @@ def _pipeline(setup: TableSetup, row: PipelineRow, reference: GpuReference) -> d
 def predict_setup(setup: TableSetup, loader_rate: float | None = None,
                   reference_gpu: str | None = None) -> list[dict]:
     """Every row of `setup` PREDICTED (a dict each), from a GPU reference step carried to the
-    setup's GPU; `loader_rate` is the host's per-core images a second (parbench loader), where
+    setup's GPU; `loader_rate` is a loader worker's images a second (parbench loader), where
     the host decodes the images."""
     reference = choose_reference(setup.model, setup.image_size, setup.precision,
                                  setup.channels_last, setup.gpu, reference_gpu)

@@ -32,7 +32,9 @@ def test_each_row_is_predicted_into_the_csv_with_the_host_cap_said(tmp_path, cap
     assert list(table["row"]) == ["1 GPU, 64 each", "2 GPUs, 64 each"]
     assert (table["kind"] == "PREDICTED").all() and table["loader_cap_ips"].isna().all()
     loader = tmp_path / "loader.json"
-    loader.write_text(json.dumps({"per_core": {"median": 10.0}}))
+    runs = [{"workers": 1, "images_per_s_median": 12.0},
+            {"workers": 2, "images_per_s_median": 20.0}]
+    loader.write_text(json.dumps({"data_loader": {"runs": runs}}))  # a worker: 20 / 2
     assert main(["predict", "--table", str(setup), "--loader", str(loader), "--csv",
                  str(out)]) == 0
     assert list(pd.read_csv(out)["loader_cap_ips"]) == [40.0, 80.0]
