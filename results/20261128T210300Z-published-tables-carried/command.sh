@@ -1,0 +1,2 @@
+# 0b8c1287c0a27a3fb2fd0ca0facaffb608e26076
+parbench predict --table benchmarks/published/setups/dle-dgxa100-resnet50-tf32.json benchmarks/published/setups/dle-dgxa100-resnet50-amp.json benchmarks/published/setups/torchgpipe-p40-resnet101.json benchmarks/published/setups/parbench-h100-resnet50-bf16.json benchmarks/published/setups/parbench-h200-resnet50-bf16.json --loader results/20261128T210300Z-published-tables-carried/loader.json --csv results/20261128T210300Z-published-tables-carried/predictions.csv
