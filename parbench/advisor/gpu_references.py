@@ -26,9 +26,11 @@ class GpuReference:
     host_s: float | None  # the host's enqueue time of a step, where the run measured it
     torch: str
     run: str  # the run folder under results/
+    measured_ips: float  # the record's throughput: images over its measured steps' time
 
     @property
     def throughput_ips(self) -> float:
+        """The batch over the median step: what the carry is anchored at."""
         return self.batch / self.step_s
 
 
@@ -37,13 +39,15 @@ _SECOND_H200 = "20261127T111514Z-gpu-reference-h200/1-parts-a-e/e-data-parallel-
 _H100 = "20261127T011008Z-gpu-reference-h100/1-default/c-resnet50-224px-bf16"
 REFERENCES: tuple[GpuReference, ...] = (
     GpuReference("NVIDIA H200", "resnet50", 224, "fp32", False, False, 256, 0.116778,
-                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004738Z-ablation"),
+                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004738Z-ablation", 2190.6),
     GpuReference("NVIDIA H200", "resnet50", 224, "bf16", True, False, 256, 0.055024,
-                 0.021190, "2.11.0+cu130", f"{_SECOND_H200}/20261127T111955Z-bf16-channels-last"),
+                 0.021190, "2.11.0+cu130", f"{_SECOND_H200}/20261127T111955Z-bf16-channels-last",
+                 4646.9),
     GpuReference("NVIDIA H200", "resnet50", 224, "bf16", True, True, 256, 0.055485,
-                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004713Z-bf16-channels-last"),
+                 None, "2.11.0+cu130", f"{_FIRST_H200}/20261126T004713Z-bf16-channels-last",
+                 4617.2),
     GpuReference("NVIDIA H100 80GB HBM3", "resnet50", 224, "bf16", True, True, 256, 0.064951,
-                 0.019908, "2.11.0+cu130", f"{_H100}/20261127T011208Z-timm-job"),
+                 0.019908, "2.11.0+cu130", f"{_H100}/20261127T011208Z-timm-job", 3913.5),
 )
 
 

@@ -25,6 +25,7 @@ def test_each_reference_is_its_runs_record(reference):
     host = record.get("host_time_median_s")
     assert reference.host_s == (None if host is None else pytest.approx(host, abs=1e-6))
     assert record["torch_version"] == reference.torch
+    assert record["throughput_ips"] == pytest.approx(reference.measured_ips, abs=0.05)
 
 
 def test_a_job_finds_its_reference_on_the_gpu_asked():
