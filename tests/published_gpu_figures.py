@@ -502,6 +502,7 @@ NOT_MEASURED: tuple[NotMeasured, ...] = (
     NotMeasured(("docs/multi-node.md",), "15000 + the job id modulo 17000",
                 "a port number's rule"),
     NotMeasured((HOSTS,), "costing under 1% of a step", "the GPU test's threshold"),
+    NotMeasured(("docs/options.md",), "'H100 SXM5 80 GB'", "a GPU's name in the GPU table"),
     NotMeasured((HOSTS,), "of at most 9 minutes (540 s)", "the reference run's limit"),
     NotMeasured((HOSTS,), "each inside 540 s too", "the reference run's limit"),
     NotMeasured((HOSTS,), "3600 s timeouts", "asv.conf.json's benchmark timeout, a setting"),

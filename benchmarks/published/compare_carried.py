@@ -36,13 +36,13 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
     for row in rows:
         devices = int(row["devices"])
         if row["setup"] in _DLE and devices > 1:
-            published = _DLE[row["setup"]]
-            mine, theirs = float(row["predicted_efficiency"]), published.efficiency
-            source = published.source
+            replicas = _DLE[row["setup"]]
+            mine, theirs = float(row["predicted_efficiency"]), replicas.efficiency
+            source = replicas.source
         elif row["setup"] == "torchgpipe-p40-resnet101":
-            [published] = [p for p in TORCHGPIPE_RESNET101 if len(p.balance) == devices]
+            [pipeline] = [p for p in TORCHGPIPE_RESNET101 if len(p.balance) == devices]
             mine = float(row["predicted_speedup"]) / devices
-            theirs, source = published.speedup / devices, published.source
+            theirs, source = pipeline.speedup / devices, pipeline.source
         else:
             continue
         found.append(dict(name=f"{row['setup']}, {row['row']}", devices=devices,

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REFERENCES", "GpuReference", "reference_for"]
+from parbench.machine.gpus import GpuSpec
+
+__all__ = ["REFERENCES", "GpuReference", "choose_reference"]
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,22 @@ REFERENCES: tuple[GpuReference, ...] = (
 )
 
 
-def reference_for(model: str, image_size: int, precision: str, channels_last: bool,
-                  gpu: str | None = None) -> GpuReference | None:
-    """The reference of the job (the first listed; on `gpu` where given), or None."""
-    for reference in REFERENCES:
-        if (reference.model, reference.image_size, reference.precision,
-                reference.channels_last) == (model, image_size, precision, channels_last) \
-                and (gpu is None or reference.gpu == gpu):
-            return reference
-    return None
+def _precision_class(precision: str) -> str:
+    return "fp32" if precision == "fp32" else "bf16"  # fp16 and bf16 run alike on tensor cores
+
+
+def choose_reference(model: str, image_size: int, precision: str, channels_last: bool,
+                     target: GpuSpec, on: str | None = None) -> GpuReference:
+    """The measured step to carry from: on `on` (a GPU's torch name) where given, else on
+    another GPU than `target` (the H200 first); the same model, image size, precision class
+    and memory format where measured, each given up in that order from the last."""
+    candidates = [r for r in REFERENCES
+                  if (r.gpu == on if on else r.gpu not in target.names)
+                  and r.precision == _precision_class(precision)]
+    if not candidates:
+        raise ValueError(f"no GPU reference step in {_precision_class(precision)}"
+                         + (f" on {on}" if on else ""))
+    wanted = (model, image_size, channels_last)
+    return max(candidates, key=lambda r: (
+        sum(a == b for a, b in zip((r.model, r.image_size, r.channels_last), wanted,
+                                   strict=True)), r.gpu == "NVIDIA H200", not r.cudnn_benchmark))

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from parbench.advisor.carry_anchored import ASSUMPTION, roofline_s
-from parbench.advisor.gpu_references import GpuReference
+from parbench.advisor.gpu_references import REFERENCES, GpuReference, choose_reference
 from parbench.advisor.op_profile.groups import OpRow
 from parbench.advisor.op_profile.labels import LOSS, OPTIMIZER
 from parbench.advisor.op_profile.without_compute import count_step, counted_rows
-from parbench.advisor.profile import BlockProfile, Profile
+from parbench.advisor.profile import BlockProfile, Profile, load_or_profile
 from parbench.families.workloads import Workload
 from parbench.machine.gpus import GpuSpec, gpu_named
 
-__all__ = ["Shaped", "counted", "reference_workload", "shaped_profile"]
+__all__ = ["Shaped", "carried_profiles", "counted", "reference_for_target", "reference_workload",
+           "shaped_profile"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +119,41 @@ def _block(name: str, forward: float, input_grad: float, weight_grad: float,
     return BlockProfile(name, forward, input_grad, weight_grad,
                         round(measured.output_bytes * ratio), parameter_sizes,
                         round(measured.saved_bytes * ratio))
+
+
+def reference_for_target(model: str, image_size: int, precision: str, channels_last: bool,
+                         target: GpuSpec) -> GpuReference:
+    """The reference to shape `target`'s profiles from: a step measured on `target` itself where
+    there is one in the job's precision (bf16 for fp16), else one on another GPU; the same
+    model, image size and memory format preferred, as the tables choose it."""
+    on = next((name for name in target.names if any(r.gpu == name for r in REFERENCES)), None)
+    try:
+        return choose_reference(model, image_size, precision, channels_last, target, on)
+    except ValueError:
+        return choose_reference(model, image_size, precision, channels_last, target)
+
+
+def carried_profiles(workload: Workload, target: GpuSpec, cache: Path,
+                     say: Callable[[str], None] = print) -> Callable[[int], Profile]:
+    """The profile of `workload` on `target` at each micro-batch asked for, shaped from the
+    GPU reference steps (no GPU here: nothing is timed), with the activation memory of a CPU
+    profile at the smallest micro-batch the family trains (measured once, cached in `cache`)
+    in proportion to the images; `say` is told of each as it is made."""
+    reference = reference_for_target(workload.model, workload.image_size, workload.precision,
+                                     workload.channels_last, target)
+    memory: list[Profile] = []
+
+    @functools.cache
+    def profile_at(micro_batch: int) -> Profile:
+        if not memory:
+            smallest = workload.family.smallest_batch(workload.image_size)
+            say(f"memory: a CPU profile of {workload.model} {workload.image_size}px at "
+                f"micro-batch {smallest} for its activations (cached in {cache})")
+            memory.append(load_or_profile(cache, workload, smallest, "cpu", 1))
+        shaped = shaped_profile(workload, micro_batch, target, reference, memory[0])
+        say(f"carried: micro-batch {micro_batch} on {target.label}, step "
+            f"{shaped.step_s * 1e3:.3g} ms ({'dispatch' if shaped.dispatch_bound else 'device'}"
+            f"-bound), from {reference.gpu}'s measured step")
+        return shaped.profile
+
+    return profile_at

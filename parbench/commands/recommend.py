@@ -14,6 +14,7 @@ import torch
 
 from parbench import strategies
 from parbench.advisor import recommend
+from parbench.advisor.gpu_shape import carried_profiles
 from parbench.advisor.layouts import candidate_configs
 from parbench.advisor.links import LINKS, NO_LINK, AnyLink, links_help
 from parbench.advisor.predicted_sweep import predict_sweep
@@ -40,11 +41,15 @@ from parbench.commands.recommend_confirm import confirm, run_settings, text_tabl
 from parbench.commands.run_arguments import QUICK_RUN
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
+from parbench.machine.gpus import GPUS, GpuSpec, gpu_named
 from parbench.strategies.stages import resolve_split
 
 __all__ = ["add_parsers", "command_recommend"]
 
 CONFIRM_ONLY = ("repeats", "out")
+# Links between GPUs: without a GPU here, a recommendation for them carries GPU steps.
+GPU_LINKS = ("nvlink4", "pcie4")
+DEFAULT_GPU = "NVIDIA H200"  # the GPU of parbench's reference steps
 
 
 def _checked(args: argparse.Namespace) -> argparse.Namespace:
@@ -64,11 +69,34 @@ def _checked(args: argparse.Namespace) -> argparse.Namespace:
     check_batches(args.model, args.image_size, device, args.batch_size, [devices], splits)
     memory = None if args.memory_mib is None else positive("--memory-mib", args.memory_mib)
     on = _devices_here(args, device)
+    gpu = _gpu_not_here(args, on)
+    if gpu is not None and memory is None:  # the GPU's memory, from its data sheet
+        memory = gpu.memory_gb * 1e9 / 2**20
     return argparse.Namespace(**{**vars(args), "splits": splits, "device": device,
-                                 "memory": memory, "on": on,
+                                 "memory": memory, "on": on, "gpu": gpu,
                                  "link": _recommend_link(args.link, devices, on is not None),
                                  "profile_cache": profile_cache(args.profile_cache),
                                  "repeats": args.repeats or 3, "out": args.out or "results"})
+
+
+def _gpu_not_here(args: argparse.Namespace, on: DeviceSet | None) -> GpuSpec | None:
+    """The GPU not at hand the devices recommended for are (--gpu; without it, on a machine
+    with no GPU, the reference GPU's for a GPU link: GPU_LINKS): their steps carried from
+    parbench's GPU reference steps; None where the devices are like this machine's."""
+    name = args.gpu
+    if name is None and args.profile_device is None and on is None \
+            and not torch.cuda.is_available() and args.link in GPU_LINKS:
+        name = DEFAULT_GPU
+    if name is None:
+        return None
+    if on is not None:
+        raise UsageError(f"--gpu {name}: recommends for GPUs not at hand, which --confirm and "
+                         "--on cannot measure; drop --gpu, or --confirm and --on")
+    gpu = gpu_named(name) or next((g for g in GPUS if g.label == name), None)
+    if gpu is None:
+        raise UsageError(f"--gpu {name}: no such GPU in the GPU table; give one of "
+                         f"{', '.join(g.label for g in GPUS)}")
+    return gpu
 
 
 def _recommend_link(name: str | None, devices: int, here: bool) -> AnyLink | None:
@@ -130,7 +158,15 @@ def _predicted(args: argparse.Namespace) -> recommend.Recommendation:
     with prediction_refusals():
         if args.on is not None:
             return _predicted_here(args)
-        profile_at = profiles_for(record_like, args.profile_cache)
+        if args.gpu is not None:
+            print(f"no profiling here: each step on {args.gpu.label} carried from parbench's "
+                  "GPU reference steps (PREDICTED; --gpu NAME for another GPU)",
+                  file=sys.stderr, flush=True)
+            profile_at = carried_profiles(workload(args), args.gpu, args.profile_cache,
+                                          say=lambda line: print(line, file=sys.stderr,
+                                                                 flush=True))
+        else:
+            profile_at = profiles_for(record_like, args.profile_cache)
         table = predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
     return recommend.rank_layouts(table, args.devices, args.memory, _limited(args))
 
@@ -184,6 +220,8 @@ def _print_ranking(args: argparse.Namespace, table: pd.DataFrame, ranked: pd.Dat
           f"{args.batch_size} on " + (
               f"{args.on.describe()} here ({'emulated, ' if args.on.emulated else ''}each "
               "layout predicted as it would run on them), " if args.on is not None else
+              f"{args.devices} {args.gpu.label} (carried from parbench's GPU reference "
+              "steps; memory: tensors only), " if args.gpu is not None else
               f"{args.devices} devices like this {args.device} (its profile), ") +
           f"link {args.link.describe()}, memory {cap}; top {len(shown)} of {len(ranked)} "
           f"layouts{' that fit' if args.memory else ''}, fastest first:")
@@ -255,6 +293,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile-device", choices=("cpu", "cuda"),
                         help="the device profiled, which the devices recommended for are like "
                              "(default: cuda if there is one, else cpu)")
+    parser.add_argument("--gpu", metavar="NAME", help="recommend for GPUs not at hand: a GPU "
+                        "of the GPU table (e.g. 'H100 SXM5 80 GB'), each step carried from "
+                        "parbench's measured GPU reference steps, its memory the data sheet's "
+                        "unless --memory-mib; without it, on a machine with no GPU and a GPU "
+                        f"link ({', '.join(GPU_LINKS)}), the {DEFAULT_GPU}'s")
     parser.add_argument("--threads", type=int, default=SWEEP_DEFAULTS["threads"],
                         help="CPU threads per device, profiled and measured")
     parser.add_argument("--profile-cache", type=Path,

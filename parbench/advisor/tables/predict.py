@@ -6,39 +6,17 @@ what it would be without each cost. The table's own figures are never an input."
 from __future__ import annotations
 
 from parbench.advisor import data_parallel, models
-from parbench.advisor.gpu_references import REFERENCES, GpuReference
+from parbench.advisor.gpu_references import GpuReference, choose_reference
 from parbench.advisor.gpu_shape import shaped_profile
 from parbench.advisor.published_predictions import recomputed, torchgpipe_partition
 from parbench.advisor.tables.setup import PipelineRow, ReplicaRow, TableSetup
 from parbench.families.workloads import Workload
-from parbench.machine.gpus import GpuSpec
 
-__all__ = ["NOT_MODELLED", "choose_reference", "predict_setup"]
+__all__ = ["NOT_MODELLED", "predict_setup"]
 
 # What keeps a multi-GPU step from its prediction that nothing here measures.
 NOT_MODELLED = ("NCCL's kernels sharing the SMs with the model's, the host driving several GPUs, "
                 "cache and clock effects of several GPUs at once")
-
-
-def _precision_class(precision: str) -> str:
-    return "fp32" if precision == "fp32" else "bf16"  # fp16 and bf16 run alike on tensor cores
-
-
-def choose_reference(model: str, image_size: int, precision: str, channels_last: bool,
-                     target: GpuSpec, on: str | None = None) -> GpuReference:
-    """The measured step to carry from: on `on` (a GPU's torch name) where given, else on
-    another GPU than `target` (the H200 first); the same model, image size, precision class
-    and memory format where measured, each given up in that order from the last."""
-    candidates = [r for r in REFERENCES
-                  if (r.gpu == on if on else r.gpu not in target.names)
-                  and r.precision == _precision_class(precision)]
-    if not candidates:
-        raise ValueError(f"no GPU reference step in {_precision_class(precision)}"
-                         + (f" on {on}" if on else ""))
-    wanted = (model, image_size, channels_last)
-    return max(candidates, key=lambda r: (
-        sum(a == b for a, b in zip((r.model, r.image_size, r.channels_last), wanted,
-                                   strict=True)), r.gpu == "NVIDIA H200", not r.cudnn_benchmark))
 
 
 def _workload(setup: TableSetup) -> Workload:

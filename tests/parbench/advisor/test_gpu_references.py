@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor.gpu_references import REFERENCES, reference_for
+from parbench.advisor.gpu_references import REFERENCES
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
 
@@ -26,10 +26,3 @@ def test_each_reference_is_its_runs_record(reference):
     assert reference.host_s == (None if host is None else pytest.approx(host, abs=1e-6))
     assert record["torch_version"] == reference.torch
     assert record["throughput_ips"] == pytest.approx(reference.measured_ips, abs=0.05)
-
-
-def test_a_job_finds_its_reference_on_the_gpu_asked():
-    assert reference_for("resnet50", 224, "bf16", True, "NVIDIA H100 80GB HBM3").gpu == (
-        "NVIDIA H100 80GB HBM3")
-    assert reference_for("resnet50", 224, "fp32", False).gpu == "NVIDIA H200"
-    assert reference_for("resnet18", 224, "fp32", False) is None

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from parbench.advisor.gpu_references import REFERENCES
-from parbench.advisor.tables.predict import choose_reference, predict_setup
+from parbench.advisor.gpu_references import REFERENCES, choose_reference
+from parbench.advisor.tables.predict import predict_setup
 from parbench.advisor.tables.setup import read_setup
 from parbench.machine.gpus import gpu_named
 
