@@ -221,8 +221,10 @@ def test_the_verdict_on_a_pick_that_failed_says_so():
 
 # ---- the command ----
 
+# Devices like this CPU over a named link (--profile-device cpu: without it, on a machine with
+# no GPU, a GPU link recommends for the reference GPU: test_recommend_gpu.py).
 SMALL = [*TINY_FLAGS, "--devices", "2", "--batch-size", "8", "--split-size", "4",
-         "--link", "nvlink4"]
+         "--link", "nvlink4", "--profile-device", "cpu"]
 
 
 @pytest.fixture(scope="module")

@@ -76,9 +76,6 @@ def _run_folder(tmp_path) -> RunFolder:
         # At the tuned defaults (bucket views, a static graph), which version 6 does not model.
         _record("ddp", 0.035, world_size=2, devices="cpu,cpu", strategy_settings=dict(
             gradient_as_bucket_view=True, static_graph=True, world_size=2)),
-        # Trained from an image folder, whose loading no model counts.
-        _record("model-parallel", 0.09, world_size=1, data="/data/images",
-                strategy_options={"balance": "tutorial"}),
     ]
     add_comparisons(records)  # each speedup over single, as a run has them
     folder.write_records(records)
@@ -107,14 +104,10 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert ("left out: ddp on cpu,cpu (gradient_as_bucket_view=True, static_graph=True): "
             "timing model version") in out
     # every measured record is a row: the one left out says why, and the summary names it
-    left, from_data = written[written["not_predicted"].notna()].to_dict("records")
+    [left] = written[written["not_predicted"].notna()].to_dict("records")
     assert left["strategy"] == "ddp" and pd.isna(left["predicted_step_time_s"])
     assert left["not_predicted"].endswith("not gradient_as_bucket_view=True, static_graph=True")
-    assert from_data["strategy"] == "model-parallel" and from_data["data"] == "/data/images"
-    assert from_data["not_predicted"].startswith("trained from an image folder")
-    assert pd.isna(from_data["predicted_step_time_s"])
-    assert "left out: model-parallel on cpu,cpu (/data/images): trained from an image folder" in out
-    assert "not predicted, 2 measured configurations: ddp on 2 ranks: timing model" in out
+    assert "not predicted, 1 measured configuration: ddp on 2 ranks: timing model" in out
     expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
     assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
     assert (folder.path / "predictions.png").is_file()
@@ -127,7 +120,7 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert abs(table["trace_replay_error"].iloc[1]) < 0.01
     assert sorted(p.name for p in cache.glob("resnet*")) == [  # split, per rank, whole batch
         f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
-    assert len(folder.read_records()) == 7  # the records are left as measured
+    assert len(folder.read_records()) == 6  # the records are left as measured
     assert set(table["link"]) == {"pcie4"} and set(table["kind"]) == {"predicted"}
     assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
 
@@ -458,3 +451,19 @@ def test_the_default_profile_cache_is_a_folder_per_host(monkeypatch):
     assert (first, profile_cache(None)) == (DEFAULT_CACHE / "node-a.cluster",
                                             DEFAULT_CACHE / "node-b-2")
     assert profile_cache(Path("/tmp/given")) == Path("/tmp/given")
+
+
+def test_a_record_trained_from_an_image_folder_is_left_out_saying_why(capsys):
+    """No model counts the host's decoding and augmenting of images: such a record is a row
+    saying so, beside the synthetic ones predicted."""
+    from parbench.commands.left_out import modelled_only
+
+    records = pd.DataFrame([dict(status="ok", strategy="ddp", devices="cpu,cpu",
+                                 data=data, strategy_settings=None)
+                            for data in ("synthetic", "/data/images", None)])
+    kept, left = modelled_only(records)
+    assert list(kept["data"].fillna("none")) == ["synthetic", "none"]
+    [why] = left["not_predicted"]
+    assert why.startswith("trained from an image folder") and "parbench loader" in why
+    assert "left out: ddp on cpu,cpu (/data/images): trained from an image folder" in (
+        capsys.readouterr().out)

@@ -19,15 +19,20 @@ def test_a_gpu_named_is_recommended_for_from_the_reference_steps(capsys, tmp_pat
     assert list(tmp_path.glob("resnet18-32px-*-cpu-1t-b*.json"))  # the memory's CPU profile
 
 
-def test_without_a_gpu_a_gpu_link_recommends_for_the_reference_gpu(capsys, tmp_path,
-                                                                    monkeypatch):
+def test_without_a_gpu_a_gpu_link_recommends_for_the_reference_gpu(monkeypatch):
+    """Without --gpu, on a machine with no GPU, a GPU link's devices are the reference GPU
+    (what is said and used: checked where it is decided, before anything is profiled)."""
+    import argparse
+
     import torch
 
+    from parbench.commands.recommend import _gpu_not_here
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert main([*FLAGS, "--profile-cache", str(tmp_path)]) == 0
-    out, err = capsys.readouterr()
-    assert "no profiling here: each step on H200 SXM 141 GB carried" in err
-    assert "on 2 H200 SXM 141 GB (carried" in out
+    args = argparse.Namespace(gpu=None, profile_device=None, link="nvlink4")
+    assert _gpu_not_here(args, None).label == "H200 SXM 141 GB"
+    for given in (dict(profile_device="cpu"), dict(link="ethernet100")):
+        assert _gpu_not_here(argparse.Namespace(**{**vars(args), **given}), None) is None
 
 
 @pytest.mark.parametrize(("extra", "message"), [
