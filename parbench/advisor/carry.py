@@ -44,13 +44,19 @@ def operation_kind(row: OpRow) -> str:
 def math_peak_tflops(gpu: GpuSpec, kind: str, dtype: str, math: Math = PYTORCH_DEFAULTS) -> float:
     """The dense peak `gpu` runs a `kind` operation in `dtype` at: fp32 on TF32 tensor cores
     where `math` says PyTorch uses them and the GPU has them, else on its CUDA cores; bf16 and
-    fp16 on tensor cores with fp32 accumulate, or on the CUDA cores of a GPU without (a V100's
-    bf16)."""
+    fp16 on tensor cores with fp32 accumulate. A 16-bit dtype the table gives the GPU no peak
+    for is refused (a V100's bf16, a P40's fp16 at 1/64 of its fp32): not predicted, rather
+    than carried at a rate the GPU does not have."""
     if dtype == "float32":
         tf32 = math.tf32_convolutions if kind == "convolution" else math.tf32_matmuls
         return (gpu.tf32_tflops if tf32 else None) or gpu.fp32_tflops
     if dtype in ("bfloat16", "float16"):
-        return (gpu.bf16_tflops if dtype == "bfloat16" else gpu.fp16_tflops) or gpu.fp32_tflops
+        peak = gpu.bf16_tflops if dtype == "bfloat16" else gpu.fp16_tflops
+        if peak is None:
+            name = "bf16" if dtype == "bfloat16" else "fp16"
+            raise ValueError(f"{gpu.label} has no {name} tensor cores in the GPU table: a {name} "
+                             "step on it is not predicted; give fp32")
+        return peak
     raise ValueError(f"no peak for {kind} in {dtype!r}: the GPU table has fp32, TF32, bf16 and "
                      "fp16 only")
 

@@ -41,7 +41,7 @@ from parbench.commands.recommend_confirm import confirm, run_settings, text_tabl
 from parbench.commands.run_arguments import QUICK_RUN
 from parbench.families.workloads import MODELS, PRECISIONS
 from parbench.machine.devices import DeviceSet
-from parbench.machine.gpus import GPUS, GpuSpec, gpu_named
+from parbench.machine.gpus import GPUS, GpuSpec, gpu_called
 from parbench.strategies.stages import resolve_split
 
 __all__ = ["add_parsers", "command_recommend"]
@@ -70,8 +70,8 @@ def _checked(args: argparse.Namespace) -> argparse.Namespace:
     memory = None if args.memory_mib is None else positive("--memory-mib", args.memory_mib)
     on = _devices_here(args, device)
     gpu = _gpu_not_here(args, on)
-    if gpu is not None and memory is None:  # the GPU's memory, from its data sheet
-        memory = gpu.memory_gb * 1e9 / 2**20
+    if gpu is not None and memory is None:  # the data sheet's, its "GB" a device's GiB
+        memory = gpu.memory_gb * 1024
     return argparse.Namespace(**{**vars(args), "splits": splits, "device": device,
                                  "memory": memory, "on": on, "gpu": gpu,
                                  "link": _recommend_link(args.link, devices, on is not None),
@@ -92,7 +92,7 @@ def _gpu_not_here(args: argparse.Namespace, on: DeviceSet | None) -> GpuSpec | N
     if on is not None:
         raise UsageError(f"--gpu {name}: recommends for GPUs not at hand, which --confirm and "
                          "--on cannot measure; drop --gpu, or --confirm and --on")
-    gpu = gpu_named(name) or next((g for g in GPUS if g.label == name), None)
+    gpu = gpu_called(name)
     if gpu is None:
         raise UsageError(f"--gpu {name}: no such GPU in the GPU table; give one of "
                          f"{', '.join(g.label for g in GPUS)}")

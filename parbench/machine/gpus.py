@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GPUS", "GpuSpec", "Source", "gpu_named"]
+__all__ = ["GPUS", "GpuSpec", "Source", "gpu_called", "gpu_named"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class GpuSpec:
             return self.tf32_tflops or self.fp32_tflops
         peak = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops}[precision]
         return peak if peak is not None else self.fp32_tflops
+
+
+def gpu_called(name: str) -> GpuSpec | None:
+    """The entry a user names: by its label ('H100 SXM5 80 GB') or as torch names it."""
+    return gpu_named(name) or next((gpu for gpu in GPUS if gpu.label == name), None)
 
 
 def gpu_named(device_name: str | None) -> GpuSpec | None:

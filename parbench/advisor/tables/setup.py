@@ -10,7 +10,7 @@ from pathlib import Path
 from parbench.advisor.links import Link
 from parbench.families import MODELS
 from parbench.families.workloads import PRECISIONS
-from parbench.machine.gpus import GPUS, GpuSpec
+from parbench.machine.gpus import GPUS, GpuSpec, gpu_called
 
 __all__ = ["DATA_KINDS", "STRATEGIES", "PipelineRow", "ReplicaRow", "TableSetup", "read_setup"]
 
@@ -85,6 +85,13 @@ def _need(values: dict, key: str, kind: type, where: str):
     return value
 
 
+def _positive(values: dict, key: str, where: str) -> int:
+    value = _need(values, key, int, where)
+    if value < 1:
+        raise ValueError(f"{where}: {key!r} is {value}; give 1 or more")
+    return value
+
+
 def _one_of(value: str, choices, what: str, where: str) -> str:
     if value not in choices:
         raise ValueError(f"{where}: unknown {what} {value!r}; choose from {', '.join(choices)}")
@@ -92,11 +99,11 @@ def _one_of(value: str, choices, what: str, where: str) -> str:
 
 
 def _gpu(name: str, where: str) -> GpuSpec:
-    for gpu in GPUS:
-        if name == gpu.label or name in gpu.names:
-            return gpu
-    raise ValueError(f"{where}: no GPU {name!r} in the GPU table; give one of "
-                     f"{', '.join(gpu.label for gpu in GPUS)}")
+    gpu = gpu_called(name)
+    if gpu is None:
+        raise ValueError(f"{where}: no GPU {name!r} in the GPU table; give one of "
+                         f"{', '.join(gpu.label for gpu in GPUS)}")
+    return gpu
 
 
 def _rows(values: dict, strategy: str, where: str) -> tuple[ReplicaRow | PipelineRow, ...]:
@@ -106,11 +113,16 @@ def _rows(values: dict, strategy: str, where: str) -> tuple[ReplicaRow | Pipelin
         if not isinstance(row, dict):
             raise ValueError(f"{at}: a row is an object of its layout's numbers")
         if strategy == "ddp":
-            rows.append(ReplicaRow(_need(row, "devices", int, at),
-                                   _need(row, "batch_per_device", int, at)))
+            rows.append(ReplicaRow(_positive(row, "devices", at),
+                                   _positive(row, "batch_per_device", at)))
         else:
-            rows.append(PipelineRow(_need(row, "batch", int, at), _need(row, "chunks", int, at),
-                                    tuple(_need(row, "balance", list, at)),
+            balance = _need(row, "balance", list, at)
+            if not balance or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                                  for n in balance):
+                raise ValueError(f"{at}: 'balance' is {balance!r}; give each stage's layers, "
+                                 "whole numbers of 1 or more")
+            rows.append(PipelineRow(_positive(row, "batch", at), _positive(row, "chunks", at),
+                                    tuple(balance),
                                     _one_of(_need(row, "checkpoint", str, at),
                                             ("always", "except_last", "never"), "checkpoint",
                                             at)))
@@ -150,10 +162,14 @@ def read_setup(path: Path) -> TableSetup:
         host_cores=data.get("host_cores"), workers_per_device=data.get("workers_per_device"),
         data_source=_need(data, "source", str, where + ", data"),
         rows=_rows(values, strategy, where), baseline_batch=values.get("baseline_batch"))
-    if strategy == "torchgpipe" and not isinstance(setup.baseline_batch, int):
-        raise ValueError(f"{where}: torchgpipe's rows are set beside its one-GPU baseline: give "
-                         "its 'baseline_batch'")
-    if setup.data == "jpeg-cpu" and not isinstance(setup.host_cores, int):
-        raise ValueError(f"{where}: JPEGs decoded on the host: give the host's 'host_cores' in "
-                         "'data'")
+    if setup.data == "jpeg-cpu":
+        cores = _positive(data, "host_cores", where + ", data (JPEGs decoded on the host)")
+        if "workers_per_device" in data:
+            _positive(data, "workers_per_device", where + ", data")
+        most = max(row.devices for row in setup.rows)
+        if cores <= most:
+            raise ValueError(f"{where}: 'host_cores' {cores} leaves no core for the loader "
+                             f"beside {most} GPUs' processes; give the host's cores")
+    if strategy == "torchgpipe":
+        _positive(values, "baseline_batch", where)
     return setup

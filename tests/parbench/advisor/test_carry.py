@@ -68,7 +68,8 @@ def test_an_fp32_convolution_runs_at_tf32s_peak_an_fp32_matmul_at_fp32s():
     assert math_peak_tflops(A100, "matmul", "float32") == 19.5
     assert math_peak_tflops(A100, "matmul", "float32", Math(tf32_matmuls=True)) == 156.0
     assert math_peak_tflops(V100, "convolution", "float32") == 15.7  # no TF32 on a V100
-    assert math_peak_tflops(V100, "matmul", "bfloat16") == 15.7  # nor bf16 tensor cores
+    with pytest.raises(ValueError, match="V100 SXM2 32 GB has no bf16 tensor cores"):
+        math_peak_tflops(V100, "matmul", "bfloat16")  # nor bf16 tensor cores: not predicted
     conv = _row("aten::convolution", "float32", 10**12, 10**8, 8e-3)
     mm = _row("aten::mm", "float32", 10**12, 10**7, 60e-3)
     carried = carry_profile([conv, mm, TINY], A100, H100, source_run="runs/a100").ops

@@ -61,9 +61,20 @@ def test_the_reference_is_another_gpus_of_the_same_job_where_one_was_measured():
     ({"strategy": "fsdp"}, "unknown strategy 'fsdp'; choose from ddp, torchgpipe"),
     ({"rows": []}, "no rows to predict"),
     ({"rows": [{"devices": 2}]}, "row 1: no 'batch_per_device'"),
-    ({"data": {"kind": "jpeg-cpu", "source": "x"}}, "give the host's 'host_cores'"),
+    ({"data": {"kind": "jpeg-cpu", "source": "x"}}, "no 'host_cores'"),
+    ({"data": {"kind": "jpeg-cpu", "host_cores": 4, "source": "x"}},
+     "'host_cores' 4 leaves no core for the loader beside 4 GPUs' processes"),
+    ({"data": {"kind": "jpeg-cpu", "host_cores": 64, "workers_per_device": "16",
+               "source": "x"}}, "'workers_per_device' is '16', not a int"),
+    ({"rows": [{"devices": 0, "batch_per_device": 8}]}, "'devices' is 0; give 1 or more"),
     ({"strategy": "torchgpipe", "rows": [{"batch": 8, "chunks": 2, "balance": [370],
                                          "checkpoint": "except_last"}]}, "'baseline_batch'"),
+    ({"strategy": "torchgpipe", "baseline_batch": 8,
+      "rows": [{"batch": 8, "chunks": 0, "balance": [370], "checkpoint": "never"}]},
+     "'chunks' is 0; give 1 or more"),
+    ({"strategy": "torchgpipe", "baseline_batch": 8,
+      "rows": [{"batch": 8, "chunks": 2, "balance": ["370"], "checkpoint": "never"}]},
+     "'balance' is ['370']; give each stage's layers"),
 ])
 def test_a_bad_setup_is_one_line_saying_what_to_give(tmp_path, change, message):
     with pytest.raises(ValueError, match="^.*$") as raised:

@@ -13,7 +13,7 @@ def test_a_gpu_named_is_recommended_for_from_the_reference_steps(capsys, tmp_pat
     assert main([*FLAGS, "--gpu", "H100 SXM5 80 GB", "--profile-cache", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "on 2 H100 SXM5 80 GB (carried from parbench's GPU reference steps" in out
-    assert f"memory {80e9 / 2**20:g} MiB a device" in out  # the data sheet's 80 GB
+    assert f"memory {80 * 1024:g} MiB a device" in out  # the data sheet's 80 GB, read as GiB
     assert "carried: micro-batch 16 on H100 SXM5 80 GB" in err
     assert "from NVIDIA H100 80GB HBM3's measured step" in err  # its own GPU's, where measured
     assert list(tmp_path.glob("resnet18-32px-*-cpu-1t-b*.json"))  # the memory's CPU profile
