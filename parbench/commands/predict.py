@@ -41,7 +41,11 @@ from parbench.commands.arguments import UsageError, at_least, image_sizes, open_
 from parbench.commands.caches import profile_cache
 from parbench.commands.environment import warn_if_measured_elsewhere
 from parbench.commands.left_out import modelled_only
-from parbench.commands.predict_table import add_table_arguments, predict_tables
+from parbench.commands.predict_table import (
+    add_table_arguments,
+    predict_tables,
+    refuse_table_flags,
+)
 from parbench.families.workloads import MODELS, PRECISIONS, Workload
 from parbench.machine.devices import format_bytes, host_memory_bytes
 from parbench.plan.experiments import held_out_version
@@ -329,6 +333,7 @@ def _predict_sweep(args: argparse.Namespace) -> int:
 
 
 def command_predict(args: argparse.Namespace) -> int:
+    refuse_table_flags(args)
     if args.table:
         return predict_tables(args)
     return _predict_run(args) if args.run else _predict_sweep(args)

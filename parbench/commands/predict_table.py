@@ -14,7 +14,7 @@ from parbench.advisor.tables.predict import predict_setup
 from parbench.advisor.tables.setup import read_setup
 from parbench.commands.arguments import UsageError
 
-__all__ = ["add_table_arguments", "loader_rate", "predict_tables"]
+__all__ = ["add_table_arguments", "loader_rate", "predict_tables", "refuse_table_flags"]
 
 # The columns printed, in order (the CSV has every one).
 SHOWN = ("setup", "row", "predicted_ips", "perfect_scaling_ips", "predicted_efficiency",
@@ -48,6 +48,9 @@ def loader_rate(path: Path | None) -> float | None:
     try:
         runs = json.loads(path.read_text())["data_loader"]["runs"]
         most = max(runs, key=lambda run: run["workers"])
+        if int(most["workers"]) < 1:
+            raise ValueError("its DataLoader ran no worker process (--workers 0): give a "
+                             "file measured with 1 or more")
         return float(most["images_per_s_median"]) / int(most["workers"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"--loader {path}: not a file parbench loader --into wrote "
@@ -55,10 +58,29 @@ def loader_rate(path: Path | None) -> float | None:
                          "loader --into FILE") from None
 
 
+# predict's flags of a run or a sweep, which a table's setup says for itself.
+NOT_WITH_TABLE = ("devices", "batch_size", "split_size", "model", "image_size", "precision",
+                  "profile_device", "threads", "profile_cache", "figure")
+
+
+def refuse_table_flags(args: argparse.Namespace) -> None:
+    """--loader and --reference-gpu are --table's; what a setup says is not a flag beside it."""
+    if not args.table:
+        given = [f"--{name.replace('_', '-')}" for name in ("loader", "reference_gpu")
+                 if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: for --table FILE; give a table's setup file")
+        return
+    given = [f"--{name.replace('_', '-')}" for name in NOT_WITH_TABLE
+             if getattr(args, name, None) is not None]
+    if args.run or given or args.link != "measured":
+        what = ", ".join(([args.run] if args.run else []) + given
+                         + (["--link"] if args.link != "measured" else []))
+        raise UsageError(f"{what}: a table's setup file says its GPU, job, link and rows; give "
+                         "--table FILE with --loader, --reference-gpu or --csv only")
+
+
 def predict_tables(args: argparse.Namespace) -> int:
-    if args.run:
-        raise UsageError("--table predicts published tables, not a run folder: give the table "
-                         "files alone")
     rate = loader_rate(args.loader)
     rows = []
     for path in args.table:
@@ -70,7 +92,8 @@ def predict_tables(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise UsageError(str(error)) from None
     table = pd.DataFrame(rows)
-    print(f"PREDICTED (no published figure is an input; carried from {rows[0]['carried_from']})")
+    print("PREDICTED (no published figure is an input; where each row's step was carried from: "
+          "the CSV's carried_from)")
     shown = [column for column in SHOWN if column in table]
     print(table[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     if rate is None and (table["data"] == "jpeg-cpu").any():

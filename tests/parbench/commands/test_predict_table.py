@@ -26,7 +26,7 @@ def test_each_row_is_predicted_into_the_csv_with_the_host_cap_said(tmp_path, cap
     setup, out = _write(tmp_path, "made-up"), tmp_path / "table.csv"
     assert main(["predict", "--table", str(setup), "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("PREDICTED (no published figure is an input; carried from")
+    assert printed.startswith("PREDICTED (no published figure is an input; where each row's")
     assert "the input pipeline is not counted: a setup decodes JPEGs on its host" in printed
     table = pd.read_csv(out)
     assert list(table["row"]) == ["1 GPU, 64 each", "2 GPUs, 64 each"]
@@ -50,3 +50,17 @@ def test_a_bad_table_or_loader_file_is_one_line_and_exit_2(tmp_path, capsys):
     good = _write(tmp_path, "good")
     assert main(["predict", "--table", str(good), "--loader", str(loader)]) == 2
     assert "not a file parbench loader --into wrote" in capsys.readouterr().err
+
+
+def test_flags_a_setup_says_for_itself_are_refused_beside_it(tmp_path, capsys):
+    setup = _write(tmp_path, "made-up")
+    for extra, named in ((["--devices", "8"], "--devices"), (["--link", "pcie4"], "--link")):
+        assert main(["predict", "--table", str(setup), *extra]) == 2
+        assert named in capsys.readouterr().err
+    assert main(["predict", "--devices", "2", "--batch-size", "8", "--loader", "x.json"]) == 2
+    assert "--loader: for --table FILE" in capsys.readouterr().err
+    loader = tmp_path / "none.json"
+    loader.write_text(json.dumps({"data_loader": {"runs": [{"workers": 0,
+                                                              "images_per_s_median": 5.0}]}}))
+    assert main(["predict", "--table", str(setup), "--loader", str(loader)]) == 2
+    assert "ran no worker process" in capsys.readouterr().err
