@@ -273,6 +273,7 @@ def test_an_install_that_fails_is_a_note_and_only_a_changed_torch_stops_the_run(
     site = tmp_path / "site-packages"
     site.mkdir()
     monkeypatch.setattr(gpu.host.sysconfig, "get_paths", lambda: {"purelib": str(site)})
+    monkeypatch.setattr(gpu.host, "ROOT", tmp_path / "tree")  # its link made there, not here
     torch_versions = iter(["2.11.0+cu130", "2.11.0+cu130", "2.11.0+cu130", "2.12.0"])
     commands = []
 
@@ -289,26 +290,36 @@ def test_an_install_that_fails_is_a_note_and_only_a_changed_torch_stops_the_run(
     assert gpu.host.install(tmp_path) == {"asv"}
     [wheels] = [command[7:] for command in commands if "install" in command]
     assert wheels == [str(tmp_path / "asv-0.6.6-py3-none-any.whl")]  # pip builds nothing
-    assert (site / "parbench-source.pth").read_text() == f"{ROOT}\n"  # nor does parbench
+    assert (site / "parbench-source.pth").read_text() == (
+        f"{tmp_path / 'tree' / 'benchmarks' / 'gpu' / '.carried' / 'site'}\n")  # nor parbench
     out = capsys.readouterr().out
     assert "note: pip install of 1 wheels failed" in out
-    assert f"parbench from its source tree: {site / 'parbench-source.pth'}" in out
+    assert f"parbench from its source tree: {site / 'parbench-source.pth'} names" in out
     with pytest.raises(SystemExit, match="changed torch from 2.11.0"):
         gpu.host.install(None)
 
 
-def test_a_path_file_makes_parbench_importable_from_its_source_tree(gpu, tmp_path):
-    """What the install writes, read by a fresh interpreter's site machinery: parbench from
-    the source tree, its strategies included, in a directory that is not the tree."""
-    site = tmp_path / "site"
+def test_a_path_file_makes_parbench_and_nothing_else_importable_from_its_tree(gpu, tmp_path,
+                                                                             monkeypatch):
+    """What the install writes, read by a fresh interpreter's site machinery outside the tree:
+    parbench from the source tree, its strategies included, and no top-level strategies."""
+    site = tmp_path / "site-packages"
     site.mkdir()
-    (site / "parbench-source.pth").write_text(f"{ROOT}\n")
+    tree = tmp_path / "tree"
+    (tree / "benchmarks" / "gpu").mkdir(parents=True)
+    (tree / "parbench").symlink_to(ROOT / "parbench", target_is_directory=True)
+    monkeypatch.setattr(gpu.host.sysconfig, "get_paths", lambda: {"purelib": str(site)})
+    written = gpu.host.install_source(tree)
     code = ("import importlib.util, site, sys; site.addsitedir(sys.argv[1]); "
-            "print(importlib.util.find_spec('parbench.strategies').origin)")  # torch unloaded
+            "print(importlib.util.find_spec('parbench.strategies').origin, "
+            "importlib.util.find_spec('strategies'))")  # torch is never imported
     done = subprocess.run([sys.executable, "-I", "-c", code, str(site)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith(str(ROOT))
+    origin, top_level = done.stdout.split()
+    assert Path(origin).resolve() == (ROOT / "strategies" / "__init__.py").resolve()
+    assert top_level == "None" and written == site / "parbench-source.pth"
+    assert gpu.host.install_source(tree) == written  # a second install keeps the one link
 
 
 def _commit_all(repo, message):

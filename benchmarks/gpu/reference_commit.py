@@ -135,18 +135,20 @@ def last_passed(results: Path) -> tuple[str, Path] | None:
 
 def correctness_due(root: Path, results: Path) -> str | None:
     """Why the correctness part must run again (None: git says no CUDA code path changed
-    since it last passed): no committed run passed it, git cannot tell, or the files under
-    CUDA_CODE that name CUDA and changed since that run's commit."""
+    since it last passed): no committed run passed it, git cannot tell (no git, or a .git
+    that lacks that run's commit), or the files under CUDA_CODE that name CUDA and differ, as
+    the tree here has them, from that run's commit."""
     passed = last_passed(results)
     if passed is None:
         return "no GPU run under results/ has passed every step of it"
     commit, folder = passed
     where = folder.relative_to(results) if folder.is_relative_to(results) else folder
-    naming = _git(root, "grep", "-il", "cuda", "HEAD", "--", *CUDA_CODE)
-    changed = _git(root, "diff", "--name-only", commit, "HEAD", "--", *CUDA_CODE)
+    # The tree as it is here, not its HEAD: a copy may carry changes its .git has not.
+    naming = _git(root, "grep", "-il", "cuda", "--", *CUDA_CODE)
+    changed = _git(root, "diff", "--name-only", commit, "--", *CUDA_CODE)
     if naming is None or changed is None:
         return f"git cannot tell what changed since {commit[:10]} ({where}) here"
-    cuda = {line.split(":", 1)[1] for line in naming.splitlines() if ":" in line}
+    cuda = set(naming.splitlines())
     files = [name for name in changed.splitlines() if name in cuda and name.endswith(".py")]
     if not files:
         return None

@@ -100,12 +100,20 @@ def fetch_wheels(folder: Path) -> None:
           "python benchmarks/gpu/reference.py --wheels DIR")
 
 
-def install_source(root: Path = ROOT) -> Path:
+def install_source(root: Path | None = None) -> Path:
     """parbench importable from its source tree in every later process of this Python (the
-    steps, their spawned ranks, asv's benchmarks), through a path file in its site-packages:
-    nothing is built or copied on the host. Returns the file."""
+    steps, their spawned ranks, asv's benchmarks), through a path file in its site-packages
+    naming a folder that holds nothing but a link to parbench (the repository's root would make
+    its strategies/, tests/ and benchmarks/ top-level modules too): nothing is built or copied
+    on the host. Returns the path file."""
+    root = root or ROOT
+    site = root / "benchmarks" / "gpu" / ".carried" / "site"  # git ignores .carried/
+    site.mkdir(parents=True, exist_ok=True)
+    link = site / "parbench"
+    if not link.is_symlink():
+        link.symlink_to(root / "parbench", target_is_directory=True)
     path = Path(sysconfig.get_paths()["purelib"]) / SOURCE_PATH_FILE
-    path.write_text(f"{root}\n")
+    path.write_text(f"{site}\n")
     return path
 
 
@@ -133,7 +141,8 @@ def install(wheels: Path | None) -> set[str]:
         print(f"note: parbench's path file could not be written ({error}); the steps run it "
               "from the source tree they start in", flush=True)
     else:
-        print(f"parbench from its source tree: {where} names {ROOT}", flush=True)
+        print(f"parbench from its source tree: {where} names {where.read_text().strip()}, "
+              "which links to parbench's folder", flush=True)
     after = _torch_version()
     if after != before:
         raise SystemExit(f"installing parbench changed torch from {before} to {after}")
@@ -187,7 +196,7 @@ def checked_modules(selected: list[Part], brought: set[str]) -> dict[str, list[s
 def check(selected: list[Part], brought: set[str]) -> dict[str, str]:
     """Why each selected step that needs a module which cannot start here cannot run, by
     step name; a line for each such module says so. Those steps are skipped and the others
-    run: a GPU loan is not spent on nothing for want of asv."""
+    run: a GPU's time is not spent on nothing for want of asv."""
     skipped: dict[str, str] = {}
     for module, names in checked_modules(selected, brought).items():
         problem = cannot_start(module, brought)
