@@ -16,12 +16,9 @@ from parbench.advisor.carry import (
     operation_kind,
 )
 from parbench.advisor.op_profile.groups import OpRow
-from parbench.advisor.op_profile.labels import OPTIMIZER
-from parbench.advisor.op_profile.without_compute import count_step, counted_rows
-from parbench.families.workloads import Workload
 from parbench.machine.gpus import GpuSpec
 
-__all__ = ["ASSUMPTION", "AnchoredStep", "carry_measured_step", "carry_step", "roofline_s"]
+__all__ = ["ASSUMPTION", "AnchoredStep", "carry_step", "roofline_s"]
 
 ASSUMPTION = ("each operation reaches the same share of its roofline on both GPUs (the measured "
               "step over the sum of its rooflines, the same on the other GPU)")
@@ -82,21 +79,3 @@ def carry_step(step_s: float, rows: Sequence[OpRow], source: GpuSpec, target: Gp
         raise ValueError("the step's operations move and compute nothing: nothing to carry by")
     return AnchoredStep(source, source_run, target, step_s, on_source, on_target,
                         launch_floor_s, math)
-
-
-def carry_measured_step(step_s: float, workload: Workload, micro_batch: int, micro_batches: int,
-                        source: GpuSpec, target: GpuSpec, *, launch_floor_s: float,
-                        source_run: str, math: Math = PYTORCH_DEFAULTS) -> AnchoredStep:
-    """carry_step with the step's operations counted without compute: `micro_batches` forward
-    and backward passes of `workload` at `micro_batch` images and one optimiser step (the
-    additions that accumulate later micro-batches' gradients are not counted)."""
-    rows = counted_rows(count_step(workload, micro_batch))
-    rows = [_times(row, 1 if row.phase == OPTIMIZER else micro_batches) for row in rows]
-    return carry_step(step_s, rows, source, target, launch_floor_s=launch_floor_s,
-                      source_run=source_run, math=math)
-
-
-def _times(row: OpRow, repeats: int) -> OpRow:
-    return OpRow(row.block, row.phase, row.op, row.input_shapes, row.dtype, row.count * repeats,
-                 row.flops * repeats, row.bytes_read * repeats, row.bytes_written * repeats,
-                 row.device_s, row.host_s, row.uncounted)

@@ -60,8 +60,9 @@ def _precision_class(precision: str) -> str:
 def choose_reference(model: str, image_size: int, precision: str, channels_last: bool,
                      target: GpuSpec, on: str | None = None) -> GpuReference:
     """The measured step to carry from: on `on` (a GPU's torch name) where given, else on
-    another GPU than `target` (the H200 first); the same model, image size, precision class
-    and memory format where measured, each given up in that order from the last."""
+    another GPU than `target`; always in the job's precision class (fp32, or bf16 for bf16
+    and fp16). Among those, the one sharing the most of the job's model, image size and
+    memory format, then the H200's, then one without cuDNN's search."""
     candidates = [r for r in REFERENCES
                   if (r.gpu == on if on else r.gpu not in target.names)
                   and r.precision == _precision_class(precision)]
