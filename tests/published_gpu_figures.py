@@ -334,7 +334,8 @@ def _carried_summary() -> str:
     within = sum(abs(row["error"]) <= 15 for row in levels)
     return (f"torchgpipe pipeline-2, 4 and 8 {pipes[0]:+.2f}, {pipes[1]:+.2f} and "
             f"{pipes[2]:+.2f} points; DLE's 8-GPU {dle['dle-dgxa100-resnet50-tf32']:+.2f} (TF32) "
-            f"and {dle['dle-dgxa100-resnet50-amp']:+.2f} (AMP), no closer than perfect scaling; "
+            f"and {dle['dle-dgxa100-resnet50-amp']:+.2f} (AMP), within 0.1 point of perfect "
+            "scaling's guess; "
             f"one GPU {within} of {len(levels)} within 15%")
 
 
@@ -452,8 +453,9 @@ GPU_FIGURES: tuple[Figure, ...] = (
            PUBLISHED, lambda: _pipelines_low().replace(
                "The pipelines come out", "the same rows from this CPU's shape were")),
     Figure((README,), "torchgpipe pipeline-2, 4 and 8 -0.53, -2.49 and +4.35 points; DLE's "
-           "8-GPU +3.37 (TF32) and +15.79 (AMP), no closer than perfect scaling; one GPU 2 of 4 "
-           "within 15%", f"{CARRIED}/predictions.csv and comparison.md", _carried_summary),
+           "8-GPU +3.37 (TF32) and +15.79 (AMP), within 0.1 point of perfect scaling's guess; "
+           "one GPU 2 of 4 within 15%", f"{CARRIED}/predictions.csv and comparison.md",
+           _carried_summary),
     Figure((PREDICTION,), "DLE's A100 TF32 -7.3% and parbench's H100 -12.6% (within 15%), "
            "DLE's A100 AMP -25.3% and parbench's H200 +15.4% (not)",
            f"{CARRIED}/predictions.csv", _carried_levels),
