@@ -77,6 +77,7 @@ def regenerated(tmp_path_factory) -> dict[str, tuple[int, Path]]:
     return {run: (status[run], into / run) for run in RUNS}
 
 
+@pytest.mark.slow  # a minute and a half of drawing on two cores
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("run", RUNS)
 def test_a_published_run_is_what_its_records_write(run, regenerated):

@@ -157,6 +157,7 @@ def _outcomes(records: list[dict]) -> list[tuple[str, int, str]]:
     return [(r["strategy"], r["global_batch"], r["status"]) for r in records]
 
 
+@pytest.mark.slow  # the job below: some 35 s of two cores
 @pytest.mark.timeout(480)
 def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_again(killed_job):
     first = killed_job.first
@@ -176,6 +177,7 @@ def test_a_killed_rank_is_recorded_the_sweep_goes_on_and_resume_measures_it_agai
         assert second[kept]["step_times_s"] == first[kept]["step_times_s"]  # not measured again
 
 
+@pytest.mark.slow  # the job below: some 35 s of two cores
 @pytest.mark.timeout(480)
 def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory_ones_too(
         killed_job):
@@ -190,6 +192,7 @@ def test_two_torchrun_nodes_on_loopback_record_every_configuration_out_of_memory
     assert len(ddp["step_times_s"]) == STEPS and len(ddp["peak_memory_mib"]) == 2
 
 
+@pytest.mark.slow  # the job below: some 35 s of two cores
 @pytest.mark.timeout(480)
 def test_two_srun_tasks_on_loopback_measure_and_record_as_one_job(killed_job):
     """The configuration the two srun tasks measured (the one the torchrun nodes failed, resumed),
