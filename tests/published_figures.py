@@ -22,7 +22,11 @@ run's predictions.csv, `experiment_all(run)` a recommend experiment's draw:
            lambda: headline(step_errors("<run>")), version=7, kind="headline"),
 
 The previous version's headline entry stays, as history: its `pages` keep only the pages that
-still quote it (under a "History" heading or sentence after the new headline).
+still quote it (under a "History" heading or sentence after the new headline). docs/history.md
+(H, a changelog of the models, newest first, not in PAGES) holds every earlier version's
+section and figures; docs/prediction.md keeps only the current version's. The goals-table
+rows follow that by themselves (`_page`: the current version's on docs/prediction.md, every
+earlier one's on docs/history.md); move the previous version's section there with them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from parbench.advisor.version import PREDICTOR_VERSION
 from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,6 +235,12 @@ def _exp(run: str) -> str:
 
 # ---- the rows every held-out draw's goals table has ----------------------------------
 
+def _page(version: int) -> str:
+    """Where a draw's goals table is: the current models' on docs/prediction.md, every
+    earlier version's on docs/history.md."""
+    return P if version == PREDICTOR_VERSION else H
+
+
 def _headline_row(run: str, text: str, version: int, pages: tuple[str, ...]) -> Figure:
     return Figure(pages, text, _csv(run), lambda: headline(step_errors(run)), version=version,
                   kind="headline")
@@ -238,18 +249,18 @@ def _headline_row(run: str, text: str, version: int, pages: tuple[str, ...]) -> 
 def _median_row(run: str, text: str, version: int) -> Figure:
     """The goals table's median row, with how many are within 10% where it says so."""
     within = "within 10%" in text
-    return Figure((P,), text, _csv(run), lambda: f"median |error| of the step | <= 5% | "
+    return Figure((_page(version),), text, _csv(run), lambda: f"median |error| of the step | <= 5% | "
                   f"**{_median(run)}**" + (f" ({_within(run)}" if within else ""),
                   version=version)
 
 
 def _worst_row(run: str, text: str, version: int) -> Figure:
-    return Figure((P,), text, _csv(run),
+    return Figure((_page(version),), text, _csv(run),
                   lambda: f"worst |error| | <= 15% | **{_worst(run)}**", version=version)
 
 
 def _naive_row(run: str, text: str, version: int) -> Figure:
-    return Figure((P,), text, _csv(run), lambda: (
+    return Figure((_page(version),), text, _csv(run), lambda: (
         f"the naive estimate's median |error| | model at most half of it | "
         f"**{_median(run, 'naive_error')}** (worst {_worst(run, 'naive_error')})"),
         version=version)
@@ -264,7 +275,7 @@ def _sentence_row(run: str, text: str, version: int) -> Figure:
 def _signed_median_row(run: str, text: str, version: int) -> Figure:
     """The goals table's median row, with how many are within 10% and the median signed
     error."""
-    return Figure((P,), text, _csv(run),
+    return Figure((_page(version),), text, _csv(run),
                   lambda: f"median |error| of the step | <= 5% | **{_median(run)}** "
                           f"({_within(run)}; median signed {_median_signed(run)})",
                   version=version)
@@ -273,19 +284,19 @@ def _signed_median_row(run: str, text: str, version: int) -> Figure:
 def _naive_sentence_row(run: str, text: str, version: int) -> Figure:
     """The naive estimate's median and worst, as docs/prediction.md's goals table and
     results/README.md's findings say them."""
-    return Figure((P, RES), text, _csv(run), lambda: (
+    return Figure((_page(version), RES), text, _csv(run), lambda: (
         f"the naive estimate's median |error| {_median(run, 'naive_error')} "
         f"(worst {_worst(run, 'naive_error')})"), version=version)
 
 
 def _devices_row(run: str, text: str, version: int) -> Figure:
-    return Figure((P,), text, _csv(run), lambda: _by_devices(run), version=version)
+    return Figure((_page(version),), text, _csv(run), lambda: _by_devices(run), version=version)
 
 
 def _column_row(run: str, text: str, lead: str, column: str, version: int) -> Figure:
     """`lead`, then one column's median and worst |error| (speedups, the traced replay,
     memory)."""
-    return Figure((P,), text, _csv(run), lambda: f"{lead} median |error| "
+    return Figure((_page(version),), text, _csv(run), lambda: f"{lead} median |error| "
                   f"{_median(run, column)}, worst {_worst(run, column)}", version=version)
 
 
@@ -324,13 +335,14 @@ def _span(table: pd.DataFrame, column: str, digits: int, sign: str = "") -> str:
 # ---- the figures ----------------------------------------------------------------------
 
 P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
+H = "docs/history.md"  # every earlier version's figures, apart from the current ones
 
 FIGURES: tuple[Figure, ...] = (
     # The current version, 16, on version 15's held-out draw (seed 5), which it predicts
     # alike (docs/prediction.md, version 16), the data-parallel layouts warmed up two steps
     # as the probes are (version 15 on a new draw).
     _headline_row(V15, "median |error| 2.4% of the step time, worst 9.3%, over 28 held-out "
-                  "configurations", 16, PAGES),
+                  "configurations", 16, (*PAGES, H)),
     _signed_median_row(V15, "median |error| of the step | <= 5% | **2.4%** (28 of 28 within "
                        "10%; median signed -1.2%)", 16),
     _worst_row(V15, "worst |error| | <= 15% | **9.3%**", 16),
@@ -348,7 +360,7 @@ FIGURES: tuple[Figure, ...] = (
     # History: version 14's held-out draw (seed 4; version 15 predicts it alike), its
     # data-parallel layouts measured after one warm-up step.
     _headline_row(V14, "median |error| 2.6% of the step time, worst 16.6%, over 28 held-out "
-                  "configurations", 14, (P, R, RES)),
+                  "configurations", 14, (H, RES)),
     _signed_median_row(V14, "median |error| of the step | <= 5% | **2.6%** (26 of 28 within "
                        "10%; median signed -1.4%)", 14),
     _worst_row(V14, "worst |error| | <= 15% | **16.6%**", 14),
@@ -372,14 +384,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure((R,), "99 of 113 within 10%", _exp(V15_RECOMMEND),
            lambda: _memory(V15_RECOMMEND)[1], version=16),
     # Version 14's development data, its probes measured again by version 15's code.
-    Figure((P,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
+    Figure((H,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
            "- worst 17.3% against 16.6%", f"results/{TWO_PROBES}/pipelines.csv",
            _two_probes, version=16),
     # History: version 13, on a CPU version 11's steps (docs/prediction.md, versions 12 and
     # 13), so version 11's held-out draw (seed 3; 3 of its 28 configurations failed at
     # launch, refused by torch's 1F1B, so 25) is its figure.
     _headline_row(V11, "median |error| 4.8% of the step time, worst 21.9%, over 25 held-out "
-                  "configurations", 13, (P, R, RES)),
+                  "configurations", 13, (H, RES)),
     _signed_median_row(V11, "median |error| of the step | <= 5% | **4.8%** (21 of 25 within "
                        "10%; median signed -2.5%)", 13),
     _worst_row(V11, "worst |error| | <= 15% | **21.9%**", 13),
@@ -397,7 +409,7 @@ FIGURES: tuple[Figure, ...] = (
     # History: version 10 on its held-out draw (seed 2; multi-process pipelines warmed up two
     # steps).
     _headline_row(V10, "median |error| 3.5% of the step time, worst 15.8%, over 28 held-out "
-                  "configurations", 10, (P, R, RES)),
+                  "configurations", 10, (H, RES)),
     _signed_median_row(V10, "median |error| of the step | <= 5% | **3.5%** (24 of 28 within "
                        "10%; median signed +1.4%)", 10),
     _worst_row(V10, "worst |error| | <= 15% | **15.8%**", 10),
@@ -415,7 +427,7 @@ FIGURES: tuple[Figure, ...] = (
     # History: version 9 on its held-out draw (seed 1; multi-process pipelines warmed up one
     # step).
     _headline_row(V9, "median |error| 5.4% of the step time, worst 20.1%, over 28 held-out "
-                  "configurations", 9, (P, R, RES)),
+                  "configurations", 9, (H, RES)),
     _signed_median_row(V9, "median |error| of the step | <= 5% | **5.4%** (22 of 28 within "
                        "10%; median signed -0.5%)", 9),
     _worst_row(V9, "worst |error| | <= 15% | **20.1%**", 9),
@@ -430,13 +442,13 @@ FIGURES: tuple[Figure, ...] = (
                 "traced compute):", "trace_replay_error", 9),
     _column_row(V9, "counts it): median |error| 0.2%, worst 2.7%",
                 "counts it):", "memory_error", 9),
-    Figure((P,), "data-parallel steps to a median |error| 1.3%, worst 7.7% (ddp on 4 ranks), "
+    Figure((H,), "data-parallel steps to a median |error| 1.3%, worst 7.7% (ddp on 4 ranks), "
            "over 5", f"results/{SPOT_V9}/*/predictions.csv", lambda: _spot_check(SPOT_V9),
            version=9),
     # History: version 8, version 7's steps (docs/prediction.md, version 8), so version 7's
     # held-out draw (seed 0, one device and 2 to 4 emulated ones) is its figure.
     _headline_row(V7, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
-                  "configurations", 8, (P, R, RES)),
+                  "configurations", 8, (H, RES)),
     _signed_median_row(V7, "median |error| of the step | <= 5% | **5.2%** (24 of 28 within "
                        "10%; median signed -2.8%)", 7),
     _worst_row(V7, "worst |error| | <= 15% | **15.7%**", 7),
@@ -452,51 +464,51 @@ FIGURES: tuple[Figure, ...] = (
     _column_row(V7, "counts it): median |error| 0.2%, worst 3.4%",
                 "counts it):", "memory_error", 7),
     # History: version 6, whose held-out draw is the recommend experiment's five workloads.
-    Figure((P, R, RES), "median |error| 21.0% of the step time, worst 61.7%, over 124 held-out "
+    Figure((H, RES), "median |error| 21.0% of the step time, worst 61.7%, over 124 held-out "
            "configurations", _exp(V6), lambda: headline(experiment_all(V6)), version=6,
            kind="headline"),
-    Figure((R, P), "median signed error of the step -23%, 0%, +20%, +9%, +36%", _exp(V6),
+    Figure((H,), "median signed error of the step -23%, 0%, +20%, +9%, +36%", _exp(V6),
            lambda: f"median signed error of the step {_v6_signed()}", version=6),
-    Figure((R,), "in throughput: median |error| 18.2% (the upper of the two middle values), "
+    Figure((H,), "in throughput: median |error| 18.2% (the upper of the two middle values), "
            "worst 79.5%, 27 of 124 within 10%", _exp(V6),
            _throughput, version=6),
-    Figure((R, P), "median |error| 0.4%, worst 29.6%", _exp(V6),
+    Figure((H,), "median |error| 0.4%, worst 29.6%", _exp(V6),
            lambda: _memory(V6)[0], version=6),
-    Figure((R, P), "118 of 124 within 10%", _exp(V6),
+    Figure((H,), "118 of 124 within 10%", _exp(V6),
            lambda: _memory(V6)[1], version=6),
     # History: version 5, on its own held-out draw (now version 6's tuning data).
-    Figure((P,), "median |error| 16.0% of the step time, worst 59.4%, over 145 held-out "
+    Figure((H,), "median |error| 16.0% of the step time, worst 59.4%, over 145 held-out "
            "configurations", _exp(V5), lambda: headline(experiment_all(V5)), version=5,
            kind="headline"),
-    Figure((R,), "memory median |error| 0.8%, worst 28.4%, 135 of 145 within 10%", _exp(V5),
+    Figure((H,), "memory median |error| 0.8%, worst 28.4%, 135 of 145 within 10%", _exp(V5),
            lambda: "memory {}, {}".format(*_memory(V5)), version=5),
     # History: version 3 on the ViT draw (seed 0), and on the ViT's quick comparison.
     _headline_row(V3_VIT, "median |error| 3.8% of the step time, worst 36.3%, over 14 "
-                  "held-out configurations", 3, (P,)),
+                  "held-out configurations", 3, (H,)),
     _median_row(V3_VIT, "median |error| of the step | <= 5% | **3.8%**", 3),
     _worst_row(V3_VIT, "worst |error| | <= 15% | **36.3%**", 3),
     _naive_row(V3_VIT, "the naive estimate's median |error| | model at most half of it | "
                "**8.5%** (worst 49.2%)", 3),
     Figure((RES,), "predict a held-out ViT step to a median 3.8%", _csv(V3_VIT),
            lambda: f"predict a held-out ViT step to a median {_median(V3_VIT)}", version=3),
-    Figure((P,), "replays the 7 traced pipelines to a median 1.4% (worst 2.8%)", _csv(V3_VIT),
+    Figure((H,), "replays the 7 traced pipelines to a median 1.4% (worst 2.8%)", _csv(V3_VIT),
            lambda: f"replays the 7 traced pipelines to a median "
                    f"{_median(V3_VIT, 'trace_replay_error')} "
                    f"(worst {_worst(V3_VIT, 'trace_replay_error')})", version=3),
-    Figure((P,), "median |error| **11.4%**, worst **20.9%**", _csv(VIT_QUICK),
+    Figure((H,), "median |error| **11.4%**, worst **20.9%**", _csv(VIT_QUICK),
            lambda: f"median |error| **{_median(VIT_QUICK)}**, worst **{_worst(VIT_QUICK)}**",
            version=3),
     Figure((RES,), "predict its steps to a median 11.4% (worst 20.9%, fsdp)", _csv(VIT_QUICK),
            lambda: f"predict its steps to a median {_median(VIT_QUICK)} (worst "
                    f"{_worst(VIT_QUICK)}, fsdp)", version=3),
-    Figure((P,), "pipelines to a median 1.8% (worst 6.1%)", _csv(VIT_QUICK),
+    Figure((H,), "pipelines to a median 1.8% (worst 6.1%)", _csv(VIT_QUICK),
            lambda: f"pipelines to a median {_median(VIT_QUICK, 'trace_replay_error')} "
                    f"(worst {_worst(VIT_QUICK, 'trace_replay_error')})", version=3),
     # History: version 2 on the seed-1 draw.
     _headline_row(V2, "median |error| 3.5% of the step time, worst 16.4%, over 28 held-out "
-                  "configurations", 2, (P,)),
+                  "configurations", 2, (H,)),
     _median_row(V2, "median |error| of the step | <= 5% | **3.5%** (25 of 28 within 10%", 2),
-    Figure((P,), "median signed -0.7%", _csv(V2),
+    Figure((H,), "median signed -0.7%", _csv(V2),
            lambda: f"median signed {_median_signed(V2)}", version=2),
     _worst_row(V2, "worst |error| | <= 15% | **16.4%**", 2),
     _naive_row(V2, "the naive estimate's median |error| | model at most half of it | "
@@ -505,14 +517,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure((RES,), "25 of 28 within 10%", _csv(V2), lambda: _within(V2), version=2),
     # History: version 1 on the seed-0 draw.
     _headline_row(V1, "median |error| 6.2% of the step time, worst 40.1%, over 28 held-out "
-                  "configurations", 1, (P,)),
+                  "configurations", 1, (H,)),
     _median_row(V1, "median |error| of the step | <= 5% | **6.2%** (17 of 28 within 10%", 1),
-    Figure((P,), "median signed error -2.6%", _csv(V1),
+    Figure((H,), "median signed error -2.6%", _csv(V1),
            lambda: f"median signed error {_median_signed(V1)}", version=1),
     _worst_row(V1, "worst |error| | <= 15% | **40.1%**", 1),
     _naive_row(V1, "the naive estimate's median |error| | model at most half of it | "
                "**25.4%** (worst 76.7%)", 1),
-    Figure((P,), "median 4.7%, worst 15.3%, median signed -4.7%", _csv(V1),
+    Figure((H,), "median 4.7%, worst 15.3%, median signed -4.7%", _csv(V1),
            lambda: f"median {_median(V1, 'trace_replay_error')}, worst "
                    f"{_worst(V1, 'trace_replay_error')}, median signed "
                    f"{_median_signed(V1, 'trace_replay_error')}", version=1),
@@ -526,16 +538,16 @@ FIGURES: tuple[Figure, ...] = (
            lambda: f"accumulating a median {_gpu_accumulating()}"),
     # Part e on the second H200 (one rank): its run predicted by version 12 (in the run) and
     # by version 13 after the fix (3-after-the-fix, another machine).
-    Figure((P, README, RES), "0.1% to 3.1% high", _csv(_part_e(13)),
+    Figure((P, H, README, RES), "0.1% to 3.1% high", _csv(_part_e(13)),
            lambda: _span(predictions(_part_e(13)), "memory_error", 1) + " high", version=13),
-    Figure((P, RES), "106% to 115%", _csv(_part_e(12)),
+    Figure((H, RES), "106% to 115%", _csv(_part_e(12)),
            lambda: _span(predictions(_part_e(12)), "memory_error", 0), version=12),
     Figure((README,), "steps +22% to +58% (+15% to +17% and -1.5% by version 12 from its "
            "profiles on another machine",
            f"{_csv(_part_e(13))} and {_csv(_part_e(12))}",
            _part_e_steps),
     # History that cannot be recomputed.
-    Figure((P,), "median 4.9%, worst 16.8% over those 30 configurations",
+    Figure((H,), "median 4.9%, worst 16.8% over those 30 configurations",
            "the runs of 2026-11-25 as first predicted", None,
            history="version 1's error on the runs it was developed against, before "
                    "predictions.csv was published; those runs keep no predictions"),

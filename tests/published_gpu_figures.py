@@ -24,6 +24,7 @@ from tests.published_figures import Figure
 README, RES, HOSTS = "README.md", "results/README.md", "docs/gpu-hosts.md"
 METHODOLOGY, PREDICTION, STRATEGIES = "docs/methodology.md", "docs/prediction.md", \
     "docs/strategies.md"
+HISTORY = "docs/history.md"
 SCANNED_DOCS_LEFT_OUT: tuple[str, ...] = ()  # a page to leave out of the scan, while rewritten
 # Sections of a scanned page left out, by their heading line, because another test holds their
 # figures to their source: the GPU table's data-sheet figures (docs/prediction.md) are
@@ -437,15 +438,15 @@ GPU_FIGURES: tuple[Figure, ...] = (
     Figure((PREDICTION,), "single resnet50 step at 128 px 19.2% slow", PROFILE_CHECK,
            lambda: f"single resnet50 step at 128 px {_whole_batch_error()} slow"),
     Figure((README, PREDICTION), "49 to 130 MiB low", PROFILE_CHECK, _memory_low),
-    Figure((PREDICTION,), "4096 MiB at micro-batch 120 and 4300 MiB at 2, where the run's "
+    Figure((HISTORY,), "4096 MiB at micro-batch 120 and 4300 MiB at 2, where the run's "
            "whole step held 3519 MiB", _results(f"{DIAGNOSIS} and {runs.PART_E_RUN}/records.json"),
            _transients),
     Figure((PREDICTION,), "(4 GiB at micro-batch 120)", _results(DIAGNOSIS),
            lambda: f"({runs.diagnosis(DIAGNOSIS)[120] / 1024:.0f} GiB at micro-batch 120)"),
-    Figure((PREDICTION,), "is met in 1 of 3 rows", PUBLISHED, _goal_rows),
-    Figure((PREDICTION,), "The pipelines come out 5 to 6 points low", PUBLISHED,
+    Figure((HISTORY,), "is met in 1 of 3 rows", PUBLISHED, _goal_rows),
+    Figure((HISTORY,), "The pipelines come out 5 to 6 points low", PUBLISHED,
            _pipelines_low),
-    Figure((PREDICTION,), "DLE's AMP run 16 points at 8 GPUs", PUBLISHED, _amp_loss),
+    Figure((HISTORY,), "DLE's AMP run 16 points at 8 GPUs", PUBLISHED, _amp_loss),
     Figure((PREDICTION,), "AMP's 16 points stay unexplained", PUBLISHED,
            lambda: _amp_loss().replace("DLE's AMP run", "AMP's").replace(
                " at 8 GPUs", " stay unexplained")),
@@ -487,17 +488,17 @@ NOT_MEASURED: tuple[NotMeasured, ...] = (
                 "and 186-234 MiB of counted tensors", "measured on CPU ranks, not on a GPU"),
     NotMeasured((PREDICTION,), "a 128 B all-reduce across H100 nodes took 62 us "
                 "(NVIDIA/nccl#1453)", "published in NVIDIA/nccl#1453, named there"),
-    NotMeasured((PREDICTION,), "(8 A100s' all-reduce at 200 GB/s, nccl-tests#149; PCIe 3 at "
+    NotMeasured((HISTORY,), "(8 A100s' all-reduce at 200 GB/s, nccl-tests#149; PCIe 3 at "
                 "12.6 GB/s)", "published link figures, each with its source named"),
-    NotMeasured((PREDICTION,), "The goal (8-GPU scaling efficiency within 5 points)",
+    NotMeasured((HISTORY,), "The goal (8-GPU scaling efficiency within 5 points)",
                 "the goal, not a figure"),
-    NotMeasured((PREDICTION,), "the model gives DDP's all-reduce of ResNet-50's 102 MB of fp32 "
+    NotMeasured((HISTORY,), "the model gives DDP's all-reduce of ResNet-50's 102 MB of fp32 "
                 "gradients about 1 ms behind a 104 ms step",
                 "the timing model's prediction of a published table's job"),
-    NotMeasured((PREDICTION,), "the TF32 run's smaller loss lands within 5 points because its "
+    NotMeasured((HISTORY,), "the TF32 run's smaller loss lands within 5 points because its "
                 "step is 2.6 times longer", "the goal, and DLE's published single-GPU "
                 "throughputs (parbench/advisor/published_tables.py: 938 and 2470 img/s)"),
-    NotMeasured((PREDICTION,), "its slowest of 8 stages is 1.49 times the average",
+    NotMeasured((HISTORY,), "its slowest of 8 stages is 1.49 times the average",
                 "this CPU's profile of the table's model, not a GPU's"),
     NotMeasured(("docs/results.md",), "at least 90% of the step", "host_bound's threshold"),
     NotMeasured(("docs/results.md",), "every 0.2 s", "the GPU sampler's period, a setting"),
