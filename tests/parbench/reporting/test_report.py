@@ -4,6 +4,7 @@ results that are not parbench's refused in one line."""
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,8 +38,9 @@ def run_folder(measured, tmp_path) -> Path:
 def test_plot_writes_the_figures_into_the_run_folder(run_folder, capsys):
     assert main(["plot", str(run_folder)]) == 0
     names = {p.name for p in run_folder.iterdir()}
-    assert {"strategies.png", "strategies.svg", "memory.png", "split_size.png",
-            "split_size.svg"} <= names
+    assert {"throughput-by-strategy.png", "throughput-by-strategy.svg",
+            "peak-memory-by-device.png", "speedup-by-micro-batch.png",
+            "speedup-by-micro-batch.svg"} <= names
 
 
 def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text(
@@ -48,7 +50,7 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     assert main(["report", str(run_folder)]) == 0
     readme = (run_folder / "README.md").read_text()
     assert "**Emulated devices**" in readme
-    assert "![strategies](strategies.png)" in readme
+    assert "![throughput-by-strategy](throughput-by-strategy.png)" in readme
     # The columns the record declares for the README, headed and ordered as it declares them.
     assert ("| strategy | model | batch | status | precision | channels last | compiled | M | "
             "devices | img/s | MFU | median step s | p90 step s | speedup | = micro-batch | "
@@ -62,6 +64,11 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     assert "old" not in text
     assert f"[{run_folder.name}]({run_folder.name}/README.md)" in text
     assert "| 5 / 5 |" in text  # single whole and accumulating each split; the pipelines
+    # The fastest configuration is named with its workload: runs' workloads differ, so a bare
+    # img/s would compare unlike with unlike across the index.
+    assert "| fastest (img/s), on its run's workload |" in text
+    assert re.search(r"\| [\d.]+ img/s: (single|pipeline) on cpu(,cpu)?; resnet18, batch 8, 32 px \|",
+                     text)
 
 
 def test_pytest_benchmark_json_can_be_plotted(run_folder, tmp_path, capsys):
@@ -70,7 +77,7 @@ def test_pytest_benchmark_json_can_be_plotted(run_folder, tmp_path, capsys):
     bench.write_text(json.dumps({"machine_info": {}, "benchmarks": [
         {"name": r["strategy"], "extra_info": {"record": r}} for r in records]}))
     assert main(["plot", str(bench), "--out", str(tmp_path / "figs")]) == 0
-    assert (tmp_path / "figs" / "strategies.png").is_file()
+    assert (tmp_path / "figs" / "throughput-by-strategy.png").is_file()
 
 
 @pytest.mark.parametrize("content, name, message", [
