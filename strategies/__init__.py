@@ -32,35 +32,30 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered name: the class that implements it, the options the name presets (fields
-    made with `option(preset=True)`: a user cannot change them), and how every figure draws
-    it (a matplotlib colour and marker, each used by one strategy only)."""
+    """A registered name: the class that implements it, and the options the name presets
+    (fields made with `option(preset=True)`: a user cannot change them). How figures draw it
+    follows from its place here (parbench/plots/common.py's `strategy_style`)."""
 
     cls: type[Strategy]
-    colour: str
-    marker: str
     preset: dict = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Entry] = {
-    "single": Entry(SingleDevice, "#333333", "o"),
-    "model-parallel": Entry(ModelParallel, "#999999", "s"),
-    "pipeline": Entry(Pipeline, "#1f77b4", "^"),
-    "pipeline-gpipe": Entry(ScheduledPipeline, "#aec7e8", "v", {"schedule": "gpipe"}),
-    "pipeline-1f1b": Entry(ScheduledPipeline, "#17becf", "<", {"schedule": "1f1b"}),
-    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, "#9edae5", ">",
-                                       {"schedule": "interleaved-1f1b"}),
-    "pipeline-looped-bfs": Entry(InterleavedPipeline, "#2ca02c", "D",
-                                 {"schedule": "looped-bfs"}),
-    "pipeline-zero-bubble": Entry(InterleavedPipeline, "#98df8a", "d",
-                                  {"schedule": "zero-bubble"}),
-    "pipeline-zbv": Entry(InterleavedPipeline, "#9467bd", "P", {"schedule": "zbv"}),
-    "pipeline-dualpipev": Entry(InterleavedPipeline, "#c5b0d5", "X", {"schedule": "dualpipev"}),
-    "pipeline-fsdp": Entry(PipelineFSDP, "#bcbd22", "8", {"schedule": "1f1b"}),
-    "data-parallel": Entry(DataParallel, "#ff7f0e", "h"),
-    "ddp": Entry(DDP, "#d62728", "*"),
-    "fsdp": Entry(FSDP, "#e377c2", "p"),
-    "hsdp": Entry(HSDP, "#8c564b", "H"),
+    "single": Entry(SingleDevice),
+    "model-parallel": Entry(ModelParallel),
+    "pipeline": Entry(Pipeline),
+    "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
+    "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
+    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, {"schedule": "interleaved-1f1b"}),
+    "pipeline-looped-bfs": Entry(InterleavedPipeline, {"schedule": "looped-bfs"}),
+    "pipeline-zero-bubble": Entry(InterleavedPipeline, {"schedule": "zero-bubble"}),
+    "pipeline-zbv": Entry(InterleavedPipeline, {"schedule": "zbv"}),
+    "pipeline-dualpipev": Entry(InterleavedPipeline, {"schedule": "dualpipev"}),
+    "pipeline-fsdp": Entry(PipelineFSDP, {"schedule": "1f1b"}),
+    "data-parallel": Entry(DataParallel),
+    "ddp": Entry(DDP),
+    "fsdp": Entry(FSDP),
+    "hsdp": Entry(HSDP),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"

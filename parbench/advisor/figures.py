@@ -15,10 +15,12 @@ from matplotlib.ticker import FormatStrFormatter
 from parbench import strategies
 from parbench.advisor.ranking import group_key
 from parbench.plots.common import (
+    PALETTE,
     config_label,
     interval_errors,
+    one_trial_note,
     save_figure,
-    strategy_colour,
+    strategy_style,
     title,
 )
 from parbench.plots.timeline import plot_predicted_timeline
@@ -63,10 +65,12 @@ def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, x
                 label=f"{share:.0%} error")
         ax.plot(line, line * (1 - share), color="0.6", ls=style, lw=1)
     for strategy, group in table.groupby("strategy", sort=False):
+        style = strategy_style(strategy)
         ax.errorbar(group[measured_name], group[predicted_name],
                     xerr=interval_errors(group, measured_name),
                     yerr=_band(group) if predicted_name == "predicted_step_time_s" else None,
-                    fmt="o", color=strategy_colour(strategy), capsize=3, label=strategy)
+                    fmt=style.marker, color=style.colour, capsize=3,
+                    label=strategy + one_trial_note(group, measured_name))
         for _, row in group.iterrows():
             if not pd.isna(row.get("split_size")):
                 ax.annotate(f"{row['split_size']:g}", (row[measured_name], row[predicted_name]),
@@ -111,25 +115,23 @@ def plot_ranking(table: pd.DataFrame):
                     yerr=interval_errors(group, "step_time_median_s"), fmt="o", color="0.2",
                     capsize=3, label="measured (geometric mean, 95% interval)")
         ax.errorbar(x + 0.12, group["predicted_step_time_s"], yerr=_band(group), fmt="s",
-                    color="tab:blue", capsize=3, label="PREDICTED (band: profile's quartiles)")
+                    color=PALETTE[3], capsize=3, label="PREDICTED (band: profile's quartiles)")
         if "naive_step_time_s" in group:
-            ax.plot(x, group["naive_step_time_s"], "x", color="tab:red", label="naive estimate")
+            ax.plot(x, group["naive_step_time_s"], "x", color=PALETTE[4], label="naive estimate")
         first = group.iloc[0]
         ax.set_title(f"{first['model']}, batch {first['global_batch']}, "
                      f"{first['image_size']}px, {first['devices_used']} device(s)", fontsize=9)
         ax.set_xticks(x, [config_label(row).replace("\n", " ") for _, row in group.iterrows()],
                       rotation=30, ha="right", fontsize=7)
-        ax.set(yscale="log", ylabel="step time (s, log scale)")
+        ax.set(yscale="log", ylabel="step time (s, log scale)",
+               xlabel="sorted by measured step: a model that orders them right rises")
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
             axis(FormatStrFormatter("%.2g"))  # 0.4, not 4 x 10^-1
         ax.grid(True, which="both", alpha=0.3)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title(table, "Order: in each panel (a workload on a device count) the "
-                              "configurations sorted by measured step, beside their PREDICTED "
-                              "and naive steps; a model that orders them right rises left to "
-                              "right"), fontsize=9)
+    fig.suptitle(title(table, "Order of configurations, measured beside PREDICTED"), fontsize=9)
     return fig
 
 
@@ -167,11 +169,12 @@ def plot_sweep(table: pd.DataFrame, setting: str):
         rows = table[(table["devices"] == count) | (table["strategy"] == strategies.BASELINE)]
         rows = rows.drop_duplicates(["strategy", "split_size"])
         for strategy, group in rows.groupby("strategy", sort=False):
-            colour = strategy_colour(strategy)
+            style = strategy_style(strategy)
+            colour = style.colour
             split = group[group["split_size"].notna()].sort_values("split_size")
             if len(split):
-                ax.plot(split["split_size"], split["throughput_ips"], marker="o", ms=3,
-                        color=colour, label=strategy + (
+                ax.plot(split["split_size"], split["throughput_ips"], ms=3, **style.line(),
+                        label=strategy + (
                             " accumulating" if strategy == strategies.BASELINE else ""))
             layout = strategies.layout_of(strategy)
             whole = ("its share of the batch on each device"

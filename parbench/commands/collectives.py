@@ -151,7 +151,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         description="One process per device, as ddp runs them (the same backend), times each "
                     "collective over message sizes and reports time, algorithm bandwidth "
                     "(size / time) and bus bandwidth with nccl-tests' definitions, as rows "
-                    "and a figure (collectives.csv, collectives.png).")
+                    "and a figure (collectives.csv, collective-bandwidth-by-size.png).")
     collectives.add_argument("--devices", help="as for run, at least 2 (default: with "
                              "--into, the most devices the run's records used, or its "
                              "command's; else all GPUs, else cpu,cpu)")

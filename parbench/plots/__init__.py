@@ -31,13 +31,15 @@ __all__ = ["FIGURES", "best_settings", "config_label", "options_text", "plot_col
            "strategy_colour", "strategy_marker", "write_collectives_figure", "write_figures"]
 
 
+# Each figure's file name, which says what it holds (before 2026-11-29: strategies,
+# scaling, memory, split_size, pipeline_memory, communication and collectives).
 FIGURES = {
-    "strategies": plot_strategies,
-    "scaling": plot_scaling,
-    "memory": plot_memory,
-    "split_size": plot_split_sizes,
-    "pipeline_memory": plot_pipeline_memory,
-    "communication": plot_communication,
+    "throughput-by-strategy": plot_strategies,
+    "throughput-by-devices": plot_scaling,
+    "peak-memory-by-device": plot_memory,
+    "speedup-by-micro-batch": plot_split_sizes,
+    "pipeline-memory-by-micro-batches": plot_pipeline_memory,
+    "data-parallel-step-breakdown": plot_communication,
 }
 
 

@@ -1,10 +1,13 @@
-"""What every figure shares: a strategy's colour and marker, labels, titles that say EMULATED,
-one panel per workload, the fastest setting of each strategy, and saving as PNG and SVG."""
+"""What every figure shares: one colour-blind-safe palette (Okabe and Ito's), each strategy's
+colour, marker and line style from it, labels, one-line titles that say EMULATED, one panel
+per workload, the fastest setting of each strategy, whiskers only where an interval was
+measured, and saving as PNG and SVG."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -14,29 +17,96 @@ matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchab
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from cycler import cycler  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from parbench import strategies  # noqa: E402
 from parbench.families.workloads import CUDA_GRAPH_MODES, compile_text  # noqa: E402
 from parbench.results.record import compile_variant  # noqa: E402
 
-__all__ = ["best_settings", "compared_batch", "compile_label", "compile_labels", "config_label",
-           "has_intervals", "interval_errors", "interval_of", "is_compiled", "make_axes",
-           "options_text",
-           "panel_groups", "plot_with_interval", "save_figure", "strategy_colour",
-           "strategy_marker", "throughput_spread", "title", "with_interval", "workload_text"]
+__all__ = ["BASELINE_STYLE", "LINE_STYLES", "MARKERS", "PALETTE", "REFERENCE_COLOUR", "Style",
+           "bar_style", "best_settings", "compared_batch", "compile_label", "compile_labels",
+           "config_label", "device_count", "device_text", "has_intervals", "interval_errors",
+           "interval_of", "is_compiled", "make_axes", "one_trial_note", "options_text",
+           "panel_groups", "plot_with_interval", "real_devices", "save_figure",
+           "strategy_colour", "strategy_hatch", "strategy_marker", "strategy_style",
+           "throughput_spread", "title", "with_interval", "workload_text"]
+
+# Okabe and Ito's qualitative palette ("Color Universal Design", 2008), told apart by readers
+# of every common colour-vision deficiency; black is kept for the baseline (single) and the
+# yellow (#F0E442) left out: too pale a line on white. Colours repeat past six strategies and
+# many fall together in greyscale, so each strategy also has a marker and a line style of its
+# own: no two strategies share all three, and none shares a marker.
+PALETTE = ("#E69F00",  # orange
+           "#56B4E9",  # sky blue
+           "#009E73",  # bluish green
+           "#0072B2",  # blue
+           "#D55E00",  # vermillion
+           "#CC79A7")  # reddish purple
+REFERENCE_COLOUR = "#000000"  # single, and the reference lines (1x, the ideal)
+MARKERS = ("s", "^", "v", "<", ">", "D", "d", "P", "X", "8", "h", "*", "p", "H", "o")
+LINE_STYLES = ("-", "--", "-.", ":")
+# Every default colour (lines and bars a figure draws without a strategy's) from the palette.
+matplotlib.rcParams["axes.prop_cycle"] = cycler(color=[REFERENCE_COLOUR, *PALETTE])
 
 
-def strategy_colour(name: str):
-    """The colour its registry entry gives a strategy, in every figure (unknown names grey)."""
-    entry = strategies.REGISTRY.get(name)
-    return entry.colour if entry else "0.5"
+class Style(NamedTuple):
+    """How a strategy is drawn in every figure."""
+
+    colour: str
+    marker: str
+    linestyle: str
+
+    def line(self) -> dict:
+        """matplotlib's keywords for a line drawn in this style."""
+        return {"color": self.colour, "marker": self.marker, "linestyle": self.linestyle}
+
+    @property
+    def hatch(self) -> str:
+        """A bar's hatching, from the line style: what tells two bars of one colour apart, and
+        bars in greyscale."""
+        return {"-": "", "--": "//", "-.": "\\\\", ":": "--"}[self.linestyle]
+
+
+BASELINE_STYLE = Style(REFERENCE_COLOUR, "o", "-")
+_UNKNOWN = Style("#7F7F7F", ".", ":")  # a strategy no longer registered (older records)
+
+
+def strategy_style(name: str) -> Style:
+    """A strategy's style in every figure, from its place in the registry: the baseline
+    black, the others the palette's six colours in turn, solid, then dashed, then dash-dot
+    (six strategies a line style), each with a marker of its own."""
+    if name == strategies.BASELINE:
+        return BASELINE_STYLE
+    others = [n for n in strategies.REGISTRY if n != strategies.BASELINE]
+    if name not in others:
+        return _UNKNOWN
+    index = others.index(name)
+    return Style(PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)],
+                 LINE_STYLES[(index // len(PALETTE)) % len(LINE_STYLES)])
+
+
+def strategy_colour(name: str) -> str:
+    """A strategy's colour (`strategy_style`), in every figure (unknown names grey)."""
+    return strategy_style(name).colour
+
+
+def strategy_hatch(name: str) -> str:
+    """A strategy's bars' hatching (`Style.hatch`)."""
+    return strategy_style(name).hatch
+
+
+def bar_style(names) -> dict:
+    """matplotlib's keywords for bars of these strategies: each in its colour and hatching,
+    edged in black, whiskers grey (seen on a black bar as on a pale one)."""
+    return {"color": [strategy_colour(n) for n in names],
+            "hatch": [strategy_hatch(n) for n in names], "edgecolor": "black",
+            "linewidth": 0.5, "error_kw": {"ecolor": "0.45", "elinewidth": 1.2}}
 
 
 def strategy_marker(name: str) -> str:
-    """The marker its registry entry gives a strategy (unknown names a dot)."""
-    entry = strategies.REGISTRY.get(name)
-    return entry.marker if entry else "."
+    """A strategy's marker (`strategy_style`; unknown names a dot)."""
+    return strategy_style(name).marker
 
 
 def options_text(options: dict | None) -> str:
@@ -106,27 +176,44 @@ def workload_text(frame: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
-def title(frame: pd.DataFrame, what: str) -> str:
-    """What the figure shows, the workload, and whether the devices were emulated."""
-    text = textwrap.fill(f"{what}: {workload_text(frame)}", 90)
-    emulated = frame[frame["emulated"].astype(bool)]
+def device_count(frame: pd.DataFrame) -> pd.Series:
+    """Per record, the logical devices it used."""
+    return frame["devices"].astype(str).str.count(",") + 1
+
+
+def real_devices(frame: pd.DataFrame) -> bool:
+    """Whether every record ran on devices of its own (none emulated: an ideal of N devices
+    means something only there)."""
+    return bool(len(frame)) and not frame["emulated"].fillna(False).astype(bool).any()
+
+
+def device_text(frame: pd.DataFrame) -> str:
+    """`EMULATED: 2 devices on one cpu` where logical devices shared a physical one, else the
+    kinds of device (`cuda`)."""
+    emulated = frame[frame["emulated"].fillna(False).astype(bool)]
     if len(emulated):
+        counts = "/".join(str(n) for n in sorted(device_count(emulated).unique()))
         physical = ", ".join(sorted(emulated["physical_devices"].astype(str).unique()))
-        text += f"\nEMULATED: several logical devices on one physical device ({physical})"
-    else:
-        kinds = ", ".join(sorted(frame["device_kind"].dropna().astype(str).unique()))
-        text += f"\nreal devices ({kinds})"
-    return text
+        return f"EMULATED: {counts} devices on one {physical}"
+    kinds = ", ".join(sorted(frame["device_kind"].dropna().astype(str).unique())) \
+        if "device_kind" in frame else ""
+    return f"real devices ({kinds})" if kinds else "real devices"
+
+
+def title(frame: pd.DataFrame, what: str) -> str:
+    """One line: what the figure shows, the workload, and whether the devices were emulated
+    (what the marks mean goes to the axes and the legend, not here)."""
+    return f"{what}: {workload_text(frame)}; {device_text(frame)}"
 
 
 def compared_batch(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with `device_count`, `weak` and `batch`: the batch its records are compared at,
     the global batch, or under weak scaling the batch per device (runs stored before
     --scaling are strong)."""
-    device_count = frame["devices"].astype(str).str.count(",") + 1
+    counts = device_count(frame)
     weak = (frame["scaling"] == "weak") if "scaling" in frame else False
-    return frame.assign(device_count=device_count, weak=weak,
-                        batch=np.where(weak, frame["global_batch"] // device_count,
+    return frame.assign(device_count=counts, weak=weak,
+                        batch=np.where(weak, frame["global_batch"] // counts,
                                        frame["global_batch"]))
 
 
@@ -194,10 +281,30 @@ def has_intervals(frame: pd.DataFrame) -> bool:
         lambda v: isinstance(v, dict) and bool(v)).any())
 
 
+def one_trial_note(group: pd.DataFrame, name: str) -> str:
+    """What a legend says of a line's points measured in one trial (drawn without whiskers:
+    there is no interval to draw): ` (one trial)` where none has one, ` (one trial at x, ...)`
+    naming the points where some lack one (`x` from `group["x"]` where present), else ``."""
+    lacking = [interval_of(record, name) is None for _, record in group.iterrows()]
+    if not any(lacking):
+        return ""
+    if all(lacking):
+        return " (one trial)"
+    if "x" not in group:
+        return f" ({sum(lacking)} points one trial)"
+    return " (one trial at " + ", ".join(f"{x:g}" for x, lack in zip(group["x"], lacking,
+                                                                       strict=True) if lack) + ")"
+
+
 def plot_with_interval(ax, x, group: pd.DataFrame, name: str = "throughput_ips", **style):
     """A line of `group[name]` over `x` (labelled as `style` says), with whiskers of each
-    point's 95% interval over trials where the records have them."""
-    ax.plot(x, group[name], **style)
+    point's 95% interval over trials; a point measured in one trial has none (no interval
+    promised where none was measured), and the label says so (`one_trial_note`)."""
+    label = style.pop("label", None)
+    if label is not None:
+        label += one_trial_note(group if "x" in group else group.assign(x=np.asarray(x)),
+                                name)
+    ax.plot(x, group[name], label=label, **style)
     errors = interval_errors(group, name)
     if errors is not None:
         ax.errorbar(x, group[name], yerr=errors, fmt="none", capsize=3,
@@ -206,14 +313,15 @@ def plot_with_interval(ax, x, group: pd.DataFrame, name: str = "throughput_ips",
 
 def interval_errors(group: pd.DataFrame, name: str) -> np.ndarray | None:
     """matplotlib's yerr (2 x N: below, above) from each record's interval of `name`; None
-    where no record has one (a point without one gets no whisker)."""
+    where no record has one. A point without one (one trial) gets NaN: no whisker and no
+    cap, rather than a cap at the point that reads as a tight interval."""
     if not has_intervals(group):
         return None
     below, above = [], []
     for _, record in group.iterrows():
         bounds, value = interval_of(record, name), record[name]
-        below.append(max(value - bounds[0], 0) if bounds else 0)
-        above.append(max(bounds[1] - value, 0) if bounds else 0)
+        below.append(max(value - bounds[0], 0) if bounds else np.nan)
+        above.append(max(bounds[1] - value, 0) if bounds else np.nan)
     return np.array([below, above])
 
 

@@ -14,16 +14,23 @@ import pandas as pd
 
 from parbench import strategies
 from parbench.plots.common import (
+    LINE_STYLES,
+    MARKERS,
+    PALETTE,
     config_label,
     panel_groups,
     save_figure,
     strategy_colour,
+    strategy_hatch,
     title,
     with_interval,
 )
 from parbench.results.collectives import measured_allreduce_s
 
-__all__ = ["plot_collectives", "plot_communication", "write_collectives_figure"]
+__all__ = ["COLLECTIVES_FIGURE", "plot_collectives", "plot_communication", "write_collectives_figure"]
+
+
+COLLECTIVES_FIGURE = "collective-bandwidth-by-size"
 
 
 def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
@@ -49,7 +56,8 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
         labels = [f"{config_label(r)} on {r['devices']}".replace("\n", " ")
                   for _, r in group.iterrows()]
         ax.set_yticks(y, [textwrap.fill(label, 40) for label in labels], fontsize=8)
-        ax.set_xlabel("median step (s)")
+        ax.set_xlabel("median step (s; the step: geometric mean over trials; the exposed "
+                      "share: mean over trials [95% interval])", fontsize=9)
         ax.set_title(name, fontsize=9)
         ax.set_xlim(0, 1.6 * longest)  # room for the labels past the bars
         ax.set_ylim(-0.6, len(group) - 0.4)
@@ -58,13 +66,10 @@ def plot_communication(frame: pd.DataFrame, collectives: Sequence[dict] = ()):
         handles, labels = ax.get_legend_handles_labels()
         legend.update(zip(labels, handles, strict=True))
     axes[0, 0].legend(legend.values(), legend.keys(), fontsize=8, loc="lower right")
-    what = ("Where a data-parallel step goes: compute, measured with communication off in the "
-            "same run, and the communication it leaves exposed (the step: geometric mean over "
-            "trials; the exposed share: mean over trials [95% interval])")
+    what = "Data-parallel step: compute and exposed communication"
     if ("wrapper_overhead_fraction" in measured
             and measured["wrapper_overhead_fraction"].notna().any()):
-        what += ("; on one rank, where no byte crosses a link, the rest is the wrapper's "
-                 "overhead, not communication")
+        what += " (one rank: the wrapper's overhead, not communication)"
     fig.suptitle(title(measured, what), fontsize=10)
     return fig
 
@@ -84,10 +89,11 @@ def _bars(ax, group: pd.DataFrame, y: np.ndarray) -> np.ndarray:
         compute = np.where(one_rank, step - overhead, compute)
     exposed = group["exposed_comm_time_s"].to_numpy(dtype=float)
     ax.barh(y, compute, 0.6, color=[strategy_colour(s) for s in group["strategy"]],
-            label="compute (communication off)")
+            hatch=[strategy_hatch(s) for s in group["strategy"]], edgecolor="black",
+            linewidth=0.5, label="compute (communication off)")
     if (~one_rank).any():
         ax.barh(y[~one_rank], np.clip(exposed[~one_rank], 0, None), 0.6,
-                left=compute[~one_rank], color="white", edgecolor="black", hatch="//",
+                left=compute[~one_rank], color="white", edgecolor="black", hatch="xx",
                 label="exposed communication")
     if one_rank.any():
         ax.barh(y[one_rank], np.clip(overhead[one_rank], 0, None), 0.6,
@@ -130,25 +136,29 @@ def plot_collectives(rows: list[dict]):
         return None
     frame = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for (name, devices, backend), group in frame.groupby(["collective", "devices", "backend"],
-                                                         sort=False):
+    for index, ((name, devices, backend), group) in enumerate(
+            frame.groupby(["collective", "devices", "backend"], sort=False)):
         group = group.sort_values("size_bytes")
-        ax.plot(group["size_bytes"], group["busbw_gbps"], marker="o",
+        ax.plot(group["size_bytes"], group["busbw_gbps"], color=PALETTE[index % len(PALETTE)],
+                marker=MARKERS[index % len(MARKERS)],
+                linestyle=LINE_STYLES[(index // len(PALETTE)) % len(LINE_STYLES)],
                 label=f"{name} ({devices}, {backend})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes; all-gather's output, reduce-scatter's input)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylabel("bus bandwidth (GB/s)\nbusbw = size / time x 2(n-1)/n (all-reduce), "
+                  "x (n-1)/n (others)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     world = ", ".join(str(int(size)) for size in sorted(frame["world_size"].unique()))
-    emulated = ("\nEMULATED: the ranks share one physical device"
+    emulated = ("; EMULATED: the ranks share one physical device"
                 if frame["emulated"].astype(bool).any() else "")
-    ax.set_title(f"Collective bandwidth on {world} ranks: busbw = size / time x 2(n-1)/n for "
-                 f"all-reduce, x (n-1)/n for the others (nccl-tests){emulated}", fontsize=9)
+    ax.set_title(f"Collective bandwidth (nccl-tests' busbw) on {world} ranks{emulated}",
+                 fontsize=9)
     return fig
 
 
 def write_collectives_figure(rows: list[dict], out_dir: str | Path) -> Path | None:
-    """collectives.png and .svg in `out_dir`; its path (None without rows)."""
+    """collective-bandwidth-by-size.png and .svg in `out_dir`; its path (None without
+    rows)."""
     fig = plot_collectives(rows)
-    return None if fig is None else save_figure(fig, out_dir, "collectives")
+    return None if fig is None else save_figure(fig, out_dir, COLLECTIVES_FIGURE)

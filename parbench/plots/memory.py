@@ -7,6 +7,7 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FormatStrFormatter
 
 from parbench.measure.memory import memory_kind
 from parbench.plots.common import (
@@ -15,7 +16,8 @@ from parbench.plots.common import (
     make_axes,
     panel_groups,
     strategy_colour,
-    strategy_marker,
+    strategy_hatch,
+    strategy_style,
     title,
 )
 from parbench.results.record import axis_label
@@ -28,9 +30,11 @@ def plot_memory(frame: pd.DataFrame):
     pipeline-memory figure has every split), with the imbalance max / mean: a row each."""
     panels = panel_groups(best_settings(frame))
     rows = max(len(group) for _, group in panels)
-    fig, axes = make_axes(len(panels), width_per=8.0, height=2.2 + 0.55 * rows)
+    fig, axes = make_axes(len(panels), width_per=9.0, height=1.6 + 0.55 * rows)
     kinds = frame["memory_source"].dropna().map(memory_kind).unique()
     mixed = len(kinds) > 1
+    how = (f"{' / '.join(kinds)}, as each label says: not comparable across kinds" if mixed
+           else f"{kinds[0] if len(kinds) else 'peak memory'} per device")
     for ax, (name, group) in zip(axes, panels, strict=True):
         y = np.arange(len(group))[::-1]  # the first measured on top
         for yi, (_, record) in zip(y, group.iterrows(), strict=True):
@@ -39,7 +43,8 @@ def plot_memory(frame: pd.DataFrame):
             for d, peak in enumerate(peaks):  # device 0 on top
                 ax.barh(yi + 0.4 - height * (d + 0.5), peak, height=height * 0.95,
                         color=strategy_colour(record["strategy"]), edgecolor="black",
-                        linewidth=0.5, alpha=1.0 - 0.5 * d / max(len(peaks), 1))
+                        hatch=strategy_hatch(record["strategy"]), linewidth=0.5,
+                        alpha=1.0 - 0.5 * d / max(len(peaks), 1))
             if peaks:
                 ax.annotate(f"{record['memory_imbalance']:.2f}", (max(peaks), yi),
                             textcoords="offset points", xytext=(4, 0), va="center", fontsize=8)
@@ -47,14 +52,12 @@ def plot_memory(frame: pd.DataFrame):
                                         + (f" ({memory_kind(r['memory_source'])})"
                                            if mixed else ""), 40)
                           for _, r in group.iterrows()], fontsize=8)
-        ax.set_xlabel(axis_label("peak_memory_mib"))
+        ax.set_xlabel(f"{axis_label('peak_memory_mib')}: a bar per device, top to bottom, each "
+                      f"strategy at its fastest setting\n({how}; label: imbalance max / mean)",
+                      fontsize=9)
         ax.set_title(name, fontsize=9)
         ax.margins(x=0.15)
-    how = (f"{' / '.join(kinds)}, as each label says: not comparable across kinds" if mixed
-           else f"{kinds[0] if len(kinds) else 'peak memory'} per device")
-    fig.suptitle(title(frame, "Peak memory per device at each strategy's fastest setting, a "
-                               f"bar per device, top to bottom ({how}; label: imbalance "
-                               "max / mean)"), fontsize=10)
+    fig.suptitle(title(frame, "Peak memory per device"), fontsize=10)
     return fig
 
 
@@ -72,17 +75,18 @@ def plot_pipeline_memory(frame: pd.DataFrame):
         held=pipelines["in_flight_micro_batches"].map(max),
         micro_batches=pipelines["micro_batches"].fillna(1))
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
-    for ax, column, label in ((axes[0], "fullest", "peak memory of the fullest stage (MiB)"),
+    for ax, column, label in ((axes[0], "fullest", "peak memory of the fullest stage (MiB;\n"
+                                                   "per rank, where it holds several)"),
                               (axes[1], "held", "most micro-batches a stage held at once")):
         for strategy, group in pipelines.groupby("strategy", sort=False):
             group = group.sort_values("micro_batches")
-            ax.plot(group["micro_batches"], group[column], marker=strategy_marker(strategy),
-                    color=strategy_colour(strategy), label=strategy)
+            ax.plot(group["micro_batches"], group[column], **strategy_style(strategy).line(),
+                    label=strategy)
         ax.set_xscale("log")
+        for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+            axis(FormatStrFormatter("%g"))  # 2, not 2 x 10^0
         ax.set_xlabel("micro-batches per step M (log scale)")
         ax.set_ylabel(label)
     axes[1].legend(loc="upper left", fontsize=8)  # few stages hold many: room there
-    fig.suptitle(title(pipelines, "Memory per schedule: the fullest stage (per rank, where it "
-                                   "holds several) and the micro-batches held at once"),
-                 fontsize=10)
+    fig.suptitle(title(pipelines, "Pipeline memory by micro-batches"), fontsize=10)
     return fig

@@ -7,13 +7,16 @@ import pandas as pd
 
 from parbench.measure.timeline import PHASES, span_label
 from parbench.plots.common import (
+    PALETTE,
     config_label,
 )
 
 __all__ = ["plot_predicted_timeline", "plot_timeline"]
 
 
-_PHASE_COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
+# From the shared palette: blue forward, vermillion backward (input and weight gradients, in
+# zero-bubble schedules, orange and reddish purple); each bar labelled with its phase too.
+_PHASE_COLOURS = {"F": PALETTE[3], "B": PALETTE[4], "I": PALETTE[0], "W": PALETTE[5]}
 
 
 def _gantt(spans: list):

@@ -124,11 +124,6 @@ def test_a_schedule_that_splits_backward_refuses_compile(tiny_workload):
                                     "stages_per_rank": 2}  # K x V = 4 stages, cut by time
 
 
-def test_every_strategy_has_a_colour_and_a_marker_of_its_own():
-    entries = strategies.REGISTRY.values()
-    assert len({e.colour for e in entries}) == len({e.marker for e in entries}) == len(entries)
-
-
 @pytest.mark.parametrize("name, batch, options, fine", [
     ("single", 4, {"accumulation_split": 1}, {"accumulation_split": 2}),  # micro-batches of 1
     ("pipeline", 7, {"split_size": 2}, {"split_size": 3}),  # 2, 2, 2 and a last one of 1

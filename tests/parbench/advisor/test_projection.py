@@ -101,7 +101,7 @@ def test_project_picks_records_by_what_the_strategy_does_not_its_name(tmp_path, 
     # A ddp variant under another name is projected; a strategy that does not all-reduce its
     # gradients, though its record carries the same fields, is not.
     monkeypatch.setitem(strategies.REGISTRY, "ddp-variant",
-                        strategies.Entry(DDP, "#000000", "x", {}))
+                        strategies.Entry(DDP, {}))
     folder = RunFolder.create(tmp_path)
     folder.write_records([_ddp(), _ddp(strategy="ddp-variant"), _ddp(strategy="fsdp")])
     assert main(["project", str(folder.path), "--ranks", "4", "--link", "25",

@@ -191,7 +191,8 @@ def test_predictions_of_other_models_are_kept_not_made_again(tmp_path):
                                                                "predictor_version": 0})
     assert "bump PREDICTOR_VERSION" in stale_models({**current, "fingerprint": "other"})
     for name in ("predictions.csv", "predictions.png", "ranking.svg", "prediction.json",
-                 "predicted-timeline-001-pipeline.png", "records.json", "memory.png"):
+                 "predicted-timeline-001-pipeline.png", "records.json",
+                 "peak-memory-by-device.png"):
         (tmp_path / name).write_text("")
     assert [path.name for path in kept_files(tmp_path)] == [
         "predicted-timeline-001-pipeline.png", "prediction.json", "predictions.csv",

@@ -1,6 +1,7 @@
 """Figures from a small results fixture: files written, the expected series drawn."""
 
 import json
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -53,8 +54,10 @@ def results(tmp_path):
 def test_every_figure_is_written_as_png_and_svg(results):
     frame, folder = read_results([results])
     written = plots.write_figures(frame, folder)
-    assert [p.name for p in written] == ["strategies.png", "scaling.png", "memory.png",
-                                         "split_size.png"]
+    assert [p.name for p in written] == ["throughput-by-strategy.png",
+                                         "throughput-by-devices.png",
+                                         "peak-memory-by-device.png",
+                                         "speedup-by-micro-batch.png"]
     for path in written:
         assert path.stat().st_size > 10_000
         assert path.with_suffix(".svg").read_text().lstrip().startswith("<?xml")
@@ -78,18 +81,42 @@ def test_the_comparison_draws_each_strategy_once_at_its_best_in_its_colour(resul
     assert "pipeline (split=4), best of 2" in labels
     assert [b.get_y() for b in bars] == sorted((b.get_y() for b in bars), reverse=True)
     assert "EMULATED" in fig._suptitle.get_text()
-    assert fig.axes[0].get_xlabel() == "throughput (images/s)"
+    assert fig.axes[0].get_xlabel().startswith("throughput (images/s); one trial; whiskers: "
+                                               "p90 step to fastest step")
     plt.close(fig)
 
 
-def test_the_scaling_curve_has_the_ideal_line_and_efficiency_labels(results):
+def test_the_scaling_curve_has_efficiency_labels_and_no_ideal_on_emulated_devices(results):
     frame, _ = read_results([results])
     fig = plots.plot_scaling(frame[frame["status"] == "ok"])
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert list(lines["ddp"].get_ydata()) == [9.5, 17.1]
-    assert list(lines["ddp: ideal N x T(1)"].get_ydata()) == [9.5, 19.0]
+    assert list(lines["ddp (one trial)"].get_ydata()) == [9.5, 17.1]
+    # Two logical devices sharing one cpu can never do twice the work: no ideal promised.
+    assert not any("ideal" in label and not label.startswith("no ideal") for label in lines)
+    assert "no ideal N x T(1): emulated devices share one physical device" in lines
     assert {t.get_text() for t in ax.texts} == {f"{17.1 / 19.0:.2f}"}  # N = 1 is 1 anyway
+    # One trial: no whisker (no interval was measured), and the title is one line.
+    assert not [c for c in ax.containers if hasattr(c, "has_yerr")]
+    assert "\n" not in fig._suptitle.get_text()
+    assert "EMULATED: 2 devices on one cpu" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_the_ideal_is_drawn_on_real_devices_and_whiskers_only_where_intervals_are():
+    records = [replace(_record("ddp", devices, throughput, world_size=n), emulated=False,
+                       physical_devices=devices, device_kind="cuda", scaling_efficiency=eff)
+               for devices, throughput, n, eff in (("cuda:0", 10.0, 1, 1.0),
+                                                   ("cuda:0,cuda:1", 18.0, 2, 0.9))]
+    records[0].intervals = {"throughput_ips": [9.0, 11.0]}  # three trials; the other one
+    fig = plots.plot_scaling(pd.DataFrame([r.to_dict() for r in records]))
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["ddp (one trial at 2)"].get_ydata()) == [10.0, 18.0]
+    assert list(lines["ddp: ideal N x T(1)"].get_ydata()) == [10.0, 20.0]
+    [whiskers] = [c for c in ax.containers if c.has_yerr]
+    assert _spans(whiskers) == [(9.0, 11.0)]  # none at N = 2, measured once
+    assert "EMULATED" not in fig._suptitle.get_text()
     plt.close(fig)
 
 
@@ -104,28 +131,86 @@ def test_memory_bars_show_each_device_and_the_imbalance(results):
     assert [round(b.get_width(), 6) for b in ax.patches] == [
         peak for peaks in best["peak_memory_mib"] for peak in peaks]
     assert "1.50" in {t.get_text() for t in ax.texts}  # 150 vs 50 MiB: max / mean
-    assert ax.get_xlabel() == "peak memory per device (MiB)"
+    assert ax.get_xlabel().startswith("peak memory per device (MiB)")
     plt.close(fig)
 
 
-def test_the_split_size_figure_overlays_the_theoretical_bubble(results):
+def _spans(container) -> list[tuple[float, float]]:
+    """The (low, high) of each whisker an errorbar container draws (none for a NaN error)."""
+    [segments] = container.lines[2]
+    return [tuple(map(float, s[:, 1])) for s in segments.get_segments() if len(s)]
+
+
+def _whiskers(ax, label):
+    """The (low, high) of each whisker drawn for the line labelled `label` (its colour)."""
+    [line] = [line for line in ax.get_lines() if line.get_label() == label]
+    return [span for c in ax.containers if c.has_yerr
+            and to_rgb(c.lines[2][0].get_colors()[0]) == to_rgb(line.get_color())
+            for span in _spans(c)]
+
+
+def test_the_hero_draws_each_records_speedup_with_its_interval_by_split_size(results):
     frame, _ = read_results([results])
-    fig = plots.plot_split_sizes(frame[frame["status"] == "ok"])
-    main, bubble = fig.axes
-    labels = [line.get_label() for line in main.get_lines()]
-    assert labels[:3] == ["pipeline", "pipeline-1f1b",
-                          "single accumulating the same micro-batches"]
-    accumulating = main.get_lines()[2]
-    # At split 2, nudged sideways (at most 8% on the log axis) to keep its whiskers apart.
-    assert list(accumulating.get_ydata()) == [12.0]
-    assert 2 < accumulating.get_xdata()[0] <= 2 * 1.08 and {
-        line.get_xdata()[0] for line in main.get_lines()[:3]} != {2}
-    [curve] = bubble.get_lines()
-    assert "(K-1)/(M+K-1), K=2" in curve.get_label()
-    # split 4 of a batch of 8: M = 2, bubble (2-1)/(2+2-1) = 1/3
-    x, y = curve.get_data()
-    assert y[list(x).index(4)] == pytest.approx(1 / 3)
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True)
+    pipeline = ok["strategy"] == "pipeline"
+    ok.loc[pipeline, "intervals"] = pd.Series(
+        [{"speedup_vs_baseline": [1.2, 1.6]}, {"speedup_vs_baseline": [1.4, 1.8]}],
+        index=ok.index[pipeline])
+    fig = plots.plot_split_sizes(ok)
+    main, theory = fig.axes
+    lines = {line.get_label(): line for line in main.get_lines()}
+    # y: each record's speedup over single on the whole batch, as the records carry it.
+    for label, strategy in (("pipeline", "pipeline"), ("pipeline-1f1b (one trial)",
+                                                       "pipeline-1f1b")):
+        speedups = ok[ok["strategy"] == strategy].sort_values("split_size")
+        assert list(lines[label].get_ydata()) == list(speedups["speedup_vs_baseline"])
+    accumulating = lines["single accumulating the same micro-batches (one trial)"]
+    assert list(accumulating.get_ydata()) == [pytest.approx(12.0 / 10.0)]
+    # x: the measured split sizes (2, 4) as evenly spaced categories, each line nudged
+    # within its category; ticks name the sizes. No log axis.
+    assert main.get_xscale() == "linear"
+    assert [round(x) for x in lines["pipeline"].get_xdata()] == [0, 1]
+    assert [t.get_text() for t in theory.get_xticklabels()] == ["2\n(M=4)", "4\n(M=2)"]
+    # Whiskers: the pipeline's intervals; the one-trial lines have none.
+    assert _whiskers(main, "pipeline") == [(1.2, 1.6), (1.4, 1.8)]
+    assert _whiskers(main, "pipeline-1f1b (one trial)") == []
+    # 1x is single; no ideal of 2x: the two devices are emulated on one cpu.
+    assert list(lines["single, whole batch (1x)"].get_ydata()) == [1.0, 1.0]
+    assert not [label for label in lines if label.startswith("ideal")]
+    # Distinct markers and line styles per series.
+    drawn = [lines[k] for k in lines if "accumulating" in k or k.startswith("pipeline")]
+    assert len({(line.get_marker(), line.get_linestyle(), line.get_color())
+                for line in drawn}) == len(drawn)
+    # GPipe's bubble in a panel of its own (no twin axis): split 4 of 8, M = 2: 1/3.
+    [curve] = theory.get_lines()
+    assert curve.get_label() == "K=2 stages"
+    assert list(curve.get_ydata()) == [pytest.approx(1 / 5), pytest.approx(1 / 3)]
+    assert "\n" not in fig._suptitle.get_text()
+    assert fig._suptitle.get_text() == ("Speedup over single by micro-batch size: resnet18, "
+                                        "batch 8, 32px, fp32; EMULATED: 2 devices on one cpu")
     plt.close(fig)
+
+
+def test_the_hero_draws_the_ideal_where_the_devices_are_real(results):
+    frame, _ = read_results([results])
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True).assign(emulated=False)
+    fig = plots.plot_split_sizes(ok)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["ideal: 2x on 2 devices"].get_ydata()) == [2, 2]
+    plt.close(fig)
+
+
+def test_every_strategy_has_a_style_of_its_own_in_one_colour_blind_safe_palette():
+    from parbench import strategies
+    from parbench.plots.common import PALETTE, REFERENCE_COLOUR, strategy_style
+
+    styles = [strategy_style(name) for name in strategies.names()]
+    assert len(set(styles)) == len(styles)
+    assert len({style.marker for style in styles}) == len(styles)
+    assert {style.colour for style in styles} <= {*PALETTE, REFERENCE_COLOUR}
+    # Okabe and Ito's, less its yellow: six colours, black for the baseline.
+    assert PALETTE == ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7")
+    assert strategy_style("single").colour == REFERENCE_COLOUR
 
 
 def test_no_figure_needs_data_it_does_not_have(results):
@@ -250,9 +335,9 @@ def test_weak_scaling_draws_one_line_per_batch_per_device():
                                                    ("cpu,cpu", 18.0, 2, 0.9))]
     fig = plots.plot_scaling(pd.DataFrame([r.to_dict() for r in records]))
     ax = fig.axes[0]
-    [measured, ideal] = ax.get_lines()
-    assert list(measured.get_ydata()) == [10.0, 18.0] and list(ideal.get_ydata()) == [10, 20]
-    assert "weak scaling: the batch per device fixed" in fig._suptitle.get_text()
+    [measured, note] = ax.get_lines()  # emulated: no ideal line, a note in its place
+    assert list(measured.get_ydata()) == [10.0, 18.0] and len(note.get_ydata()) == 0
+    assert "weak scaling" in fig._suptitle.get_text()
     plt.close(fig)
     # Their global batches differ (8, 16), but they share one panel: the batch per device.
     split = [dataclasses.replace(r, compute_time_s=0.5, exposed_comm_time_s=0.1,
@@ -289,7 +374,7 @@ def test_memory_of_two_kinds_is_never_compared_across_them(results):
     fig = plots.plot_memory(frame)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert any(label.endswith("(tensors counted)") for label in labels)
-    assert "not comparable across kinds" in fig._suptitle.get_text()
+    assert "not comparable across kinds" in fig.axes[0].get_xlabel()
     plt.close(fig)
     [_, alone] = answers(frame.assign(memory_source=allocator))
     assert alone.endswith("least memory on its fullest device pipeline (split=2) at 300 MiB "
@@ -316,11 +401,13 @@ def test_eager_and_compiled_are_panels_side_by_side_each_with_its_baselines(tmp_
     fig = plots.plot_split_sizes(frame)
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels] == ["eager", "compiled"]
-    for ax, scale in zip(panels, (1, 2), strict=True):
+    for ax in panels:
         lines = {line.get_label(): line for line in ax.get_lines()}
-        assert list(lines["single accumulating the same micro-batches"].get_ydata()) == [
-            12.0 * scale]
-        assert list(lines["pipeline"].get_ydata()) == [14.0 * scale, 16.0 * scale]
+        # Each against its own single: the same speedups in both panels.
+        accumulating = lines["single accumulating the same micro-batches (one trial)"]
+        assert list(accumulating.get_ydata()) == [pytest.approx(1.2)]
+        assert list(lines["pipeline (one trial)"].get_ydata()) == [pytest.approx(1.4),
+                                                                   pytest.approx(1.6)]
     plt.close(fig)
     fig = plots.plot_strategies(frame)
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
