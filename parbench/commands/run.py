@@ -136,8 +136,10 @@ def _run_and_record(args: argparse.Namespace, sweep: Sweep, resumed: RunFolder |
         print(f"warning: up to {cpu_threads} threads on {cpu_cores()} cores: emulated devices "
               "will compete for cores; lower --threads-per-device", file=sys.stderr)
     previous = resumed.read_records() if resumed else []
-    folder = resumed or new_run_folder(args.results_dir, args.tag)
     assert sweep.spec is not None  # built from the command line's spec
+    # Named after what it holds where --tag does not name it (the experiment, else the
+    # models, sizes and devices swept).
+    folder = resumed or new_run_folder(args.results_dir, args.tag or sweep.spec.folder_tag())
     try:
         folder.write_command(sweep.spec.to_json())
     except OSError as error:

@@ -128,4 +128,6 @@ def _add_measurement_arguments(group) -> None:
                        "lacks (its own arguments are used; trials that failed with an error, "
                        "not out of memory, are measured again)")
     add_common_arguments(group, "--results-dir")
-    group.add_argument("--tag", default="", help="suffix for the run folder's name")
+    group.add_argument("--tag", default="", help="suffix for the run folder's name (default: "
+                       "the experiment's name, else the models, image sizes and devices "
+                       "swept, e.g. resnet18-128px-2cpu)")

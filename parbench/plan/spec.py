@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -89,6 +90,20 @@ class SweepSpec:
         options = tuple({**combination, **drawn} for combination in self.options)
         return dataclasses.replace(self, **axes, options=options)
 
+    def folder_tag(self) -> str:
+        """What a run folder is named after when no --tag is given (after its UTC time): the
+        experiment's name, else the models, image sizes and devices swept, e.g.
+        `resnet18-128px-2cpu` (`cpu,cpu`), `vit_b_16-64px-1-2cpu` (`cpu` and `cpu,cpu`);
+        a count where more than two values are swept (`3models`); filesystem-safe."""
+        if self.experiment:
+            return _safe(self.experiment)
+        counts = sorted({d.count(",") + 1 for d in self.devices})
+        kinds = sorted({part.split(":")[0] for d in self.devices for part in d.split(",")})
+        parts = [_listed(self.models, "models"),
+                 _listed([f"{size}px" for size in self.image_sizes], "sizes"),
+                 "-".join(map(str, counts)) + "+".join(kinds)]
+        return _safe("-".join(part for part in parts if part))
+
     def to_json(self) -> dict:
         """The spec as command.json holds it, stamped with SPEC_VERSION."""
         return {"spec_version": SPEC_VERSION, **dataclasses.asdict(self)}
@@ -109,3 +124,15 @@ class SweepSpec:
         kept["compiles"] = tuple(_SCOPE_OF.get(v, v) if isinstance(v, bool) else v
                                  for v in kept.get("compiles", cls.compiles))
         return cls(**kept)
+
+
+def _listed(values, plural: str) -> str:
+    """Up to two values, joined; more as their count (`3models`)."""
+    values = list(dict.fromkeys(str(v) for v in values))
+    return "-".join(values) if len(values) <= 2 else f"{len(values)}{plural}"
+
+
+def _safe(text: str, limit: int = 60) -> str:
+    """`text` as a run folder's name may hold it: letters, digits, '.', '_' and '-' (anything
+    else a '-'), at most `limit` characters."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:limit] or "run"

@@ -38,7 +38,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 class RunFolder:
-    """One `parbench run`: results/<UTC time>[-tag]/ holding records.csv, records.json, env.json."""
+    """One `parbench run`: results/<UTC time>[-tag]/ holding records.csv, records.json, env.json
+    (`parbench run` names every run: its tag says what the run holds where --tag is not
+    given, `SweepSpec.folder_tag`)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

@@ -50,6 +50,7 @@ def test_a_run_of_an_experiment_keeps_its_flags_under_the_ones_given(tmp_path, m
     out = capsys.readouterr().out
     assert status == 0
     [run] = (tmp_path / "results").iterdir()
+    assert run.name.endswith("Z-tiny")  # named after its experiment, no --tag given
     command = json.loads((run / "command.json").read_text())
     assert command["experiment"] == "tiny"
     assert command["spec_version"] == SPEC_VERSION

@@ -35,6 +35,24 @@ def test_a_spec_is_written_and_read_back_whole():
     assert [options["split_size"] for options in spec.options] == [2, 4]
 
 
+@pytest.mark.parametrize("flags, tag", [
+    (["--model", "resnet18", "--image-size", "128", "--devices", "cpu,cpu"],
+     "resnet18-128px-2cpu"),
+    (["--model", "vit_b_16", "--image-size", "64", "--devices", "cpu,cpu", "--strategy",
+      "single,ddp"], "vit_b_16-64px-2cpu"),
+    (["--model", "resnet18,resnet50,vit_b_16", "--image-size", "32,64",
+      "--devices", "cpu,cpu,cpu,cpu"], "3models-32px-64px-4cpu"),
+])
+def test_a_run_folder_is_named_after_what_it_sweeps(flags, tag):
+    spec = spec_of(parser().parse_args(["run", *flags]))
+    assert spec.folder_tag() == tag
+    assert SweepSpec(None, ("resnet18",), (8,), (32,), ("cuda:0", "cuda:0,cuda:1")
+                     ).folder_tag() == "resnet18-32px-1-2cuda"
+    assert SweepSpec(None, ("resnet18",), (8,), (32,), ("cpu",),
+                     experiment="tutorial").folder_tag() == "tutorial"
+    assert re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", tag)  # a name --tag accepts
+
+
 def test_a_spec_of_another_version_is_refused():
     stored = {**spec_of(_parse("--devices", "cpu")).to_json(), "spec_version": SPEC_VERSION + 1}
     with pytest.raises(SpecError, match=f"spec version {SPEC_VERSION + 1}; this parbench reads"):
