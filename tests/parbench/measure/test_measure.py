@@ -2,7 +2,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,6 +13,7 @@ from parbench.measure import (
     time_steps,
     training_flops_per_image,
 )
+from parbench.measure import timing as timing_module
 
 
 def test_percentiles_and_throughput_arithmetic():
@@ -30,19 +30,21 @@ def test_imbalance_is_max_over_mean():
     assert math.isnan(imbalance([]))
 
 
-def test_warmup_steps_are_run_but_not_timed():
+def test_warmup_steps_are_run_but_not_timed(monkeypatch):
     calls = []
+    now = [0.0]  # a clock that moves only inside a step: warm-up steps 0.5 s, measured 0.01 s
+    monkeypatch.setattr(timing_module.time, "perf_counter", lambda: now[0])
 
     def step(i):
         calls.append(i)
-        time.sleep(0.5 if i < 2 else 0.01)
+        now[0] += 0.5 if i < 2 else 0.01
 
     timing = time_steps(step, lambda: None, warmup=2, steps=3)
     assert calls == [0, 1, 2, 3, 4]
-    assert len(timing.step_times_s) == 3
-    # Each a measured step's sleep, none a warm-up's: a margin a loaded VM cannot cross.
-    assert all(0.009 < t < 0.25 for t in timing.step_times_s)
-    assert timing.total_s >= sum(timing.step_times_s)
+    # Each a measured step's time, none a warm-up's; the total theirs alone.
+    assert timing.step_times_s == pytest.approx((0.01, 0.01, 0.01))
+    assert timing.warmup_step_times_s == pytest.approx((0.5, 0.5))
+    assert timing.total_s == pytest.approx(0.03)
 
 
 def test_cpu_peak_memory_sees_an_allocation_made_after_reset():
