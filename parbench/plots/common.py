@@ -245,7 +245,7 @@ def make_axes(count: int, width_per: float = 7.0, height: float = 5.5):
     of long labels squeezed into one row overlap)."""
     columns = min(count, 2)
     rows = -(-count // columns)
-    width = min(max(width_per * columns, 7.0), 18.0)
+    width = min(max(width_per * columns, 9.0), 18.0)  # room for a one-line title
     fig, axes = plt.subplots(rows, columns, figsize=(width, height * rows), squeeze=False)
     for ax in list(axes.flat)[count:]:
         ax.set_visible(False)

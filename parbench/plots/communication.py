@@ -27,7 +27,8 @@ from parbench.plots.common import (
 )
 from parbench.results.collectives import measured_allreduce_s
 
-__all__ = ["COLLECTIVES_FIGURE", "plot_collectives", "plot_communication", "write_collectives_figure"]
+__all__ = ["COLLECTIVES_FIGURE", "plot_collectives", "plot_communication",
+           "write_collectives_figure"]
 
 
 COLLECTIVES_FIGURE = "collective-bandwidth-by-size"

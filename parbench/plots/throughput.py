@@ -8,7 +8,7 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FormatStrFormatter
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter, PercentFormatter
 
 from parbench import strategies
 from parbench.plots.common import (
@@ -241,11 +241,16 @@ def _speedup_panel(ax, frame: pd.DataFrame, split: pd.DataFrame) -> None:
         if real_devices(at):  # emulated devices share one: N of them can never give N x
             ax.axhline(count, color="0.35", linestyle=(0, (6, 2, 1, 2)), linewidth=1.0,
                        label=f"ideal: {count}x on {count} devices")
+        else:  # said where the ideal would be
+            physical = ", ".join(sorted(at["physical_devices"].astype(str).unique()))
+            ax.plot([], [], linestyle="none",
+                    label=f"no ideal {count}x: {count} devices emulated on one {physical}")
     speedups = pd.concat([group[SPEEDUP] for _, _, group in lines]).dropna()
     if len(speedups) and speedups.max() / speedups.min() > 10:
         ax.set_yscale("log")  # from a hundredth to one: read as ratios
-        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-            axis(FormatStrFormatter("%g"))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("speedup over single on the whole batch (x)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_xlim(-0.5, len(categories) - 0.5)
@@ -271,7 +276,7 @@ def _bubble_panel(ax, split: pd.DataFrame, categories: list[float]) -> None:
                   f"{batch} images)")
     ax.set_ylabel("GPipe bubble\n(K-1)/(M+K-1)\n(theory)", fontsize=8)
     ax.set_ylim(0, min(1.0, max(bubble_fraction(k, min(micro)) for k in stage_counts) * 1.35))
-    ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     if len(stage_counts) > 1:
         ax.legend(fontsize=7, loc="upper right")
     ax.grid(axis="y", alpha=0.3)

@@ -418,3 +418,18 @@ def test_eager_and_compiled_are_panels_side_by_side_each_with_its_baselines(tmp_
 
     assert title(frame[frame["compile"] == True], "what").startswith(  # noqa: E712
         "what: resnet18, batch 8, 32px, fp32, compiled")
+
+
+def test_two_ranks_emulated_on_one_h200_draw_no_ideal_and_no_whiskers():
+    """The H200 reference's data-parallel run: ddp and fsdp on cuda:0,cuda:0, one trial each.
+    Its figure promises neither twice one GPU's throughput nor an interval."""
+    from tests.gpu_run_files import H200_DATA_PARALLEL, RESULTS
+
+    frame, _ = read_results([RESULTS / H200_DATA_PARALLEL])
+    fig = plots.plot_scaling(frame[frame["status"] == "ok"])
+    [ax] = fig.axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["ddp (one trial)", "fsdp (one trial)",
+                      "no ideal N x T(1): emulated devices share one physical device"]
+    assert not [c for c in ax.containers if getattr(c, "has_yerr", False) and _spans(c)]
+    plt.close(fig)
