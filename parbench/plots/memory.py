@@ -7,7 +7,7 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FormatStrFormatter
+from matplotlib.ticker import NullFormatter
 
 from parbench.measure.memory import memory_kind
 from parbench.plots.common import (
@@ -83,8 +83,9 @@ def plot_pipeline_memory(frame: pd.DataFrame):
             ax.plot(group["micro_batches"], group[column], **strategy_style(strategy).line(),
                     label=strategy)
         ax.set_xscale("log")
-        for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-            axis(FormatStrFormatter("%g"))  # 2, not 2 x 10^0
+        counts = sorted(pipelines["micro_batches"].unique())  # ticked at the measured M only
+        ax.set_xticks(counts, [f"{m:g}" for m in counts])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("micro-batches per step M (log scale)")
         ax.set_ylabel(label)
     axes[1].legend(loc="upper left", fontsize=8)  # few stages hold many: room there
