@@ -4,7 +4,6 @@ ResNet holds what a prediction needs."""
 import ast
 import gc
 import itertools
-import time
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -178,19 +177,44 @@ def test_a_profile_of_a_real_resnet_is_measured_once_then_read_from_the_cache(tm
     assert len(list(tmp_path.iterdir())) == 1
 
 
+_NOW = [0.0]  # the fake clock of the test below: it moves only where a block spends time
+
+
 class _SlowForward(torch.nn.Module):
     def forward(self, x):
-        time.sleep(0.02)
+        _NOW[0] += 0.02
         return x * 1.0
 
 
-def test_blocks_are_timed_at_their_own_place_inside_a_whole_step():
-    blocks = [torch.nn.Linear(4, 4), _SlowForward(), torch.nn.Linear(4, 3)]
+class _SlowGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, gradient):
+        _NOW[0] += 0.03
+        return gradient
+
+
+class _SlowBackward(torch.nn.Linear):
+    def forward(self, x):
+        return _SlowGradient.apply(super().forward(x))
+
+
+def test_blocks_are_timed_at_their_own_place_inside_a_whole_step(monkeypatch):
+    """On a clock that moves only inside the middle block's forward (20 ms) and the last
+    block's backward (30 ms): each lands at its own block, nothing elsewhere."""
+    from parbench.strategies import device_timer
+
+    monkeypatch.setattr(device_timer.time, "perf_counter", lambda: _NOW[0])
+    blocks = [torch.nn.Linear(4, 4), _SlowForward(), _SlowBackward(4, 3)]
     workload = Workload(model="resnet18", image_size=32, num_classes=3)
-    forwards, backwards, step_s, _ = block_times_in_step(
+    forwards, backwards, step_s, steps = block_times_in_step(
         blocks, torch.randn(2, 4), torch.tensor([0, 2]), workload, torch.device("cpu"), 2)
-    assert forwards[1] >= 0.02 > max(forwards[0], forwards[2], *backwards)
-    assert sum(forwards) + sum(backwards) == pytest.approx(step_s)
+    assert forwards == pytest.approx([0.0, 0.02, 0.0], abs=1e-9)
+    assert backwards == pytest.approx([0.0, 0.0, 0.03], abs=1e-9)
+    assert step_s == pytest.approx(0.05) and steps == pytest.approx([0.05] * len(steps))
 
 
 def test_a_profile_in_bf16_runs_under_autocast():
