@@ -1,6 +1,12 @@
 """`parbench verify --compile`: each strategy compiled against the baseline eager, held to what
 rounding alone does to the baseline's step (its steps in float64 are one more rounding twin).
-torch.compile is made the identity: the compiled steps are then the eager ones."""
+
+What runs, not what the compiler makes of it: torch.compile is made the identity, so the
+first test checks in seconds which runs verify makes (the baseline eager, each strategy
+compiled, the float64 twin of each reference split) and the tolerance's floor, and the others
+which strategies the command checks or leaves out; the verdicts themselves, with inductor
+compiling for real and a compiled step broken on purpose, are test_verify_real_compile's
+(slow)."""
 
 import pytest
 import torch
