@@ -5,7 +5,7 @@ compiled step broken on purpose (its graph's logits scaled by 1 % inside the cod
 generates) fails, with exit status 1 and the strategy's row FAILED.
 
 Slow: inductor compiles each graph (forward and backward of the model, then of each stage)
-from scratch where its cache is cold, some 60 s of two cores; 15 s where it is warm."""
+from scratch where its cache is cold, some 110 s of two cores; 20 s where it is warm."""
 
 import pytest
 import torch
