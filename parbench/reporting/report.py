@@ -32,8 +32,13 @@ def _environment(frame: pd.DataFrame, folder: Path) -> dict:
     environment = RunFolder(folder).read_environment()
     if environment:
         return environment
-    first = frame.iloc[0]
-    return {key: first.get(key) for key, _ in ENVIRONMENT}
+    first = frame.iloc[0]  # a folder without env.json (report --out): the records' own copy
+    return {key: _plain(first.get(key)) for key, _ in ENVIRONMENT}
+
+
+def _plain(value):
+    """A record's value as env.json holds it: a list where the frame holds an array."""
+    return value.tolist() if hasattr(value, "tolist") and not isinstance(value, str) else value
 
 
 def _workload_line(frame: pd.DataFrame) -> str:

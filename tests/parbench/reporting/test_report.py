@@ -80,6 +80,17 @@ def test_pytest_benchmark_json_can_be_plotted(run_folder, tmp_path, capsys):
     assert (tmp_path / "figs" / "throughput-by-strategy.png").is_file()
 
 
+def test_a_report_into_another_folder_reads_the_environment_from_the_records(run_folder,
+                                                                              tmp_path):
+    """`report RUN --out DIR`: DIR has no env.json, so the environment table comes from the
+    records (lists among them, such as the devices' names), as env.json would give it."""
+    out = tmp_path / "report"
+    assert main(["report", str(run_folder), "--out", str(out), "--index", str(tmp_path)]) == 0
+    readme = (out / "README.md").read_text()
+    assert "## Environment" in readme and "| torch |" in readme
+    assert not (out / "env.json").exists()
+
+
 @pytest.mark.parametrize("content, name, message", [
     ("{not json", "records.json", "is not valid JSON"),
     ('{"a": 1}', "records.json", "holds no parbench records"),
