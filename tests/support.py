@@ -1,6 +1,7 @@
 """What many test modules share (`from tests.support import ...`; pytest's pythonpath holds
 the project's root): two emulated CPU devices, the tiny workload's command-line flags, an ok
-record of it, this process's children, a one-rank process group, the GPU reference
+record of it, this process's children (and whether one holds a TCP socket), a one-rank
+process group, the GPU reference
 script's modules, and any script of the repository loaded by its path."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from parbench.machine.devices import parse_devices
 from parbench.results.record import Record
 
 __all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
-           "gpu_reference_modules", "ok_record", "one_rank", "plain_pytest_env", "script"]
+           "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank", "plain_pytest_env", "script"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +85,24 @@ def child_pids() -> list[int]:
         elif b"resource_tracker" not in command:
             pids.append(pid)
     return pids
+
+
+def holds_tcp_socket(pid: int) -> bool:
+    """Whether process `pid` holds a TCP socket (connected or listening), read from /proc: a
+    rank that does has set itself up and reached its rendezvous store (parbench.launch.spawn:
+    _die_with_parent runs first), so freezing it from then on is freezing a running rank."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            if any(row.split()[9] in inodes
+                   for row in Path(table).read_text().splitlines()[1:]):
+                return True
+    return False
 
 
 @contextlib.contextmanager

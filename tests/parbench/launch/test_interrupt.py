@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from parbench.cli import main
-from tests.support import TINY_FLAGS, child_pids, children
+from tests.support import TINY_FLAGS, child_pids, children, holds_tcp_socket
 
-# Enough that ddp's ranks (2 + 5 steps, then 2 + 5 without communication: some 1.5 s on 2
-# cores, after their set-up) are still training when the signal comes, 0.5 s after both have
-# started.
+# ddp's ranks are frozen (SIGSTOP) once both are set up, before the signal: however busy
+# the machine, they cannot end their steps first (the launcher ends ranks with SIGKILL, which
+# a stopped process obeys). 5 steps: the first record is still a few steps' worth.
 STEPS = 5
 SWEEP = ["run", "--strategy", "single,ddp", "--devices", "cpu,cpu", *TINY_FLAGS,
          "--batch-size", "4,8", "--steps", str(STEPS), "--warmup", "1", "--progress", "off"]
@@ -54,13 +54,17 @@ def _gone_within(pids: list[int], since: float, seconds: float) -> list[int]:
 
 
 def _during_ddp(results: Path, ranks_of: Callable[[], list[int]]) -> list[int] | None:
-    """Wait until the first record is on disk and ddp's two ranks have run for 0.5 s; their
-    pids (None if that never happens)."""
+    """Wait until the first record is on disk and ddp's two ranks are set up (each connected
+    to the rendezvous store, so each has armed its death with its parent), then freeze them
+    (SIGSTOP): their pids (None if that never happens). Frozen, they can never end their steps
+    on their own, so whatever the signal then sent finds them, it found them mid-sweep."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         ranks = ranks_of()
-        if list(results.glob("*/records.json")) and len(ranks) == 2:
-            time.sleep(0.5)
+        if (list(results.glob("*/records.json")) and len(ranks) == 2
+                and all(holds_tcp_socket(rank) for rank in ranks)):
+            for rank in ranks:
+                os.kill(rank, signal.SIGSTOP)
             return ranks
         time.sleep(0.05)
     return None
@@ -89,8 +93,8 @@ class Interrupted:
 def killed_sweep(tmp_path_factory):
     """`parbench run` SIGKILLed during ddp, measured once for the module: the SIGKILL case, the
     fork server's case and the resume test (on a copy of its folder) read it. Its ranks are
-    frozen (SIGSTOP) just before the kill, so that they can never end their steps on their
-    own: one that is gone was killed because its launcher died."""
+    frozen (SIGSTOP, by _during_ddp) before the kill, so that they can never end their steps on
+    their own: one that is gone was killed because its launcher died."""
     results = tmp_path_factory.mktemp("killed")
     sweep = subprocess.Popen([sys.executable, "-m", "parbench", *SWEEP, "--results-dir",
                               str(results)], stdout=subprocess.DEVNULL,
@@ -101,8 +105,6 @@ def killed_sweep(tmp_path_factory):
         ranks = _during_ddp(results, lambda: _ranks(sweep.pid)) or []
         servers = _servers(sweep.pid)
         assert len(ranks) == 2 and len(servers) == 1, "the sweep never reached ddp's ranks"
-        for rank in ranks:
-            os.kill(rank, signal.SIGSTOP)
         sweep.kill()
         killed_at = time.monotonic()
         sweep.wait(timeout=30)
@@ -118,7 +120,8 @@ def killed_sweep(tmp_path_factory):
 
 def _terminated(results: Path, capsys) -> Interrupted:
     """The sweep run in this process, as `parbench run` runs it (cli.main, which turns SIGTERM
-    into KeyboardInterrupt), sent SIGTERM from a thread once ddp's ranks run."""
+    into KeyboardInterrupt), sent SIGTERM from a thread once ddp's ranks run (and are frozen:
+    ddp is certain to be stopped by the signal, not to have finished first)."""
     done, sent = threading.Event(), {}
 
     def terminate_during_ddp() -> None:
