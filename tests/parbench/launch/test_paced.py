@@ -24,13 +24,19 @@ def test_each_call_is_one_synchronised_step_and_parbench_measures_the_same(
         called.append(time.perf_counter() - t0)
     measured = run.finish()
     assert len(measured.step_times_s) == 3
-    # The external timer sees each measured step, give or take a thread hand-off (and, for
-    # other ranks, the wait for this one's next call); the warm-up calls come first (ddp
-    # takes two whatever --warmup asks).
+    # The warm-up calls come first (ddp takes two whatever --warmup asks).
     assert run.calls_needed == config.warmup_steps + 3
-    for outside, inside in zip(called[config.warmup_steps:], measured.step_times_s,
-                               strict=True):
-        assert outside == pytest.approx(inside, abs=0.05)
+    # This process's own clock (rank 0's, or the only one) runs inside each call: a call
+    # returns only once its step is synchronised, so it lasts at least that step. Nothing more
+    # is guaranteed: the thread hand-offs around it, and another rank's clock (which also
+    # counts its wake-up after the barrier), take what a busy machine gives them.
+    here = measured.rank_step_times_s[0] if measured.rank_step_times_s else measured.step_times_s
+    for outside, inside in zip(called[config.warmup_steps:], here, strict=True):
+        assert 0 < inside <= outside
+    if measured.rank_step_times_s:  # the recorded step is the slowest rank's
+        assert len(measured.rank_step_times_s) == 2
+        assert measured.step_times_s == [max(times) for times in
+                                         zip(*measured.rank_step_times_s, strict=True)]
     assert child_pids() == []
 
 
