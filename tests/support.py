@@ -18,7 +18,8 @@ from parbench.machine.devices import parse_devices
 from parbench.results.record import Record
 
 __all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
-           "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank", "plain_pytest_env", "script"]
+           "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank",
+           "plain_pytest_env", "script"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
