@@ -8,30 +8,35 @@ import pytest
 
 from parbench import strategies
 from parbench.cli import main
-from parbench.drive.verify import DRIFT_ALLOWANCE, _loss_tolerances, verify
+from parbench.drive.verify import DRIFT_ALLOWANCE, _loss_tolerances, _Verifier, verify
 from parbench.launch.worker import Trained
+from parbench.plan.config import options_for
 from parbench.strategies.model_parallel import ModelParallel
 from tests.support import CPU2
 
-# Enough steps for the rounding twins' envelope to grow past one step's tolerance (to 3.5 times
-# the first step's here, for the pipeline below), and for a strategy off by OFF_BY to leave it:
-# at the third step here, by about 80 times (at the fourth by 3 times; from the fifth on the
-# twins have drifted as far apart, so more steps show nothing more).
+# Enough steps for the rounding twins' envelope to grow past one step's tolerance, and for a
+# strategy off by a little (OffByALittle.off_by, derived from that envelope in the test) to
+# leave it.
 STEPS = 3
 # The baseline and its rounding twins step in this process: on both cores (the verdicts are the
 # same as on one, the tolerance's growth and the strategy's exit from it included).
 THREADS = 2
-# Off by this much of its learning rate: 1 part in 10,000 of every update.
-OFF_BY = 1e-4
+# A probe's part off (1 in 10,000 of every update), and how far past the envelope the strategy
+# off by a little is aimed from the probe's losses.
+PROBE = 1e-4
+MARGIN = 20
 
 
 class OffByALittle(ModelParallel):
-    """Model parallelism whose optimiser steps a little too far, every step."""
+    """Model parallelism whose optimiser steps a little too far, every step: `off_by` of every
+    update."""
+
+    off_by = 0.0
 
     def prepare_training(self, parameters, loss_device):
         super().prepare_training(parameters, loss_device)
         for group in self.optimizer.param_groups:
-            group["lr"] *= 1 + OFF_BY
+            group["lr"] *= 1 + self.off_by
 
 
 @pytest.fixture
@@ -46,18 +51,30 @@ def workload(tiny_workload):  # verify's defaults: 64 px, learning rate 0.01
     return replace(tiny_workload, image_size=64, learning_rate=0.01)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
-        workload, off_by_a_little):
-    [one] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5,
-                   threads_per_device=THREADS)
-    assert one.ok, one  # one step cannot tell it from rounding
-    [many] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5, steps=STEPS,
-                    threads_per_device=THREADS)
-    assert not many.ok  # its loss curve leaves the rounding twins' envelope
+        workload, off_by_a_little, monkeypatch):
+    # How far off, from this machine's own rounding twins, as verify computes the tolerance:
+    # model-parallel steps as its reference does, bit for bit, so its verdict is the twins'
+    # envelope alone. A probe off by PROBE measures how far each step's loss moves per part
+    # off (linear this close); the strategy is then off MARGIN times as much as takes one
+    # step's loss to the envelope's edge, at the step where that takes least.
+    check = _Verifier(workload, CPU2, 8, THREADS, STEPS)
+    exact = check.verdict("model-parallel", options_for("model-parallel", {}), 1e-5)
+    assert exact.ok and max(exact.loss_differences) == 0, exact
+    monkeypatch.setattr(OffByALittle, "off_by", PROBE)
+    probe = check.verdict(off_by_a_little, options_for(off_by_a_little, {}), 1e-5)
+    off_by = MARGIN * min(tolerance / (moved / PROBE) for tolerance, moved in zip(
+        exact.loss_tolerances, probe.loss_differences, strict=True) if moved > 0)
+    monkeypatch.setattr(OffByALittle, "off_by", off_by)
+    many = check.verdict(off_by_a_little, options_for(off_by_a_little, {}), 1e-5)
+    assert not many.ok, (off_by, many)  # its loss curve leaves the rounding twins' envelope
     beyond = [k for k, (d, t) in enumerate(zip(many.loss_differences, many.loss_tolerances,
                                                strict=True)) if d > t]
     assert beyond and many.worst_loss_step in beyond
+    [one] = verify(workload, CPU2, [off_by_a_little], 8, {}, tolerance=1e-5,
+                   threads_per_device=THREADS)
+    assert one.ok, (off_by, one)  # one step cannot tell it from rounding
 
 
 @pytest.mark.timeout(240)
