@@ -45,7 +45,8 @@ from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-PAGES = ("README.md", "docs/prediction.md", "docs/recommend.md", "results/README.md")
+PAGES = ("README.md", "docs/evidence.md", "docs/prediction.md", "docs/recommend.md",
+         "results/README.md")
 
 V1 = "20261125T185755Z-prediction-holdout-seed0"
 V2 = "20261125T202329Z-prediction-holdout-seed1-v2"
@@ -336,6 +337,7 @@ def _span(table: pd.DataFrame, column: str, digits: int, sign: str = "") -> str:
 
 P, R, RES, README = "docs/prediction.md", "docs/recommend.md", "results/README.md", "README.md"
 H = "docs/history.md"  # every earlier version's figures, apart from the current ones
+EVIDENCE = "docs/evidence.md"  # what is proven where, each claim in full
 
 FIGURES: tuple[Figure, ...] = (
     # The current version, 16, on version 15's held-out draw (seed 5), which it predicts
@@ -533,16 +535,16 @@ FIGURES: tuple[Figure, ...] = (
     Figure((P,), "accumulating splits at a median |error| of 27.5%",
            f"results/{H200}/6-tutorial (records.json) and 10-predicted/profiles",
            lambda: f"accumulating splits at a median |error| of {_gpu_accumulating()}"),
-    Figure((README,), "accumulating a median 27.5%",
+    Figure((EVIDENCE,), "accumulating a median 27.5%",
            f"results/{H200}/6-tutorial (records.json) and 10-predicted/profiles",
            lambda: f"accumulating a median {_gpu_accumulating()}"),
     # Part e on the second H200 (one rank): its run predicted by version 12 (in the run) and
     # by version 13 after the fix (3-after-the-fix, another machine).
-    Figure((P, H, README, RES), "0.1% to 3.1% high", _csv(_part_e(13)),
+    Figure((P, H, EVIDENCE, RES), "0.1% to 3.1% high", _csv(_part_e(13)),
            lambda: _span(predictions(_part_e(13)), "memory_error", 1) + " high", version=13),
     Figure((H, RES), "106% to 115%", _csv(_part_e(12)),
            lambda: _span(predictions(_part_e(12)), "memory_error", 0), version=12),
-    Figure((README,), "steps +22% to +58% (+15% to +17% and -1.5% by version 12 from its "
+    Figure((EVIDENCE,), "steps +22% to +58% (+15% to +17% and -1.5% by version 12 from its "
            "profiles on another machine",
            f"{_csv(_part_e(13))} and {_csv(_part_e(12))}",
            _part_e_steps),

@@ -22,6 +22,7 @@ from tests.gpu_passages import ROOT
 from tests.published_figures import Figure
 
 README, RES, HOSTS = "README.md", "results/README.md", "docs/gpu-hosts.md"
+EVIDENCE = "docs/evidence.md"
 METHODOLOGY, PREDICTION, STRATEGIES = "docs/methodology.md", "docs/prediction.md", \
     "docs/strategies.md"
 HISTORY = "docs/history.md"
@@ -369,14 +370,14 @@ TUTORIAL, PART_B = _results(f"{runs.H200_TUTORIAL}/records.json"), _results(
 PROFILE_CHECK = _results(f"{runs.FIRST_H200}/profile-check.md")
 
 GPU_FIGURES: tuple[Figure, ...] = (
-    Figure((README,), "29 of 30 passed on the first H200", " and ".join(
+    Figure((EVIDENCE,), "29 of 30 passed on the first H200", " and ".join(
         _results(p) for p in FIRST_H200_JUNIT), _first_h200_tests),
     Figure((RES,), "30 of the 32 GPU tests ran and all but one passed",
            _results(f"{runs.FIRST_H200}/1-gpu-tests/junit.xml, gpu-tests.log and "
                     "2-gpu-tests-slow/junit.xml"), _first_h200_tests_collected),
-    Figure((README,), "23 of 26 passed and 1 skipped before their step was cut on the H100",
+    Figure((EVIDENCE,), "23 of 26 passed and 1 skipped before their step was cut on the H100",
            _results(H100_TESTS_LOG), _h100_tests),
-    Figure((README,), "29 of the 32 run on a second H200 passed and 1 skipped",
+    Figure((EVIDENCE,), "29 of the 32 run on a second H200 passed and 1 skipped",
            " and ".join(_results(p) for p in SECOND_H200_JUNIT), _second_h200_tests),
     Figure((HOSTS,), "29 of its 32 GPU tests passed and 1 skipped",
            " and ".join(_results(p) for p in SECOND_H200_JUNIT), _second_h200_tests_hosts),
@@ -395,7 +396,7 @@ GPU_FIGURES: tuple[Figure, ...] = (
            _estimates("cuDNN's search ({} s); a compile ({} s); timm's run ({} s) and asv's "
                       "({} s) whole; the install ({:.0f} s, when it still built parbench)",
                       "SEARCH_S", "COMPILE_S", "TIMM_S", "ASV_RUN_S", "INSTALL_S")),
-    Figure((README,), "3913 img/s at 224 px bf16, timm's own loop 3873",
+    Figure((EVIDENCE,), "3913 img/s at 224 px bf16, timm's own loop 3873",
            _results(f"{runs.H100_TIMM}/summary.json"),
            lambda: _timm("", " at 224 px bf16, timm's own loop ")),
     Figure((RES,), "trains at 3913 img/s; timm's own loop on the same job, 3873",
@@ -404,23 +405,23 @@ GPU_FIGURES: tuple[Figure, ...] = (
     Figure((RES,), "2191 img/s in fp32, 4617 in bf16 with channels_last and cuDNN's search, "
            "6461 with the whole model compiled (cuDNN's search off)",
            _results(f"{runs.H200_224} and {runs.H200_COMPILED} (records.json)"), _first_h200_224),
-    Figure((README, METHODOLOGY, STRATEGIES), "6461 img/s compiled against 4647 eager",
+    Figure((EVIDENCE, METHODOLOGY, STRATEGIES), "6461 img/s compiled against 4647 eager",
            _results(f"{runs.H200_COMPILED} and {runs.SECOND_H200_CHANNELS_LAST} (records.json)"),
            _compiled_against_eager),
     Figure((METHODOLOGY,), "24.3 GFLOP per image for resnet50 at 224 px",
            _results(f"{runs.FIRST_H200} (records.json, flops_per_image)"), _flops),
-    Figure((README, METHODOLOGY, RES, STRATEGIES), "1.27 to 1.87 times the eager one", PART_B,
+    Figure((EVIDENCE, METHODOLOGY, RES, STRATEGIES), "1.27 to 1.87 times the eager one", PART_B,
            _compile_ratios),
-    Figure((README, STRATEGIES), "893 img/s against eager's 1837",
+    Figure((EVIDENCE, STRATEGIES), "893 img/s against eager's 1837",
            _results(SECOND_H200_JUNIT[1]),
            lambda: _compile_test_text("eager's ")),
     Figure((RES,), "893 img/s against 1837", _results(SECOND_H200_JUNIT[1]),
            lambda: _compile_test_text("")),
-    Figure((README, RES, STRATEGIES), "12.8 to 20.4 ms", TUTORIAL, _micro_batch_costs),
+    Figure((EVIDENCE, RES, STRATEGIES), "12.8 to 20.4 ms", TUTORIAL, _micro_batch_costs),
     Figure((RES,), "a micro-batch effect of 0.54 at best", TUTORIAL, _best_micro_batch_effect),
     Figure((RES,), "Its model-parallel step (0.72x single)", TUTORIAL, _first_model_parallel),
     Figure((RES,), "(2 of 3 rounds, emulated)", PART_B, _h100_rounds),
-    Figure((README, RES), "25.33 ms a step against single's 24.71 and 24.91 ms in the same "
+    Figure((EVIDENCE, RES), "25.33 ms a step against single's 24.71 and 24.91 ms in the same "
            "round", PART_B, _h100_model_parallel),
     Figure((RES,), "one-rank ddp 2.1 to 3.2 ms over single's 21.7 ms, fsdp 5 to 18 ms "
            "(rounds 1 and 2)", _results(f"{runs.PART_E_RUN}/records.json"), _part_e_rounds),
@@ -433,11 +434,11 @@ GPU_FIGURES: tuple[Figure, ...] = (
            _results(f"{runs.H200_DATA_PARALLEL}/records.json"),
            lambda: f"{_ddp_one_rank()['ddp_forward_time_s'] * 1e3:.0f} ms of forward against "
                    f"a {_ddp_one_rank()['step_time_median_s'] * 1e3:.0f} ms step"),
-    Figure((README,), "the whole batch +19.2%", PROFILE_CHECK,
+    Figure((EVIDENCE,), "the whole batch +19.2%", PROFILE_CHECK,
            lambda: f"the whole batch +{_whole_batch_error()}"),
     Figure((PREDICTION,), "single resnet50 step at 128 px 19.2% slow", PROFILE_CHECK,
            lambda: f"single resnet50 step at 128 px {_whole_batch_error()} slow"),
-    Figure((README, PREDICTION), "49 to 130 MiB low", PROFILE_CHECK, _memory_low),
+    Figure((EVIDENCE, PREDICTION), "49 to 130 MiB low", PROFILE_CHECK, _memory_low),
     Figure((HISTORY,), "4096 MiB at micro-batch 120 and 4300 MiB at 2, where the run's "
            "whole step held 3519 MiB", _results(f"{DIAGNOSIS} and {runs.PART_E_RUN}/records.json"),
            _transients),
@@ -453,7 +454,7 @@ GPU_FIGURES: tuple[Figure, ...] = (
     Figure((PREDICTION,), "the same rows from this CPU's shape were 5 to 6 points low",
            PUBLISHED, lambda: _pipelines_low().replace(
                "The pipelines come out", "the same rows from this CPU's shape were")),
-    Figure((README,), "torchgpipe pipeline-2, 4 and 8 -0.53, -2.49 and +4.35 points; DLE's "
+    Figure((EVIDENCE,), "torchgpipe pipeline-2, 4 and 8 -0.53, -2.49 and +4.35 points; DLE's "
            "8-GPU +3.37 (TF32) and +15.79 (AMP), within 0.1 point of perfect scaling's guess; "
            "one GPU 2 of 4 within 15%", f"{CARRIED}/predictions.csv and comparison.md",
            _carried_summary),
