@@ -250,7 +250,8 @@ def _headline_row(run: str, text: str, version: int, pages: tuple[str, ...]) -> 
 def _median_row(run: str, text: str, version: int) -> Figure:
     """The goals table's median row, with how many are within 10% where it says so."""
     within = "within 10%" in text
-    return Figure((_page(version),), text, _csv(run), lambda: f"median |error| of the step | <= 5% | "
+    return Figure((_page(version),), text, _csv(run),
+                  lambda: f"median |error| of the step | <= 5% | "
                   f"**{_median(run)}**" + (f" ({_within(run)}" if within else ""),
                   version=version)
 

@@ -45,7 +45,7 @@ def test_the_pasted_output_is_what_the_published_run_prints():
     printed = results_table(load_records(folder), Path(QUICK_RUN)).splitlines()
     pasted = _pasted_output()
     *table, last = pasted
-    assert last == f"results: {QUICK_RUN}", "the block ends with the run folder `parbench run` names"
+    assert last == f"results: {QUICK_RUN}", "the block ends with the folder `parbench run` names"
     assert table == printed[:len(table)], (
         "README.md's pasted output differs from what the quick comparison's records print: "
         f"paste the first {len(table)} lines of results_table() for {QUICK_RUN} again")

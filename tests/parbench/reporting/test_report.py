@@ -67,7 +67,8 @@ def test_report_writes_the_run_readme_and_indexes_runs_keeping_hand_written_text
     # The fastest configuration is named with its workload: runs' workloads differ, so a bare
     # img/s would compare unlike with unlike across the index.
     assert "| fastest (img/s), on its run's workload |" in text
-    assert re.search(r"\| [\d.]+ img/s: (single|pipeline) on cpu(,cpu)?; resnet18, batch 8, 32 px \|",
+    assert re.search(r"\| [\d.]+ img/s: (single|pipeline) on cpu(,cpu)?; "
+                     r"resnet18, batch 8, 32 px \|",
                      text)
 
 
