@@ -1,0 +1,198 @@
+"""The data-parallel timing models (ddp, fsdp, hsdp) against steps, bubbles and memory worked out
+by hand on made-up profiles, and the collectives each issues, in order."""
+
+from dataclasses import replace
+
+import pytest
+
+from parbench.advisor import data_parallel
+from parbench.advisor.links import Link
+from parbench.advisor.memory import DeviceOverheads, RankMemory
+from parbench.advisor.profile import BlockProfile, Profile
+
+MIB = 2**20
+NAMES = ("stem", "a", "b", "head")
+# Four blocks of 1 s forward, 1 s input gradient, 1 s weight gradient, 1 MiB of parameters and
+# 2 MiB saved, on micro-batches of 4.
+BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(MIB,),
+                            saved_bytes=2 * MIB) for name in NAMES)
+PROFILE = Profile("resnet18", 32, "fp32", 10, False, "cpu", 1, 4, 3, BLOCKS)
+ON_GPU = replace(PROFILE, device="cuda:0")
+FREE = Link("free", float("inf"))
+SLOW = Link("slow", bandwidth_gbps=MIB / 1e9)  # 1 s a MiB: a 2-rank all-reduce of 1 MiB 1 s,
+# a 2-rank all-gather or reduce-scatter of 1 MiB 0.5 s
+
+
+def _scaled(profile: Profile, factor: float) -> Profile:
+    return replace(profile, blocks=tuple(
+        replace(b, forward_s=b.forward_s * factor, input_grad_s=b.input_grad_s * factor,
+                weight_grad_s=b.weight_grad_s * factor) for b in profile.blocks))
+
+
+class Recording:
+    """A link whose collectives take `seconds_per_mib[name]` a MiB on any number of ranks,
+    noting each (name, bytes, ranks) asked for."""
+
+    def __init__(self, **seconds_per_mib):
+        self.rates, self.calls = seconds_per_mib, []
+
+    def transfer_s(self, size_bytes):
+        return self.collective_s("transfer", size_bytes, 2)
+
+    def allreduce_s(self, size_bytes, ranks):
+        return self.collective_s("all_reduce", size_bytes, ranks)
+
+    def collective_s(self, name, size_bytes, ranks):
+        self.calls.append((name, size_bytes, ranks))
+        return self.rates[name] * size_bytes / MIB
+
+
+def test_ddp_on_one_rank_sends_nothing_even_on_a_slow_link():
+    predicted = data_parallel.ddp(PROFILE, 1, SLOW)
+    assert predicted.step_time_s == pytest.approx(12.0) and predicted.bubble == 0
+    assert predicted.strategy == "ddp" and predicted.global_batch == 4
+    assert len(predicted.memory) == 1
+
+
+def test_ddp_in_milliseconds_waits_for_nothing_that_is_not_there():
+    # A real profile's blocks take milliseconds: 12 ms of compute and a free link, 12 ms.
+    fast = _scaled(PROFILE, 1e-3)
+    assert data_parallel.ddp(fast, 2, FREE).step_time_s == pytest.approx(12e-3)
+    assert data_parallel.fsdp(fast, 2, FREE).step_time_s == pytest.approx(12e-3)
+    assert data_parallel.fsdp(replace(fast, device="cuda:0"), 2, FREE).step_time_s == \
+        pytest.approx(12e-3)
+
+
+def test_a_bucket_that_outlasts_the_backward_delays_the_next():
+    # Backward 0.5 s a block; the head holds 2 MiB: its bucket is ready at 0.5 s and its
+    # all-reduce (2 s on 2 ranks) ends at 2.5 s, after backward (2 s); the other 3 MiB,
+    # ready at 2 s, start then: 3 s more. Forward 4 s + 5.5 s.
+    blocks = tuple(replace(b, input_grad_s=0.25, weight_grad_s=0.25) for b in BLOCKS)
+    blocks = (*blocks[:-1], replace(blocks[-1], parameter_sizes=(2 * MIB,)))
+    profile = replace(PROFILE, blocks=blocks)
+    assert data_parallel.bucket_ready_times(profile) == [(0.5, 2 * MIB), (2.0, 3 * MIB)]
+    assert data_parallel.ddp(profile, 2, SLOW).step_time_s == pytest.approx(4.0 + 5.5)
+    # Sharing the cores: the 5 s of all-reduces after the 2 s of backward.
+    assert data_parallel.ddp(profile, 2, SLOW, shared_cores=True).step_time_s == \
+        pytest.approx(4.0 + 2.0 + 5.0)
+
+
+def test_buckets_close_at_the_caps_given():
+    assert data_parallel.bucket_ready_times(PROFILE, first_bytes=2 * MIB, bytes_per_bucket=MIB) \
+        == [(4.0, 2 * MIB), (6.0, MIB), (8.0, MIB)]
+
+
+def test_ddp_holds_three_copies_of_the_parameters_and_a_flat_copy_of_the_gradients():
+    # 4 MiB of parameters, 8 MiB saved.
+    predicted = data_parallel.ddp(PROFILE, 4, FREE)
+    assert predicted.memory == (RankMemory(12 * MIB, 8 * MIB, bucket_bytes=4 * MIB),) * 4
+    assert predicted.counted_memory_mib == (24.0,) * 4
+    assert predicted.global_batch == 16
+    views = data_parallel.ddp(PROFILE, 4, FREE, bucket_view=True)
+    assert views.memory == (RankMemory(12 * MIB, 8 * MIB, bucket_bytes=0),) * 4
+    # ZeroRedundancyOptimizer: momentum only for its quarter.
+    zero = data_parallel.ddp(PROFILE, 4, FREE, zero=True)
+    assert zero.memory == (RankMemory(9 * MIB, 8 * MIB, bucket_bytes=4 * MIB),) * 4
+
+
+def test_ddp_with_zero_steps_its_share_of_the_optimiser_then_gathers_the_parameters():
+    stepping = replace(PROFILE, optimizer_s=2.0)
+    # All-reduces of 1 MiB at 2 s and 3 MiB at 8 s: communication ends at 11 s. ZeRO on 2 ranks:
+    # the optimiser 1 s, then an all-gather of the 4 MiB of parameters, 2 s.
+    plain = data_parallel.ddp(stepping, 2, SLOW)
+    assert plain.step_time_s == pytest.approx(4.0 + 11.0 + 2.0)
+    assert plain.bubble == pytest.approx(1 - 14.0 / 17.0)
+    zero = data_parallel.ddp(stepping, 2, SLOW, zero=True)
+    assert zero.step_time_s == pytest.approx(4.0 + 11.0 + 1.0 + 2.0)
+    assert zero.bubble == pytest.approx(1 - 13.0 / 18.0)
+    assert data_parallel.ddp(stepping, 2, FREE, zero=True).step_time_s == pytest.approx(13.0)
+    link = Recording(all_reduce=1.0, all_gather=0.5)
+    data_parallel.ddp(stepping, 2, link, zero=True)
+    assert link.calls == [("all_reduce", MIB, 2), ("all_reduce", 3 * MIB, 2),
+                          ("all_gather", 4 * MIB, 2)]
+
+
+def test_a_gpus_overheads_are_carried_into_every_prediction():
+    overheads = replace(PROFILE, transient_bytes=MIB, reserved_extra_bytes=2 * MIB,
+                        context_bytes=3 * MIB)
+    for predicted in (data_parallel.ddp(overheads, 2, FREE),
+                      data_parallel.fsdp(overheads, 2, FREE),
+                      data_parallel.hsdp(overheads, 4, 2, FREE)):
+        assert predicted.overheads == DeviceOverheads(MIB, 2 * MIB, 3 * MIB)
+        # The transients on top of the tensors' peak, then what is reserved, then the context.
+        assert predicted.peak_memory_mib[0] == pytest.approx(predicted.memory[0].peak_mib + 1)
+        assert predicted.device_memory_mib[0] == pytest.approx(predicted.memory[0].peak_mib + 6)
+
+
+def test_fsdp_issues_its_gathers_and_reductions_in_order():
+    link = Recording(all_gather=0.5, reduce_scatter=0.5)
+    predicted = data_parallel.fsdp(ON_GPU, 2, link)
+    # The root (stem and head) gathered first; each unit before its forward, again before its
+    # backward (last first) and reduce-scattered after it; the root reduce-scattered last.
+    assert link.calls == [("all_gather", 2 * MIB, 2), ("all_gather", MIB, 2),
+                          ("all_gather", MIB, 2), ("all_gather", MIB, 2),
+                          ("reduce_scatter", MIB, 2), ("all_gather", MIB, 2),
+                          ("reduce_scatter", MIB, 2), ("reduce_scatter", 2 * MIB, 2)]
+    assert predicted.strategy == "fsdp" and predicted.global_batch == 8
+    kept = Recording(all_gather=0.5, reduce_scatter=0.5)
+    data_parallel.fsdp(ON_GPU, 2, kept, reshard=False)
+    assert [call for call in kept.calls if call[0] == "all_gather"] == [
+        ("all_gather", 2 * MIB, 2), ("all_gather", MIB, 2), ("all_gather", MIB, 2)]
+
+
+def test_the_root_is_the_stem_and_the_head():
+    # Stem 1 MiB, units 2 and 3 MiB, head 4 MiB: the root is 5 MiB.
+    sizes = (1, 2, 3, 4)
+    uneven = replace(ON_GPU, blocks=tuple(replace(b, parameter_sizes=(s * MIB,))
+                                          for b, s in zip(BLOCKS, sizes, strict=True)))
+    link = Recording(all_gather=0.5, reduce_scatter=0.5)
+    predicted = data_parallel.fsdp(uneven, 2, link)
+    assert link.calls[0] == ("all_gather", 5 * MIB, 2)
+    assert link.calls[-1] == ("reduce_scatter", 5 * MIB, 2)
+    # Sharded state 3 x 10 MiB / 2, saved 8 MiB; gathered at once the root and twice the
+    # largest unit (3 MiB), or without resharding every unit (5 MiB).
+    assert predicted.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=(5 + 6) * MIB)
+    kept = data_parallel.fsdp(uneven, 2, FREE, reshard=False)
+    assert kept.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=10 * MIB)
+    # The largest unit is the largest of the middle blocks, first or last of them.
+    first_largest = replace(uneven, blocks=(uneven.blocks[0], uneven.blocks[2],
+                                            uneven.blocks[1], uneven.blocks[3]))
+    assert data_parallel.fsdp(first_largest, 2, FREE).memory[0].gathered_bytes == 11 * MIB
+
+
+def test_hsdp_all_reduces_each_shard_across_the_groups_behind_the_reduce_scatter():
+    # 4 ranks in 2 groups of 2: gathers and reduce-scatters over 2 ranks (1 MiB: 0.5 s), and
+    # each reduce-scattered shard (half) all-reduced over the 2 groups (0.5 MiB: 0.5 s).
+    # Forward: the root 1 s, the units' gathers hidden, compute ends at 5 s. Backward: the
+    # head 5-7 s, unit b 7-9 s then its reduction 9-10 s, unit a 9-11 s, then 11-12 s, the
+    # stem 11-13 s, the root's reduction (1 s + 1 s) 13-15 s.
+    link = Recording(all_gather=0.5, reduce_scatter=0.5, all_reduce=1.0)
+    predicted = data_parallel.hsdp(ON_GPU, 4, 2, link)
+    assert predicted.step_time_s == pytest.approx(15.0)
+    assert predicted.bubble == pytest.approx(1 - 12.0 / 15.0)
+    assert predicted.strategy == "hsdp" and predicted.global_batch == 16
+    assert len(predicted.memory) == 4
+    assert ("all_reduce", MIB / 2, 2) in link.calls and link.calls[-1] == ("all_reduce", MIB, 2)
+    assert [call[0] for call in link.calls].count("all_reduce") == 3  # after each reduce-scatter
+    assert data_parallel.hsdp(ON_GPU, 4, 2, SLOW).step_time_s == pytest.approx(15.0)
+    # The same on Link: sharing the cores, every collective after the compute: the gathers
+    # 1 + 4 x 0.5, the reductions 2 x (0.5 + 0.5) + (1 + 1).
+    assert data_parallel.hsdp(PROFILE, 4, 2, SLOW, shared_cores=True).step_time_s == \
+        pytest.approx(12.0 + 3.0 + 4.0)
+    # With its optimiser (2 s, half of it on each shard): 1 s more, busy 13 s of 16.
+    stepping = data_parallel.hsdp(replace(ON_GPU, optimizer_s=2.0), 4, 2, SLOW)
+    assert stepping.step_time_s == pytest.approx(16.0)
+    assert stepping.bubble == pytest.approx(3.0 / 16.0)
+    # hsdp with one group is fsdp.
+    assert data_parallel.hsdp(ON_GPU, 2, 2, SLOW).step_time_s == \
+        pytest.approx(data_parallel.fsdp(ON_GPU, 2, SLOW).step_time_s)
+
+
+def test_fsdp_on_a_free_link_is_busy_throughout():
+    stepping = replace(PROFILE, optimizer_s=2.0)
+    predicted = data_parallel.fsdp(stepping, 2, FREE)
+    assert predicted.step_time_s == pytest.approx(13.0) and predicted.bubble == 0.0
+    # A slow link on a GPU: the root's gather and reduction show, 2 s of 15.
+    slow = data_parallel.fsdp(replace(ON_GPU, optimizer_s=2.0), 2, SLOW)
+    assert slow.step_time_s == pytest.approx(15.0)
+    assert slow.bubble == pytest.approx(2.0 / 15.0)
