@@ -4,6 +4,7 @@ ResNet holds what a prediction needs."""
 import ast
 import gc
 import itertools
+import re
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from parbench.advisor import data_parallel, models, version
 from parbench.advisor.contention import Sharing
 from parbench.advisor.links import Link
+from parbench.advisor.memory import DeviceOverheads, RankMemory
 from parbench.advisor.profile import (
     BlockProfile,
     Profile,
@@ -24,6 +26,7 @@ from parbench.advisor.profile import (
     profile_blocks,
 )
 from parbench.advisor.records import partition_of, predicted_beside_measured
+from parbench.advisor.schedule_replay import StageTimes
 from parbench.families.workloads import Workload
 from parbench.strategies.partition import Partition
 from parbench.strategies.stages import bubble_fraction
@@ -393,3 +396,94 @@ def test_what_the_models_import_is_in_them_or_named_outside_with_why():
     imported = set().union(*(_imported_files(p) for p in version.MODEL_FILES
                              if p.endswith(".py")))
     assert imported - set(version.MODEL_FILES) == set(version.OUTSIDE_THE_MODEL)
+
+
+STEPPING = replace(PROFILE, optimizer_s=2.0, transient_bytes=MIB, reserved_extra_bytes=2 * MIB,
+                   context_bytes=3 * MIB)  # with an optimiser's step and a GPU's overheads
+
+
+def test_the_one_process_models_are_labelled_and_step_their_optimiser_after_the_compute():
+    single = models.single(STEPPING, micro_batches=1)
+    split = models.model_parallel(STEPPING, HALVES, FREE)
+    tick = models.tick_pipeline(STEPPING, HALVES, 1)
+    assert [p.strategy for p in (single, split, tick)] == ["single", "model-parallel",
+                                                           "pipeline"]
+    assert [p.global_batch for p in (single, split, tick)] == [4, 4, 4]
+    assert models.tick_pipeline(STEPPING, HALVES, 3).global_batch == 12
+    # One micro-batch of 12 s through either, then the optimiser over every parameter, 2 s.
+    assert [p.step_time_s for p in (single, split, tick)] == pytest.approx([14.0] * 3)
+    for predicted in (single, split, tick):
+        assert predicted.overheads == DeviceOverheads(MIB, 2 * MIB, 3 * MIB)
+        assert predicted.kind == "predicted"
+
+
+def test_the_tick_pipeline_holds_every_micro_batchs_activations_on_each_stage():
+    predicted = models.tick_pipeline(PROFILE, HALVES, 3)
+    # Each stage: 2 MiB of parameters (x 3), and 3 micro-batches x 2 blocks x 2 MiB saved.
+    assert predicted.memory == (RankMemory.of(2 * MIB, 3 * 4 * MIB),) * 2
+    assert predicted.counted_memory_mib == (6 + 12, 6 + 12)
+
+
+def test_a_tick_lasts_as_long_as_its_slowest_stage_backward_from_the_last():
+    # Three stages, backward 2, 4 and 6 s; 2 micro-batches: four ticks a direction, forwards
+    # 1 s each; backward ticks run the last stage first: 6, max(6, 4), max(4, 2), 2.
+    times = [StageTimes(1.0, 1.0, 1.0), StageTimes(1.0, 2.0, 2.0), StageTimes(1.0, 3.0, 3.0)]
+    assert models.tick_step_s(times, 2) == pytest.approx(4.0 + 6 + 6 + 4 + 2)
+
+
+@pytest.mark.parametrize("schedule, partition, ranks, wants", [
+    ("gpipe", QUARTERS, 2, "one stage"), ("1f1b", QUARTERS, 3, "one stage"),
+    ("interleaved-1f1b", HALVES, 2, "several stages"),
+    ("interleaved-1f1b", QUARTERS, 3, "several stages")])
+def test_a_schedule_refuses_stages_it_cannot_place(schedule, partition, ranks, wants):
+    message = (f"pipeline-{schedule} runs {wants} per rank; {partition.stages} stages on "
+               f"{ranks} ranks do not fit it")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        models.pipeline(schedule, PROFILE, partition, ranks, 4, FREE)
+
+
+def test_a_replayed_pipeline_is_labelled_and_its_timeline_rows_are_its_stages():
+    gpipe = models.pipeline("gpipe", STEPPING, HALVES, 2, 1, FREE)
+    assert gpipe.strategy == "pipeline-gpipe" and gpipe.global_batch == 4
+    assert gpipe.overheads == DeviceOverheads(MIB, 2 * MIB, 3 * MIB)
+    # One stage per rank: (stage, micro-batch, phase, start, end), one after the other.
+    assert gpipe.spans == ((0, 0, "F", 0.0, 2.0), (1, 0, "F", 2.0, 4.0),
+                           (1, 0, "B", 4.0, 8.0), (0, 0, "B", 8.0, 12.0))
+    assert models.pipeline("1f1b", PROFILE, HALVES, 2, 3, FREE).global_batch == 12
+    # Several stages per rank: rows are ranks, the model stage a sixth item.
+    interleaved = models.pipeline("interleaved-1f1b", PROFILE, QUARTERS, 2, 4, FREE)
+    assert {len(span) for span in interleaved.spans} == {6}
+    assert {(span[0], span[5]) for span in interleaved.spans} == {(0, 0), (1, 1), (0, 2),
+                                                                  (1, 3)}
+
+
+def test_a_runtimes_fixed_cost_is_paid_by_every_action():
+    # GPipe, one micro-batch: four actions one after the other, 0.5 s more each.
+    assert models.pipeline("gpipe", PROFILE, HALVES, 2, 1, FREE, action_s=0.5).step_time_s \
+        == pytest.approx(12.0 + 4 * 0.5)
+
+
+def test_a_split_backward_gives_the_first_stage_no_input_gradient():
+    # Zero bubble: the first stage's input gradient (1 s) has nothing to go to, so its weight
+    # gradient takes the whole backward (1 + 2 s); the other stages keep their halves.
+    stem = replace(BLOCKS[0], input_grad_s=1.0, weight_grad_s=2.0)
+    profile = replace(PROFILE, blocks=(stem, *BLOCKS[1:]))
+    predicted = models.pipeline("zero-bubble", profile, QUARTERS, 2, 4, FREE)
+    durations = {}
+    for span in predicted.spans:
+        durations.setdefault((span[5], span[2]), set()).add(round(span[4] - span[3], 9))
+    assert durations == {(0, "F"): {1.0}, (0, "I"): {0.0}, (0, "W"): {3.0},
+                         **{(stage, phase): {1.0} for stage in (1, 2, 3)
+                            for phase in "FIW"}}
+
+
+def test_three_stages_a_rank_are_placed_as_three():
+    six = tuple(BlockProfile(f"b{i}", 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(MIB,),
+                             saved_bytes=2 * MIB) for i in range(6))
+    profile = replace(PROFILE, blocks=six)
+    sixths = Partition(tuple(b.name for b in six), tuple(range(6)), "time")
+    predicted = models.pipeline("interleaved-1f1b", profile, sixths, 2, 4, FREE)
+    assert {(span[0], span[5]) for span in predicted.spans} == {
+        (stage % 2, stage) for stage in range(6)}
+    # Each rank holds three stages of 1 MiB of parameters.
+    assert [m.state_bytes for m in predicted.memory] == [3 * 3 * MIB] * 2
