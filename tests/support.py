@@ -1,8 +1,8 @@
 """What many test modules share (`from tests.support import ...`; pytest's pythonpath holds
 the project's root): two emulated CPU devices, the tiny workload's command-line flags, an ok
 record of it, this process's children (and whether one holds a TCP socket), a one-rank
-process group, the GPU reference
-script's modules, and any script of the repository loaded by its path."""
+process group, the GPU reference script's modules, any script of the repository loaded by its
+path, and how a written figure is compared with the published one."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from parbench.results.record import Record
 
 __all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
            "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank",
-           "plain_pytest_env", "script"]
+           "plain_pytest_env", "same_figure", "script"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,3 +132,26 @@ def gpu_reference_modules():
         sys.path.remove(str(GPU_REFERENCE.parent))
         for name in _GPU_REFERENCE_MODULES.values():
             sys.modules.pop(name, None)
+
+
+def _pinned(package: str) -> str | None:
+    """The version constraints.txt pins for `package` (None where it pins none)."""
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.strip().lower() == package:
+            return version.strip()
+    return None
+
+
+def same_figure(written: bytes, published: bytes) -> bool:
+    """Whether a figure written again is the published one: byte for byte under the
+    matplotlib constraints.txt pins (the published figures' own); under another release
+    (tox's lowest supported pair installs without the constraints), which draws the same data
+    with other pixels, a PNG of the same size in pixels."""
+    import matplotlib
+
+    if matplotlib.__version__ == _pinned("matplotlib"):
+        return written == published
+    png = b"\x89PNG\r\n\x1a\n"
+    # A PNG's width and height: the first chunk (IHDR) at bytes 16 to 24.
+    return written[:8] == published[:8] == png and written[16:24] == published[16:24]

@@ -203,6 +203,10 @@ def _regret_figure(path: Path, cases: list[dict], baselines: list[dict]) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # The suite's palette, set where parbench.plots.common is imported: imported here too, so
+    # that the figure does not depend on what the process imported before.
+    import parbench.plots.common  # noqa: F401
+
     figure, axis = plt.subplots(figsize=(8, 3.5))
     series = _series(cases, baselines)
     width = 0.8 / len(series)
