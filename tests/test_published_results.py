@@ -122,3 +122,30 @@ def test_the_tracked_tree_stays_within_its_budget():
 def test_the_h200_profile_check_is_what_its_script_writes_from_the_published_files():
     module = script("benchmarks/gpu/profile_check.py")
     assert (module.RUN / "profile-check.md").read_text() == module.page()
+
+
+def _nested_figure_runs() -> list[str]:
+    """Run folders inside a published run (a GPU run's parts) whose figures `parbench plot`
+    draws from their records."""
+    figures = {"throughput-by-strategy.png", "peak-memory-by-device.png"}
+    return sorted(str(path.parent.relative_to(RESULTS))
+                  for path in RESULTS.glob("*/*/*/records.json")
+                  if any((path.parent / name).is_file() for name in figures))
+
+
+@pytest.mark.slow  # several figures drawn
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("run", _nested_figure_runs())
+def test_a_nested_runs_figures_are_what_its_records_draw(run, tmp_path, capsys):
+    common.SVG_TWINS = False
+    try:
+        assert main(["plot", str(RESULTS / run), "--out", str(tmp_path)]) == 0
+    finally:
+        common.SVG_TWINS = True
+    written = {path.name: path.read_bytes() for path in tmp_path.glob("*.png")}
+    committed = {path.name: path.read_bytes() for path in (RESULTS / run).glob("*.png")}
+    assert set(written) <= set(committed), (
+        f"{run}: {sorted(set(written) - set(committed))} are drawn but not published; redraw "
+        f"with `parbench plot results/{run}`")
+    differ = [name for name in written if not same_figure(written[name], committed[name])]
+    assert not differ, f"{run}: {differ} differ from what its records draw"
