@@ -60,10 +60,10 @@ def _against(ax, table: pd.DataFrame, measured_name: str, predicted_name: str, x
                                                                  predicted.max()) * 1.5
     line = np.array([low, high])
     ax.plot(line, line, color="0.3", lw=1, label="prediction = measurement")
-    for share, style in ((0.10, ":"), (0.25, "--")):
-        ax.plot(line, line * (1 + share), color="0.6", ls=style, lw=1,
+    for share, dashes in ((0.10, ":"), (0.25, "--")):
+        ax.plot(line, line * (1 + share), color="0.6", ls=dashes, lw=1,
                 label=f"{share:.0%} error")
-        ax.plot(line, line * (1 - share), color="0.6", ls=style, lw=1)
+        ax.plot(line, line * (1 - share), color="0.6", ls=dashes, lw=1)
     for strategy, group in table.groupby("strategy", sort=False):
         style = strategy_style(strategy)
         ax.errorbar(group[measured_name], group[predicted_name],

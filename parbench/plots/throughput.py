@@ -58,8 +58,8 @@ def plot_strategies(frame: pd.DataFrame):
         y = np.arange(len(group))[::-1]  # the first measured on top
         values = group["throughput_ips"].to_numpy()
         if trials:
-            errors = interval_errors(group, "throughput_ips")
-            tops = values + np.nan_to_num(errors[1])
+            errors = interval_errors(group, "throughput_ips")  # None: a panel of one trial each
+            tops = values + (np.nan_to_num(errors[1]) if errors is not None else 0)
         else:
             spreads = np.array([throughput_spread(r) for _, r in group.iterrows()])
             errors = np.vstack([np.clip(values - spreads[:, 0], 0, None),

@@ -433,3 +433,15 @@ def test_two_ranks_emulated_on_one_h200_draw_no_ideal_and_no_whiskers():
                       "no ideal N x T(1): emulated devices share one physical device"]
     assert not [c for c in ax.containers if getattr(c, "has_yerr", False) and _spans(c)]
     plt.close(fig)
+
+
+def test_a_panel_of_one_trial_each_in_a_run_with_intervals_has_bars_without_whiskers():
+    """Two workloads, one measured in trials (intervals), the other once: each its own panel;
+    the second's bars drawn without whiskers rather than failing on the first's."""
+    trials = _record("single", "cpu", 10.0)
+    trials.intervals = {"throughput_ips": [9.0, 11.0]}
+    once = replace(_record("single", "cpu", 20.0), image_size=64)
+    fig = plots.plot_strategies(pd.DataFrame([r.to_dict() for r in (trials, once)]))
+    widths = sorted(round(patch.get_width(), 6) for ax in fig.axes for patch in ax.patches)
+    assert widths == [10.0, 20.0]
+    plt.close(fig)
