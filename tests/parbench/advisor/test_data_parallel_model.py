@@ -196,3 +196,17 @@ def test_fsdp_on_a_free_link_is_busy_throughout():
     slow = data_parallel.fsdp(replace(ON_GPU, optimizer_s=2.0), 2, SLOW)
     assert slow.step_time_s == pytest.approx(15.0)
     assert slow.bubble == pytest.approx(2.0 / 15.0)
+
+
+def test_units_whose_gathers_outlast_their_compute_show_them_in_both_directions():
+    # Units of 8 MiB between a stem and head of 1 MiB, on a GPU: each unit's gather and
+    # reduction (4 s) outlasts its 3 s of compute. Forward: the root 0-1 s, stem 1-2 s, unit a
+    # gathered 1-5 s and run 5-6 s, b gathered 5-9 s and run 9-10 s, head 10-11 s. Backward:
+    # head 11-13 s, b gathered 11-15 s and run 15-17 s, reduced 17-21 s; a gathered 15-19 s and
+    # run 19-21 s, reduced 21-25 s; stem 21-23 s; the root reduced 25-26 s.
+    sizes = (1, 8, 8, 1)
+    big = replace(ON_GPU, blocks=tuple(replace(b, parameter_sizes=(s * MIB,))
+                                       for b, s in zip(BLOCKS, sizes, strict=True)))
+    predicted = data_parallel.fsdp(big, 2, SLOW)
+    assert predicted.step_time_s == pytest.approx(26.0)
+    assert predicted.bubble == pytest.approx(1 - 12.0 / 26.0)
