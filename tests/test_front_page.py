@@ -18,7 +18,7 @@ from parbench.results.folder import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-QUICK_RUN = "results/20261128T232133Z-resnet18-128px-2cpu"
+QUICK_RUN = "results/20261129T003154Z-resnet18-128px-2cpu"
 HERO_RUN = "results/20261125T081039Z-tutorial-pinned-splits-5-20"
 RECOMMEND_RUN = ROOT / "results" / "20261127T161554Z-recommend-experiment"
 # The pages quoting the recommend check, and those quoting it in full (with the baselines).
@@ -116,3 +116,20 @@ def test_the_recommend_figures_are_its_experiments(page, recommend_check):
                                  if page in RECOMMEND_FULL_PAGES else ()))
     missing = [recommend_check[name] for name in names if recommend_check[name] not in text]
     assert not missing, f"{page} should say, as the experiment's files do: {missing}"
+
+
+def test_the_reading_of_the_pasted_run_is_what_its_records_say():
+    """README.md's "Read here" line: which layouts beat one device, the fastest's speedup and
+    what the micro-batches alone cost, from the run's records."""
+    records = load_records(ROOT / QUICK_RUN)
+    text = _flat(README.read_text())
+    two = records[records["devices"] == "cpu,cpu"]
+    beyond = set(two.loc[two["verdict"] == "faster", "strategy"])
+    assert beyond == set(two["strategy"]) - {"model-parallel"}
+    assert "every layout on two devices but model-parallel beats one device beyond the noise" \
+        in text
+    fastest = two.loc[two["throughput_ips"].idxmax()]
+    assert f"{fastest['strategy']} is fastest ({fastest['speedup_vs_baseline']:.1f}x)" in text
+    accumulating = records[[bool(options.get("accumulation_split"))
+                            for options in records["strategy_options"]]].iloc[0]
+    assert f"micro-batches of 4 alone cost {1 - accumulating['speedup_vs_baseline']:.0%}" in text
