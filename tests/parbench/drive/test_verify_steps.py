@@ -51,6 +51,7 @@ def workload(tiny_workload):  # verify's defaults: 64 px, learning rate 0.01
     return replace(tiny_workload, image_size=64, learning_rate=0.01)
 
 
+@pytest.mark.slow  # a probe run beside the baseline and its rounding twins, 20 steps each
 @pytest.mark.timeout(300)
 def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
         workload, off_by_a_little, monkeypatch):

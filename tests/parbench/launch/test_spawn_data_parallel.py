@@ -49,6 +49,7 @@ def test_a_compressing_hook_differs_from_the_baseline_within_the_tolerance_it_st
     assert child_pids() == []
 
 
+@pytest.mark.slow  # two processes train until fp16's loss scale comes down from 2^20
 @pytest.mark.timeout(240)
 def test_fsdp_in_fp16_makes_the_baselines_step(tiny_workload, child_pids):
     """With its sharded gradient scaler, at the scale verify settles on (one step, not
