@@ -78,6 +78,7 @@ def test_a_strategy_off_by_a_little_each_step_passes_one_step_and_fails_many(
     assert one.ok, (off_by, one)  # one step cannot tell it from rounding
 
 
+@pytest.mark.slow  # every strategy verified over 20 steps
 @pytest.mark.timeout(240)
 def test_real_strategies_stay_within_the_grown_tolerance(workload):
     """The one-process pipeline, whose micro-batches round apart from its accumulating
