@@ -46,6 +46,7 @@ def test_comma_lists_sweep_one_record_per_point(capsys, tmp_path):
     assert list(load_records(_run_folder(out))["global_batch"]) == [2, 4]
 
 
+@pytest.mark.slow  # the quick comparison's every strategy, end to end
 def test_default_run_compares_every_strategy_that_can_run_here(capsys, tmp_path):
     from parbench.cli import parser
     from parbench.commands.run import spec_of
@@ -416,6 +417,7 @@ def test_the_progress_bar_names_each_configuration_with_an_eta(capsys, tmp_path)
     assert "[1/2]" not in err  # the bar replaces the line per configuration
 
 
+@pytest.mark.slow  # the quick comparison again, one strategy refusing
 def test_the_quick_comparison_records_a_strategy_refusing_the_workload_as_skipped(
         capsys, tmp_path):
     # One trial (the default of 3 is checked in the test above): fp16 is slow here.

@@ -72,6 +72,7 @@ def test_a_resnet_at_32_px_needs_two_images_per_batch():
     assert family_of("vit_b_16").smallest_batch(32) == 1
 
 
+@pytest.mark.slow  # a ViT trained by every strategy that uses its blocks
 def test_a_vit_trains_as_the_baseline_does_where_strategies_use_its_blocks():
     """The paths that ask the family (stages cut at its blocks, as every pipeline cuts them;
     FSDP's units) make the whole-batch step: LayerNorm needs no accumulating reference. The
