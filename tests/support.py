@@ -19,7 +19,7 @@ from parbench.results.record import Record
 
 __all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
            "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank",
-           "plain_pytest_env", "same_figure", "script"]
+           "pins", "plain_pytest_env", "same_figure", "script"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,13 +134,10 @@ def gpu_reference_modules():
             sys.modules.pop(name, None)
 
 
-def _pinned(package: str) -> str | None:
-    """The version constraints.txt pins for `package` (None where it pins none)."""
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        name, _, version = line.partition("==")
-        if name.strip().lower() == package:
-            return version.strip()
-    return None
+def pins() -> dict[str, str]:
+    """constraints.txt's pinned versions, by package name."""
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
 
 
 def same_figure(written: bytes, published: bytes) -> bool:
@@ -150,7 +147,7 @@ def same_figure(written: bytes, published: bytes) -> bool:
     with other pixels, a PNG of the same size in pixels."""
     import matplotlib
 
-    if matplotlib.__version__ == _pinned("matplotlib"):
+    if matplotlib.__version__ == pins().get("matplotlib"):
         return written == published
     png = b"\x89PNG\r\n\x1a\n"
     # A PNG's width and height: the first chunk (IHDR) at bytes 16 to 24.

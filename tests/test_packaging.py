@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from tests.support import pins as constraint_pins
+
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,11 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def _requirements() -> dict[str, Requirement]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return {r.name: r for r in map(Requirement, project["dependencies"])}
-
-
-def _pins() -> dict[str, str]:
-    lines = (ROOT / "constraints.txt").read_text().splitlines()
-    return dict(line.split("==") for line in lines if line and not line.startswith("#"))
 
 
 @pytest.mark.parametrize("package, host_version", [
@@ -37,7 +34,7 @@ def test_a_host_pytorch_in_range_is_kept(package, host_version):
 
 
 def test_the_range_is_a_range_and_the_tested_pair_lies_in_it():
-    requirements, pins = _requirements(), _pins()
+    requirements, pins = _requirements(), constraint_pins()
     for package in ("torch", "torchvision"):
         specifier = requirements[package].specifier
         assert not any(spec.operator == "==" for spec in specifier), "pinned, not a range"

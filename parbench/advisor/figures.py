@@ -17,6 +17,7 @@ from parbench.advisor.ranking import group_key
 from parbench.plots.common import (
     PALETTE,
     config_label,
+    device_count,
     interval_errors,
     one_trial_note,
     save_figure,
@@ -100,7 +101,7 @@ def plot_ranking(table: pd.DataFrame):
     from its profile's spread) and the naive estimate, the configurations sorted by measured
     step, so a model that orders them as measured draws a rising line; None where no group
     has two."""
-    keyed = table.assign(devices_used=table["devices"].astype(str).str.count(",") + 1,
+    keyed = table.assign(devices_used=device_count(table),
                          group=[repr(group_key(row)) for row in table.to_dict("records")])
     groups = [(name, group.sort_values("step_time_median_s").reset_index(drop=True))
               for name, group in keyed.groupby("group", sort=False) if len(group) >= 2]

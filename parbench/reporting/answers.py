@@ -15,7 +15,7 @@ from parbench import strategies
 from parbench.measure.memory import memory_kind
 from parbench.measure.timing import HOST_BOUND_SHARE
 from parbench.plots import options_text
-from parbench.plots.common import compile_label, interval_of, is_compiled
+from parbench.plots.common import compile_label, device_count, interval_of, is_compiled
 from parbench.results import stats
 from parbench.results.comparisons import comparison_key, is_baseline, per_round
 from parbench.results.record import Record, columns, has_interval, heading, is_number, optional
@@ -77,7 +77,7 @@ def answers(frame: pd.DataFrame) -> list[str]:
     lines = []
     workload = ["model", "global_batch", "image_size", "precision"]
     for (model, batch, size, precision), group in ok.groupby(workload, sort=False):
-        counts = group["devices"].astype(str).str.count(",") + 1
+        counts = device_count(group)
         for devices, same in group.groupby(counts):
             ranked = same.sort_values("throughput_ips", ascending=False)
             fastest = ranked.iloc[0]
@@ -359,7 +359,7 @@ def results_table(frame: pd.DataFrame, folder: Path | None = None, wide: bool = 
                          .str.lstrip(", "))
     shown = _columns(frame, wide)
     if not wide:  # a count: a list of GPUs would not fit
-        table["devices"] = frame["devices"].astype(str).str.count(",") + 1
+        table["devices"] = device_count(frame)
         shown["devices"] = "dev"
     table = table[list(shown)].rename(columns=shown)
     numeric = [name for name in shown if is_number(name)]
