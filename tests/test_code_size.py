@@ -1,5 +1,5 @@
-"""Small modules and functions a newcomer reads in one sitting: no module of parbench,
-strategies or benchmarks over 400 lines, no function over 60 (docstring included)."""
+"""Small modules and functions a newcomer reads in one sitting: no module of parbench
+or benchmarks over 400 lines, no function over 60 (docstring included)."""
 
 import ast
 from pathlib import Path
@@ -11,7 +11,7 @@ MAX_FUNCTION_LINES = 60
 
 def _modules() -> list[Path]:
     """Our Python files (benchmarks/gpu/.carried holds timm's, carried to a GPU loan)."""
-    return [path for top in ("parbench", "strategies", "benchmarks")
+    return [path for top in ("parbench", "benchmarks")
             for path in sorted((ROOT / top).rglob("*.py"))
             if not any(part.startswith(".") for part in path.relative_to(ROOT).parts)]
 

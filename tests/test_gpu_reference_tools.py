@@ -323,7 +323,7 @@ def test_a_path_file_makes_parbench_and_nothing_else_importable_from_its_tree(gp
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     origin, top_level = done.stdout.split()
-    assert Path(origin).resolve() == (ROOT / "strategies" / "__init__.py").resolve()
+    assert Path(origin).resolve() == (ROOT / "parbench" / "strategies" / "__init__.py").resolve()
     assert top_level == "None" and written == site / "parbench-source.pth"
     assert gpu.host.install_source(tree) == written  # a second install keeps the one link
 

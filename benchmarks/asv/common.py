@@ -14,7 +14,7 @@ import os
 
 DEVICES = os.environ.get("PARBENCH_ASV_DEVICES", "cpu,cpu")
 # strategies.names() and suite.scaled_strategies() and suite.MODELS, as data (importing them
-# imports torch); tests/strategies/test_conformance.py checks that they agree.
+# imports torch); tests/parbench/strategies/test_conformance.py checks that they agree.
 STRATEGIES = ["single", "model-parallel", "pipeline", "pipeline-gpipe", "pipeline-1f1b",
               "pipeline-interleaved-1f1b", "pipeline-looped-bfs", "pipeline-zero-bubble",
               "pipeline-zbv", "pipeline-dualpipev", "pipeline-fsdp", "data-parallel", "ddp", "fsdp",

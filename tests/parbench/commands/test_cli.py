@@ -207,7 +207,7 @@ def test_verify_exits_1_when_a_strategy_differs(capsys, monkeypatch):
 def test_verify_reports_a_failing_strategy_as_one_row_and_checks_the_rest(capsys, monkeypatch):
     """The rest checked for real: the pipeline at verify's default batch (8) in micro-batches of
     2, its default (4 in all). That a strategy's step equals the baseline's is
-    tests/strategies/test_conformance.py's; that verify exits 0 when every strategy passes,
+    tests/parbench/strategies/test_conformance.py's; that verify exits 0 when every strategy passes,
     tests/parbench/drive/test_verify_steps.py's command test."""
     from parbench import launch
 

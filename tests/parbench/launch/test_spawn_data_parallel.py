@@ -25,7 +25,7 @@ CPU3 = parse_devices("cpu,cpu,cpu")
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("ranks", [3])  # 2 ranks: tests/strategies/test_conformance.py
+@pytest.mark.parametrize("ranks", [3])  # 2 ranks: tests/parbench/strategies/test_conformance.py
 def test_one_step_equals_the_single_device_step(tiny_workload, ranks, child_pids):
     workload = replace(tiny_workload, image_size=64)  # BatchNorm well conditioned at layer4
     verdicts = verify(workload, CPU3, ["ddp", "fsdp"], 12, {"world_size": ranks},

@@ -10,7 +10,7 @@ from parbench.drive.verify import verify
 from parbench.plan.config import Config
 from tests.support import CPU2
 
-# One step of each equals the single-device step: tests/strategies/test_conformance.py.
+# One step of each equals the single-device step: tests/parbench/strategies/test_conformance.py.
 
 
 @pytest.mark.timeout(180)
