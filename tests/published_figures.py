@@ -132,7 +132,7 @@ def experiment_step_errors(run: str) -> tuple[tuple[str, tuple[float, ...]], ...
     """A recommend experiment's held-out draw in the one metric, by workload: each layout its
     sweep measured (experiment.json's ranking), predicted step time (the batch over its
     predicted throughput) over the sweep record's measured step_time_median_s, less 1."""
-    from parbench.advisor.recommend import option_flags
+    from parbench.advisor.recommend.recommend import option_flags
 
     root = RESULTS / run
     out = []

@@ -498,7 +498,7 @@ NOT_MEASURED: tuple[NotMeasured, ...] = (
                 "the timing model's prediction of a published table's job"),
     NotMeasured((HISTORY,), "the TF32 run's smaller loss lands within 5 points because its "
                 "step is 2.6 times longer", "the goal, and DLE's published single-GPU "
-                "throughputs (parbench/advisor/published_tables.py: 938 and 2470 img/s)"),
+                "throughputs (parbench/advisor/tables/published_tables.py: 938 and 2470 img/s)"),
     NotMeasured((HISTORY,), "its slowest of 8 stages is 1.49 times the average",
                 "this CPU's profile of the table's model, not a GPU's"),
     NotMeasured(("docs/results.md",), "at least 90% of the step", "host_bound's threshold"),

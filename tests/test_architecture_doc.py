@@ -22,7 +22,7 @@ def _sections() -> dict[str, str]:
     path: list[tuple[int, str]] = []  # (indent, folder) from the top down
     for line in _layout():
         match = re.match(r"( *)([\w.]+)/\s", line + " ")
-        if match and len(match.group(1)) < 6:
+        if match and len(match.group(1)) < 8:
             indent = len(match.group(1))
             path = [(i, name) for i, name in path if i < indent] + [(indent, match.group(2))]
         if path:

@@ -67,8 +67,8 @@ def test_the_wheel_holds_parbench_alone_with_the_strategies_inside(tmp_path):
 def test_parbench_imports_outside_the_repository_with_no_top_level_strategies(tmp_path):
     # No top-level `strategies` is installed or imported. -I: not this tree.
     done = subprocess.run([sys.executable, "-I", "-c",
-                           "import sys, parbench.cli, parbench.plots, parbench.advisor.figures; "
-                           "print('strategies' in sys.modules)"],
+                           "import sys, parbench.cli, parbench.plots, "
+                           "parbench.advisor.runs.figures; print('strategies' in sys.modules)"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]

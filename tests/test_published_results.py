@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor.published import kept_files, stale_models, stored_prediction
+from parbench.advisor.runs.published import kept_files, stale_models, stored_prediction
 from parbench.cli import main
 from parbench.plots import common
 from parbench.results.folder import RunFolder

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from scipy.stats import binomtest
 
-from parbench.advisor import recommend
+from parbench.advisor.recommend import recommend
 from tests.support import same_figure
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
-"""Repeated takes of one contention measurement (parbench.advisor.contention), each read two
-ways from the same rounds: on the first process alone (models version 10 and before) and as
-every process's mean pace (version 11). Prints one line a take.
+"""Repeated takes of one contention measurement (parbench.advisor.profiling.contention), each
+read two ways from the same rounds: on the first process alone (models version 10 and before)
+and as every process's mean pace (version 11). Prints one line a take.
 
     python benchmarks/contention/takes.py --model resnet34 --image-size 32 --processes 3 \
         --micro-batch 2 --takes 3
@@ -13,7 +13,7 @@ import math
 import statistics
 from unittest import mock
 
-from parbench.advisor import contention
+from parbench.advisor.profiling import contention
 from parbench.families.workloads import Workload
 
 

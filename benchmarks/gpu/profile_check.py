@@ -12,8 +12,8 @@ import json
 import statistics
 from pathlib import Path
 
-from parbench.advisor import models
-from parbench.advisor.profile import profile_path, stored_profile
+from parbench.advisor.models import models
+from parbench.advisor.profiling.profile import profile_path, stored_profile
 from parbench.families.workloads import Workload
 
 ROOT = Path(__file__).resolve().parents[2]

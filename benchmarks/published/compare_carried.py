@@ -15,8 +15,8 @@ import argparse
 import csv
 from pathlib import Path
 
-from parbench.advisor.gpu_references import REFERENCES
-from parbench.advisor.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
+from parbench.advisor.carried.gpu_references import REFERENCES
+from parbench.advisor.tables.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
 
 WITHIN_POINTS = 5.0  # of scaling efficiency (a pipeline's speedup over its GPUs)
 WITHIN_PERCENT = 15.0  # of a one-GPU throughput
@@ -77,8 +77,8 @@ def page(run: Path) -> str:
              "PREDICTED: `predictions.csv` (`parbench predict --table`, its command in "
              "`command.sh`), committed before this page; `benchmarks/published/"
              "compare_carried.py` writes the page from it and the published figures "
-             "(`parbench/advisor/published_tables.py`) and parbench's measured GPU steps "
-             "(`parbench/advisor/gpu_references.py`). No published figure is an input of a "
+             "(`parbench/advisor/tables/published_tables.py`) and parbench's measured GPU steps "
+             "(`parbench/advisor/carried/gpu_references.py`). No published figure is an input of a "
              "prediction.", "",
              f"## Scaling: efficiency in points (within {WITHIN_POINTS:g})", "",
              "Efficiency: throughput on N GPUs over N times one GPU's (a pipeline's speedup over "

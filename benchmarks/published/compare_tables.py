@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from parbench.advisor.published_tables import (
+from parbench.advisor.tables.published_tables import (
     DLE_RESNET50,
     TORCHGPIPE_RESNET101,
     PublishedDataParallel,
@@ -56,7 +56,7 @@ def page(predictions: dict) -> str:
              f"version {predictions['predictor_version']} (fingerprint "
              f"`{predictions['fingerprint'][:12]}`) before this page; "
              "`benchmarks/published/compare_tables.py` writes it from them and "
-             "`parbench/advisor/published_tables.py` (the published figures and sources). "
+             "`parbench/advisor/tables/published_tables.py` (the published figures and sources). "
              f"Error: predicted minus published scaling efficiency, in points; within "
              f"{WITHIN:g} points or not.", "",
              "| row | GPUs | PREDICTED img/s | published img/s | PREDICTED speedup "

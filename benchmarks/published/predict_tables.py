@@ -5,7 +5,7 @@
 writes predictions.json and predictions.md there, and keeps the CPU profiles they came from in
 profiles/ (measured once, about a minute on one thread; read back after). Each prediction
 takes its shape from the profile and its level from the table's published single-GPU
-throughput (parbench.advisor.published_predictions); the published multi-GPU figures are not
+throughput (parbench.advisor.tables.published_predictions); the published multi-GPU figures are not
 read. benchmarks/published/compare_tables.py sets them side by side afterwards.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from parbench.advisor.profile import Profile, load_or_profile
-from parbench.advisor.published_predictions import predict_data_parallel, predict_pipeline
-from parbench.advisor.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
+from parbench.advisor.profiling.profile import Profile, load_or_profile
+from parbench.advisor.tables.published_predictions import predict_data_parallel, predict_pipeline
+from parbench.advisor.tables.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
 from parbench.advisor.version import FINGERPRINT, PREDICTOR_VERSION, fingerprint
 from parbench.families.workloads import Workload
 

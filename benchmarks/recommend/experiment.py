@@ -35,8 +35,8 @@ import pandas as pd
 from experiment_report import write_report  # beside this script
 
 from parbench import strategies
-from parbench.advisor import recommend
-from parbench.advisor.layouts import candidate_configs
+from parbench.advisor.recommend import recommend
+from parbench.advisor.recommend.layouts import candidate_configs
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main as parbench
 from parbench.commands.arguments import new_run_folder

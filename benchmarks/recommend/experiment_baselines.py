@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from math import comb
 from pathlib import Path
 
-from parbench.advisor import recommend
+from parbench.advisor.recommend import recommend
 from parbench.results import stats
 from parbench.results.comparisons import per_round
 from parbench.results.folder import RunFolder

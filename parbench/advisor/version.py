@@ -24,8 +24,8 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # and pipeline-fsdp's two dimensions left out; the ranks of one pipeline a hook of the
 # scheduled pipelines); every prediction is version 3's (the published held-out runs
 # predicted again: docs/prediction.md).
-# 5: memory by what holds it (parbench.advisor.memory): the measured figure now counts DDP's
-# buckets, and a record's memory error compares like with like (FSDP's gathered units are
+# 5: memory by what holds it (parbench.advisor.models.memory): the measured figure now counts
+# DDP's buckets, and a record's memory error compares like with like (FSDP's gathered units are
 # predicted but not counted on a CPU); hsdp and pipeline-fsdp predicted; a run under a memory
 # limit has each configuration called (fits / out of memory). No held-out run was measured
 # at version 4; version 5's is the recommend experiment's (docs/recommend.md).
@@ -39,9 +39,9 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # record's fixed costs, measured on the device at hand by a probe (the same strategy, ranks
 # and options on micro-batches of 2 images, run through the core's launcher): per action of a
 # multi-process pipeline, per step of ddp, fsdp and hsdp (a one-rank group costs what it
-# measures; parbench.advisor.fixed_costs). pipeline-fsdp's traced step replayed on one of its
-# pipelines' ranks. Developed against version 6's judging draw (the recommend experiment);
-# judged on a new draw with 3 and 4 devices.
+# measures; parbench.advisor.profiling.fixed_costs). pipeline-fsdp's traced step replayed on
+# one of its pipelines' ranks. Developed against version 6's judging draw (the recommend
+# experiment); judged on a new draw with 3 and 4 devices.
 # 8: what version 7 reports beside its steps, fixed (a review found it): a probe's kept file
 # is named by its batch too (a data-parallel probe doubled to stay apart from its record
 # shared its file with another's), its label reads a table's NaN split, a pipeline's
@@ -115,10 +115,14 @@ PREDICTOR_VERSION = 16
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
 # model and profile a record gets.
+# Hashed in this order, which is not their folders' (the order the files had when they were
+# one folder, so that moving one changes nothing).
 MODEL_FILES = tuple(f"parbench/advisor/{name}" for name in (
-    "cache.py", "contention.py", "data_parallel.py", "fields.py", "fixed_costs.py", "links.py",
-    "memory.py", "memory_calls.py", "models.py", "profile.py", "record_profiles.py",
-    "records.py", "schedule_replay.py", "sharded_pipelines.py", "trace_check.py")) + (
+    "profiling/cache.py", "profiling/contention.py", "models/data_parallel.py", "runs/fields.py",
+    "profiling/fixed_costs.py", "models/links.py", "models/memory.py", "runs/memory_calls.py",
+    "models/models.py", "profiling/profile.py", "profiling/record_profiles.py",
+    "runs/records.py", "models/schedule_replay.py", "models/sharded_pipelines.py",
+    "models/trace_check.py")) + (
     "parbench/families/workloads.py", "parbench/measure/collectives.py",
     "parbench/strategies/partition.py", "parbench/strategies/pipeline_schedules.py",
     "parbench/strategies/stages.py")
@@ -147,7 +151,11 @@ OUTSIDE_THE_MODEL = {
 # prediction.json keeps it, so a model changed without a new version is caught there too. It
 # was taken anew (2026-11-27) when the fingerprint stopped counting comments and where the
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
-# after the packages moved, on Python 3.10 to 3.13.
+# after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
+# left it as it was (the same sources, their imports from new places). Two docstrings still
+# name a module by its place before that (models/memory.py's parbench.advisor.profile, now
+# profiling/profile.py; models/schedule_replay.py's parbench.advisor.fixed_costs, now
+# profiling/fixed_costs.py): docstrings are hashed, so rename them with the next version.
 FINGERPRINT = "b07142094634d448746fc35955c25cb8771a4805454deb4050ce297e91604d2c"
 
 _ROOT = Path(__file__).resolve().parents[2]

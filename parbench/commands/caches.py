@@ -6,7 +6,7 @@ import platform
 import re
 from pathlib import Path
 
-from parbench.advisor.record_profiles import DEFAULT_CACHE
+from parbench.advisor.profiling.record_profiles import DEFAULT_CACHE
 from parbench.commands.arguments import UsageError
 
 __all__ = ["host_cache", "profile_cache"]

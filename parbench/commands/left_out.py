@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from parbench.advisor.layouts import MODELLED_SETTINGS, unmodelled_settings
+from parbench.advisor.recommend.layouts import MODELLED_SETTINGS, unmodelled_settings
 from parbench.advisor.version import PREDICTOR_VERSION
 
 __all__ = ["FROM_DATA", "modelled_only"]

@@ -12,11 +12,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from parbench.advisor.figures import write_sweep_figure
-from parbench.advisor.links import LINKS, AnyLink, links_help, named_link
-from parbench.advisor.memory_calls import MEMORY_CALLS_FILE, calls_summary
-from parbench.advisor.predicted_sweep import above_ideal_notes, predict_sweep
-from parbench.advisor.published import (
+from parbench.advisor.models.links import LINKS, AnyLink, links_help, named_link
+from parbench.advisor.profiling.record_profiles import profiles_for
+from parbench.advisor.recommend.predicted_sweep import above_ideal_notes, predict_sweep
+from parbench.advisor.runs.figures import write_sweep_figure
+from parbench.advisor.runs.memory_calls import MEMORY_CALLS_FILE, calls_summary
+from parbench.advisor.runs.published import (
     PROFILES_FOLDER,
     predict_into,
     run_link,
@@ -24,8 +25,7 @@ from parbench.advisor.published import (
     stale_models,
     stored_prediction,
 )
-from parbench.advisor.record_profiles import profiles_for
-from parbench.advisor.summary import (
+from parbench.advisor.runs.summary import (
     PREDICTIONS_FILE,
     error_summary,
     fixed_costs_summary,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from parbench.advisor.op_profile import (
+from parbench.advisor.profiling.op_profile import (
     DEFAULT_STEPS,
     OpProfile,
     measure_op_profile,

@@ -11,10 +11,10 @@ import pandas as pd
 import torch
 
 from parbench import strategies
-from parbench.advisor.figures import write_projection_figure
-from parbench.advisor.links import LINKS, Link, links_help, named_link
-from parbench.advisor.projection import project
-from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.models.links import LINKS, Link, links_help, named_link
+from parbench.advisor.models.projection import project
+from parbench.advisor.profiling.record_profiles import profiles_for
+from parbench.advisor.runs.figures import write_projection_figure
 from parbench.commands.arguments import UsageError, comma_list, int_list, open_run_folder
 from parbench.commands.caches import profile_cache
 from parbench.results.collectives import measured_busbw_gbps

@@ -13,12 +13,12 @@ import pandas as pd
 import torch
 
 from parbench import strategies
-from parbench.advisor import recommend
-from parbench.advisor.gpu_shape import carried_profiles
-from parbench.advisor.layouts import candidate_configs
-from parbench.advisor.links import LINKS, NO_LINK, AnyLink, links_help
-from parbench.advisor.predicted_sweep import predict_sweep
-from parbench.advisor.record_profiles import profiles_for
+from parbench.advisor.carried.gpu_shape import carried_profiles
+from parbench.advisor.models.links import LINKS, NO_LINK, AnyLink, links_help
+from parbench.advisor.profiling.record_profiles import profiles_for
+from parbench.advisor.recommend import recommend
+from parbench.advisor.recommend.layouts import candidate_configs
+from parbench.advisor.recommend.predicted_sweep import predict_sweep
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import (
     UsageError,

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from parbench.advisor import recommend
+from parbench.advisor.recommend import recommend
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.commands.arguments import checked, new_run_folder
 from parbench.commands.environment import measuring_environment

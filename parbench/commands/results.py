@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from parbench.advisor.published import (
+from parbench.advisor.runs.published import (
     PROFILES_FOLDER,
     kept_files,
     predict_into,
@@ -15,7 +15,7 @@ from parbench.advisor.published import (
     stale_models,
     stored_prediction,
 )
-from parbench.advisor.summary import prediction_section
+from parbench.advisor.runs.summary import prediction_section
 from parbench.commands.arguments import UsageError, output_folder
 from parbench.plots import write_collectives_figure, write_figures
 from parbench.reporting.report import write_index, write_run_report

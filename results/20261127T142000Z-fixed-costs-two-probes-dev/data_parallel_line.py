@@ -3,12 +3,12 @@ at 2 images a rank (version 14) against a line through probes at 2 and 4 images 
 import sys, json
 import pandas as pd
 from pathlib import Path
-from parbench.advisor import fixed_costs as fc
-from parbench.advisor.fixed_costs import FixedCosts, probe_records
-from parbench.advisor.published import run_link, run_records, PROFILES_FOLDER
-from parbench.advisor.record_profiles import profiles_for, workload_of
-from parbench.advisor.records import _modelled_prediction, predict_record
-from parbench.advisor.cache import cached
+from parbench.advisor.profiling import fixed_costs as fc
+from parbench.advisor.profiling.fixed_costs import FixedCosts, probe_records
+from parbench.advisor.runs.published import run_link, run_records, PROFILES_FOLDER
+from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
+from parbench.advisor.runs.records import _modelled_prediction, predict_record
+from parbench.advisor.profiling.cache import cached
 from parbench.results.folder import RunFolder
 from parbench.strategies import layout_of
 

@@ -1,11 +1,11 @@
 import sys, json, statistics
 import pandas as pd
 from pathlib import Path
-from parbench.advisor import fixed_costs as fc
-from parbench.advisor.fixed_costs import FixedCosts, solve_action_cost, probe_records
-from parbench.advisor.published import run_link, run_records, PROFILES_FOLDER
-from parbench.advisor.record_profiles import profiles_for, workload_of
-from parbench.advisor.records import _modelled_prediction, predict_record
+from parbench.advisor.profiling import fixed_costs as fc
+from parbench.advisor.profiling.fixed_costs import FixedCosts, solve_action_cost, probe_records
+from parbench.advisor.runs.published import run_link, run_records, PROFILES_FOLDER
+from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
+from parbench.advisor.runs.records import _modelled_prediction, predict_record
 from parbench.results.folder import RunFolder
 from parbench.strategies import Layout, layout_of
 

@@ -20,8 +20,8 @@ import torch
 from torch.nn.parallel import parallel_apply
 
 from parbench import cli
-from parbench.advisor import models
-from parbench.advisor.profile import profile_blocks
+from parbench.advisor.models import models
+from parbench.advisor.profiling.profile import profile_blocks
 from parbench.drive.runner import run_config
 from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, parse_devices, synchronize

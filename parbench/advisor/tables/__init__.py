@@ -1,1 +1,1 @@
-"""Published training tables described in files and predicted from their setups alone."""
+"""Published multi-GPU training tables: as data or described in files, and predicted."""

@@ -5,10 +5,10 @@ what it would be without each cost. The table's own figures are never an input."
 
 from __future__ import annotations
 
-from parbench.advisor import data_parallel, models
-from parbench.advisor.gpu_references import GpuReference, choose_reference
-from parbench.advisor.gpu_shape import shaped_profile
-from parbench.advisor.published_predictions import recomputed, torchgpipe_partition
+from parbench.advisor.carried.gpu_references import GpuReference, choose_reference
+from parbench.advisor.carried.gpu_shape import shaped_profile
+from parbench.advisor.models import data_parallel, models
+from parbench.advisor.tables.published_predictions import recomputed, torchgpipe_partition
 from parbench.advisor.tables.setup import PipelineRow, ReplicaRow, TableSetup
 from parbench.families.workloads import Workload
 

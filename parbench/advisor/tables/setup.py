@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from parbench.advisor.links import Link
+from parbench.advisor.models.links import Link
 from parbench.families import MODELS
 from parbench.families.workloads import PRECISIONS
 from parbench.machine.gpus import GPUS, GpuSpec, gpu_called

@@ -2,7 +2,8 @@
 import gc, json, subprocess, sys, time
 import torch
 from torch.cuda import memory as cm
-from parbench.advisor import profile as prof, models
+from parbench.advisor.models import models
+from parbench.advisor.profiling import profile as prof
 from parbench.families.workloads import Workload
 
 MiB = 2 ** 20

@@ -4,7 +4,7 @@ the profile measured; a step anchored at its measured time carried by its roofli
 
 import pytest
 
-from parbench.advisor.carry import (
+from parbench.advisor.carried.carry import (
     PREDICTED,
     Math,
     carry_document,
@@ -12,9 +12,9 @@ from parbench.advisor.carry import (
     launch_floor_s,
     math_peak_tflops,
 )
-from parbench.advisor.carry_anchored import carry_step, roofline_s
-from parbench.advisor.op_profile.groups import OpRow
-from parbench.advisor.op_profile.store import COLUMNS
+from parbench.advisor.carried.carry_anchored import carry_step, roofline_s
+from parbench.advisor.profiling.op_profile.groups import OpRow
+from parbench.advisor.profiling.op_profile.store import COLUMNS
 from parbench.machine.gpus import GpuSpec, gpu_named
 
 

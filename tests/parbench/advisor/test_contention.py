@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from parbench.advisor import contention
+from parbench.advisor.profiling import contention
 from parbench.families.workloads import Workload
 from parbench.machine.devices import cpu_cores
 

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.advisor import data_parallel
-from parbench.advisor.links import Link
-from parbench.advisor.memory import DeviceOverheads, RankMemory
-from parbench.advisor.profile import BlockProfile, Profile
+from parbench.advisor.models import data_parallel
+from parbench.advisor.models.links import Link
+from parbench.advisor.models.memory import DeviceOverheads, RankMemory
+from parbench.advisor.profiling.profile import BlockProfile, Profile
 
 MIB = 2**20
 NAMES = ("stem", "a", "b", "head")

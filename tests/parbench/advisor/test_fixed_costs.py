@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor import fixed_costs
-from parbench.advisor.fixed_costs import (
+from parbench.advisor.models.links import NO_LINK
+from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
+from parbench.advisor.profiling import fixed_costs
+from parbench.advisor.profiling.fixed_costs import (
     NO_FIXED_COSTS,
     FixedCosts,
     load_or_probe,
     probe_records,
     solve_action_cost,
 )
-from parbench.advisor.links import NO_LINK
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.records import fixed_costs_of, predict_record
-from parbench.advisor.schedule_replay import StageTimes, replay, schedule_actions
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.runs.records import fixed_costs_of, predict_record
 from parbench.families.workloads import Workload
 from parbench.strategies.pipeline_schedules import SCHEDULES
 
@@ -169,7 +169,7 @@ def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch)
 def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
     """ddp on one device, probed for real through the core's launcher (one process of its own):
     the cost it measured is added to the prediction once, and kept for the next."""
-    from parbench.advisor.profile import profile_blocks
+    from parbench.advisor.profiling.profile import profile_blocks
 
     record = _record("ddp", devices="cpu", world_size=1, emulated=False, global_batch=8,
                      cpu_cores_available=2)
@@ -205,8 +205,8 @@ def test_fixed_costs_are_named_as_measured():
 
 
 def test_a_probe_that_fails_leaves_the_record_predicted_and_says_why(tmp_path, monkeypatch):
-    from parbench.advisor import records
-    from parbench.advisor.costs_at_hand import measured_costs
+    from parbench.advisor.profiling.costs_at_hand import measured_costs
+    from parbench.advisor.runs import records
     from parbench.launch import LaunchError
 
     def fail(*_):
@@ -221,7 +221,7 @@ def test_a_probe_that_fails_leaves_the_record_predicted_and_says_why(tmp_path, m
 def test_the_summary_names_what_the_probes_add_and_each_that_failed():
     import pandas as pd
 
-    from parbench.advisor.summary import fixed_costs_summary
+    from parbench.advisor.runs.summary import fixed_costs_summary
 
     table = pd.DataFrame([
         dict(strategy="single", fixed_cost_probe=None, predicted_fixed_cost_s=0.0,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor.gpu_references import REFERENCES
+from parbench.advisor.carried.gpu_references import REFERENCES
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
 

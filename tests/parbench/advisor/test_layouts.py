@@ -1,9 +1,9 @@
 """Every layout parbench runs on the devices at hand, each once, predicted as a run's record of
 it would be."""
 
-from parbench.advisor.layouts import candidate_configs, option_grid, predicted_layouts
-from parbench.advisor.links import Link
-from parbench.advisor.profile import BlockProfile, Profile
+from parbench.advisor.models.links import Link
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.recommend.layouts import candidate_configs, option_grid, predicted_layouts
 from parbench.families.workloads import Workload
 from parbench.machine.devices import parse_devices
 

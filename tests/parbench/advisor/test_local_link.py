@@ -7,7 +7,7 @@ import json
 import pytest
 
 from parbench import launch
-from parbench.advisor.local_link import measured_link
+from parbench.advisor.profiling.local_link import measured_link
 from parbench.measure.collectives import COLLECTIVES
 from tests.support import CPU2, child_pids
 

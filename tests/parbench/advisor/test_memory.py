@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from parbench.advisor import data_parallel, models
-from parbench.advisor.links import Link
-from parbench.advisor.memory import RankMemory
-from parbench.advisor.memory_calls import as_planned, calls_summary, memory_calls
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.sharded_pipelines import sharded_pipelines
+from parbench.advisor.models import data_parallel, models
+from parbench.advisor.models.links import Link
+from parbench.advisor.models.memory import RankMemory
+from parbench.advisor.models.sharded_pipelines import sharded_pipelines
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.runs.memory_calls import as_planned, calls_summary, memory_calls
 from parbench.drive.runner import run_config
 from parbench.measure.tensors import DeviceLimit, TensorMemory
 from parbench.plan.config import Config

@@ -5,9 +5,9 @@ fp16's scaler steps as when nothing overflowed."""
 import pytest
 import torch
 
-from parbench.advisor.op_profile.labels import StepLabels
-from parbench.advisor.op_profile.measure import WARMUP_STEPS, Training, counted_step
-from parbench.advisor.op_profile.without_compute import count_step, counted_rows
+from parbench.advisor.profiling.op_profile.labels import StepLabels
+from parbench.advisor.profiling.op_profile.measure import WARMUP_STEPS, Training, counted_step
+from parbench.advisor.profiling.op_profile.without_compute import count_step, counted_rows
 from parbench.families.workloads import Workload
 
 RESNET = Workload(model="resnet18", image_size=32)

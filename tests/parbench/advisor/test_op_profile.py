@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from parbench.advisor.op_profile import (
+from parbench.advisor.profiling.op_profile import (
     OpProfile,
     measure_op_profile,
     read_op_profile,
     rows_of,
     write_op_profile,
 )
-from parbench.advisor.op_profile import store as op_store
+from parbench.advisor.profiling.op_profile import store as op_store
 from parbench.families.workloads import Workload
 
 RESNET = Workload(model="resnet18", image_size=32)

@@ -9,8 +9,8 @@ from pytest import approx
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import Kernel
 
-from parbench.advisor.op_profile.labels import END, MARKER, STEP
-from parbench.advisor.op_profile.trace import traced_steps
+from parbench.advisor.profiling.op_profile.labels import END, MARKER, STEP
+from parbench.advisor.profiling.op_profile.trace import traced_steps
 
 
 @dataclass

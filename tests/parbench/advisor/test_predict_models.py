@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from parbench.advisor import data_parallel, models, version
-from parbench.advisor.contention import Sharing
-from parbench.advisor.links import Link
-from parbench.advisor.memory import DeviceOverheads, RankMemory
-from parbench.advisor.profile import (
+from parbench.advisor import version
+from parbench.advisor.models import data_parallel, models
+from parbench.advisor.models.links import Link
+from parbench.advisor.models.memory import DeviceOverheads, RankMemory
+from parbench.advisor.models.schedule_replay import StageTimes
+from parbench.advisor.profiling.contention import Sharing
+from parbench.advisor.profiling.profile import (
     BlockProfile,
     Profile,
     _median_time,
@@ -25,8 +27,7 @@ from parbench.advisor.profile import (
     load_or_profile,
     profile_blocks,
 )
-from parbench.advisor.records import partition_of, predicted_beside_measured
-from parbench.advisor.schedule_replay import StageTimes
+from parbench.advisor.runs.records import partition_of, predicted_beside_measured
 from parbench.families.workloads import Workload
 from parbench.strategies.partition import Partition
 from parbench.strategies.stages import bubble_fraction
@@ -356,14 +357,14 @@ def test_the_models_files_are_those_of_their_version():
 
 def test_where_a_models_import_comes_from_is_not_the_model_but_what_it_imports_is():
     source = version.model_source
-    moved = source(b"from parbench.advisor.links import Link\n"
+    moved = source(b"from parbench.advisor.models.links import Link\n"
                    b"from strategies.partition import cut\n"
                    b"def f():\n    from parbench.advisor import models\n    return models\n")
     assert moved == source(b"from parbench.strategies.partition import cut  # moved\n"
-                           b"from parbench.advisor.links import Link\n"
+                           b"from parbench.advisor.models.links import Link\n"
                            b"def f():\n    from parbench.advisor import models\n"
                            b"    return models\n")
-    assert moved != source(b"from parbench.advisor.links import Links\n"
+    assert moved != source(b"from parbench.advisor.models.links import Links\n"
                            b"from strategies.partition import cut\n"
                            b"def f():\n    from parbench.advisor import models\n"
                            b"    return models\n")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from parbench.advisor import profile as profiling
-from parbench.advisor.profile import (
+from parbench.advisor.profiling import profile as profiling
+from parbench.advisor.profiling.profile import (
     CUDA_PROFILE_VERSION,
     PROFILE_VERSION,
     load_or_profile,

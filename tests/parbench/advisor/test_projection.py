@@ -5,9 +5,9 @@ and checked against the measured step."""
 import pandas as pd
 import pytest
 
-from parbench.advisor.links import Link, ring_allreduce_s
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.projection import project
+from parbench.advisor.models.links import Link, ring_allreduce_s
+from parbench.advisor.models.projection import project
+from parbench.advisor.profiling.profile import BlockProfile, Profile
 from parbench.cli import main
 from parbench.results.collectives import measured_busbw_gbps
 from parbench.results.folder import RunFolder

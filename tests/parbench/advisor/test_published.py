@@ -3,10 +3,10 @@ printed summary, the run's README)."""
 
 import pandas as pd
 
-from parbench.advisor.links import MeasuredLink
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.published import NOT_COVERED, left_out
-from parbench.advisor.summary import left_out_summary, left_rows, predicted_rows
+from parbench.advisor.models.links import MeasuredLink
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.runs.published import NOT_COVERED, left_out
+from parbench.advisor.runs.summary import left_out_summary, left_rows, predicted_rows
 
 MIB = 2**20
 BLOCKS = tuple(BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(MIB,),

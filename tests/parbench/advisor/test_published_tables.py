@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor import models, version
-from parbench.advisor.profile import BlockProfile, Profile, stored_profile
-from parbench.advisor.published_predictions import (
+from parbench.advisor import version
+from parbench.advisor.models import models
+from parbench.advisor.profiling.profile import BlockProfile, Profile, stored_profile
+from parbench.advisor.tables.published_predictions import (
     at_published_level,
     predict_data_parallel,
     predict_pipeline,
     recomputed,
     torchgpipe_partition,
 )
-from parbench.advisor.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
+from parbench.advisor.tables.published_tables import DLE_RESNET50, TORCHGPIPE_RESNET101
 from tests.support import script
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from parbench.advisor import recommend, record_profiles
-from parbench.advisor.links import named_link
-from parbench.advisor.recommend import (
+from parbench.advisor.models.links import named_link
+from parbench.advisor.profiling import record_profiles
+from parbench.advisor.recommend import recommend
+from parbench.advisor.recommend.recommend import (
     COUNTED,
     candidates,
     confirm_verdict,
@@ -366,7 +367,7 @@ def test_the_command_ranks_the_devices_at_hand_through_recommend_layouts(
 
 
 def test_neither_the_command_nor_the_experiment_assembles_the_pipeline_itself():
-    """Both predict and rank through parbench.advisor.recommend's recommend_layouts and
+    """Both predict and rank through parbench.advisor.recommend.recommend's recommend_layouts and
     rank_layouts, so that the published experiment judges what the command recommends."""
     for path in ("parbench/commands/recommend.py", "benchmarks/recommend/experiment.py"):
         source = (ROOT / path).read_text()

@@ -3,7 +3,7 @@ action lists."""
 
 import pytest
 
-from parbench.advisor.schedule_replay import StageTimes, replay, schedule_actions
+from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
 from parbench.strategies.pipeline_schedules import SCHEDULES
 
 EQUAL = StageTimes(forward_s=1.0, input_grad_s=1.0, weight_grad_s=1.0)

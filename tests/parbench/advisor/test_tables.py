@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from parbench.advisor.gpu_references import REFERENCES, choose_reference
+from parbench.advisor.carried.gpu_references import REFERENCES, choose_reference
 from parbench.advisor.tables.predict import predict_setup
 from parbench.advisor.tables.setup import read_setup
 from parbench.machine.gpus import gpu_named

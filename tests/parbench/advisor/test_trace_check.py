@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from parbench.advisor import models
-from parbench.advisor.links import Link
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.schedule_replay import StageTimes
-from parbench.advisor.trace_check import replayed_trace, trace_stage_times
+from parbench.advisor.models import models
+from parbench.advisor.models.links import Link
+from parbench.advisor.models.schedule_replay import StageTimes
+from parbench.advisor.models.trace_check import replayed_trace, trace_stage_times
+from parbench.advisor.profiling.profile import BlockProfile, Profile
 from parbench.strategies.partition import Partition
 
 NAMES = ("stem", "a", "b", "head")

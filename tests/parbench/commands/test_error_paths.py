@@ -30,7 +30,7 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from parbench.advisor.published import PREDICTION_FILE
+from parbench.advisor.runs.published import PREDICTION_FILE
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main
 from parbench.families.workloads import Workload
@@ -118,7 +118,7 @@ def _held_out_run(tmp_path, stored: dict) -> RunFolder:
 ], ids=["older-version", "changed-sources"])
 def test_a_held_out_run_whose_predictions_cannot_be_made_again_is_refused_and_kept(
         tmp_path, capsys, monkeypatch, stored, why):
-    from parbench.advisor import record_profiles
+    from parbench.advisor.profiling import record_profiles
 
     monkeypatch.setattr(record_profiles, "_profile", lambda *args, **kwargs: pytest.fail(
         "profiled before the run was refused"))
@@ -145,7 +145,7 @@ RECOMMEND = ["recommend", *TINY_FLAGS, "--devices", "2", "--batch-size", "8", "-
 ], ids=["unknown-link", "no-bandwidth", "gpu-with-confirm"])
 def test_recommend_refuses_a_link_it_does_not_know_and_a_gpu_it_cannot_measure(
         tmp_path, capsys, monkeypatch, argv, message):
-    from parbench.advisor import record_profiles
+    from parbench.advisor.profiling import record_profiles
 
     monkeypatch.setattr(record_profiles, "_profile", lambda *args, **kwargs: pytest.fail(
         "profiled before the input was refused"))

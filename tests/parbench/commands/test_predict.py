@@ -13,13 +13,15 @@ import pandas as pd
 import pytest
 import torch
 
-from parbench.advisor import models, record_profiles, records
-from parbench.advisor.contention import CONTENTION_VERSION, slowdown_path
-from parbench.advisor.fixed_costs import NO_FIXED_COSTS
-from parbench.advisor.links import Link
-from parbench.advisor.predicted_sweep import above_ideal_notes
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.summary import prediction_section
+from parbench.advisor.models import models
+from parbench.advisor.models.links import Link
+from parbench.advisor.profiling import record_profiles
+from parbench.advisor.profiling.contention import CONTENTION_VERSION, slowdown_path
+from parbench.advisor.profiling.fixed_costs import NO_FIXED_COSTS
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.recommend.predicted_sweep import above_ideal_notes
+from parbench.advisor.runs import records
+from parbench.advisor.runs.summary import prediction_section
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main
 from parbench.families.workloads import Workload
@@ -442,7 +444,7 @@ def test_the_default_profile_cache_is_a_folder_per_host(monkeypatch):
     keep theirs apart; a folder given is used as it is."""
     import platform
 
-    from parbench.advisor.record_profiles import DEFAULT_CACHE
+    from parbench.advisor.profiling.record_profiles import DEFAULT_CACHE
     from parbench.commands.caches import profile_cache
 
     monkeypatch.setattr(platform, "node", lambda: "node-a.cluster")

@@ -5,7 +5,7 @@ next is still measured, and the summary table."""
 import pytest
 import torch
 
-from parbench.advisor.op_profile import read_op_profile
+from parbench.advisor.profiling.op_profile import read_op_profile
 from parbench.cli import main
 from parbench.commands import profile as profile_command
 

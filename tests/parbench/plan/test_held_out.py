@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from parbench.advisor import version
-from parbench.advisor.naive import naive_step_s
-from parbench.advisor.profile import BlockProfile, Profile
-from parbench.advisor.published import kept_files, stale_models
-from parbench.advisor.ranking import ranking
+from parbench.advisor.models.naive import naive_step_s
+from parbench.advisor.profiling.profile import BlockProfile, Profile
+from parbench.advisor.runs.published import kept_files, stale_models
+from parbench.advisor.runs.ranking import ranking
 from parbench.advisor.version import PREDICTOR_VERSION
 from parbench.cli import main, parser
 from parbench.commands.run import build_sweep, spec_of

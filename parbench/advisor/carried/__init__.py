@@ -1,0 +1,1 @@
+"""Steps on a GPU that is not here, carried from steps measured on another: PREDICTED."""

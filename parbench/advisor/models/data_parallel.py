@@ -1,0 +1,149 @@
+"""Data-parallel steps predicted from a profile and a link: every rank computes its share of
+the batch. DDP all-reduces gradient buckets as backward fills them, behind the rest of
+backward; FSDP all-gathers each block's parameters before use and reduce-scatters its
+gradients after, each on a stream of its own. Only what compute cannot hide shows, except
+where the ranks share a CPU's every core: there a collective's work takes the cores from the
+compute, and none of it is hidden."""
+
+from __future__ import annotations
+
+from parbench.advisor.models.links import AnyLink
+from parbench.advisor.models.memory import RankMemory
+from parbench.advisor.models.models import Prediction
+from parbench.advisor.profiling.profile import Profile
+
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_ready_times", "ddp", "fsdp", "hsdp"]
+
+# DDP's defaults: bucket_cap_mb=25, and a first bucket of 1 MiB so communication starts early.
+BUCKET_BYTES = 25 * 2**20
+FIRST_BUCKET_BYTES = 2**20
+
+
+def bucket_ready_times(profile: Profile, first_bytes: int = FIRST_BUCKET_BYTES,
+                       bytes_per_bucket: int = BUCKET_BYTES) -> list[tuple[float, int]]:
+    """(when, bytes) of each bucket, from the start of backward, as DDP assigns them:
+    parameters in reverse order, a bucket closed once it holds at least its cap (a tensor is
+    never split). A block's gradients are ready when its backward ends (blocks run last to
+    first); the last bucket goes when backward ends."""
+    buckets, filling, clock, cap = [], 0, 0.0, first_bytes
+    for block in reversed(profile.blocks):
+        clock += block.input_grad_s + block.weight_grad_s
+        for size in reversed(block.parameter_sizes):
+            filling += size
+            if filling >= cap:
+                buckets.append((clock, filling))
+                filling, cap = 0, bytes_per_bucket
+    if filling:
+        buckets.append((clock, filling))
+    return buckets
+
+
+def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False,
+        bucket_view: bool = False, zero: bool = False) -> Prediction:
+    """`ranks` ranks each on the profiled micro-batch (the global batch's share): forward, then
+    backward with the buckets' all-reduces overlapped (after it, with `shared_cores`); the step
+    ends when both have, and each rank steps the optimiser over every parameter (with `zero`,
+    ZeroRedundancyOptimizer: over its 1/ranks of them, holding only their momentum, then
+    every rank's updated share is broadcast: an all-gather of the parameters). Each rank
+    holds the buckets' flat copy of the gradients (none with `bucket_view`: the gradients
+    are views into the buckets)."""
+    forward = sum(block.forward_s for block in profile.blocks)
+    backward = sum(block.input_grad_s + block.weight_grad_s for block in profile.blocks)
+    buckets = bucket_ready_times(profile)
+    allreduces = [link.allreduce_s(size, ranks) if ranks > 1 else 0.0 for _, size in buckets]
+    if shared_cores:
+        communication_end = backward + sum(allreduces)
+    else:
+        communication_end = 0.0
+        for (ready, _), allreduce in zip(buckets, allreduces, strict=True):
+            communication_end = max(ready, communication_end) + allreduce
+    optimizer = profile.optimizer_s / ranks if zero else profile.optimizer_s
+    broadcast = link.collective_s("all_gather", profile.parameter_bytes, ranks) \
+        if zero and ranks > 1 else 0.0
+    step = forward + max(backward, communication_end) + optimizer + broadcast
+    saved = sum(block.saved_bytes for block in profile.blocks)
+    parameters = profile.parameter_bytes
+    memory = RankMemory((2 + (1 / ranks if zero else 1)) * parameters, saved,
+                        bucket_bytes=0 if bucket_view else parameters)
+    return Prediction("ddp", profile.micro_batch * ranks, step, (memory,) * ranks,
+                      bubble=max(0.0, 1 - (forward + backward + optimizer) / step),
+                      overheads=profile.overheads)
+
+
+def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
+         shared_cores: bool = False) -> Prediction:
+    """FSDP2 as parbench wraps it: a unit per residual block and a root (stem and head),
+    gathered once. Each unit's parameters are all-gathered before its forward and, when
+    resharded after forward, again before its backward; each unit's gradient is
+    reduce-scattered once its backward ends, on a stream of its own. Backward prefetches the
+    next unit's gather; forward does not, but on a GPU the CPU issues it ahead of the compute
+    it queued, which overlaps the same way; on a CPU the gather waits for the block before.
+    The step ends when compute and the last reduce-scatter have (with `shared_cores`: every
+    collective after the other, none hidden), then each rank steps the optimiser over its
+    shard."""
+    return _sharded("fsdp", profile, ranks, ranks, link, reshard, shared_cores)
+
+
+def hsdp(profile: Profile, ranks: int, shard_size: int, link: AnyLink, reshard: bool = True,
+         shared_cores: bool = False) -> Prediction:
+    """HSDP: fsdp's step within each group of `shard_size` ranks (its gathers and
+    reduce-scatters over the group), and each reduce-scattered shard then all-reduced across
+    the ranks/shard_size groups that hold the same shard, behind the reduce-scatter."""
+    return _sharded("hsdp", profile, ranks, shard_size, link, reshard, shared_cores)
+
+
+def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: AnyLink,
+             reshard: bool, shared_cores: bool) -> Prediction:
+    blocks = profile.blocks
+    root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
+    units = range(1, len(blocks) - 1)
+    issued_ahead = profile.device.startswith("cuda")
+    replicas = ranks // shard_size
+
+    spent = []  # every collective's time, as issued
+
+    def collective(kind: str, size: int) -> float:
+        spent.append(link.collective_s(kind, size, shard_size))
+        if kind == "reduce_scatter" and replicas > 1:  # the shard, across the groups
+            spent[-1] += link.allreduce_s(size / shard_size, replicas)
+        return spent[-1]
+
+    gathering = compute = collective("all_gather", root)  # the root first, alone
+    issued = 0.0  # when the block before started: where a gather issued ahead starts
+    for i in range(len(blocks)):
+        if i in units:
+            start = max(gathering, issued if issued_ahead else compute)
+            gathering = start + collective("all_gather", blocks[i].parameter_bytes)
+            compute = max(compute, gathering)
+        issued, compute = compute, compute + blocks[i].forward_s
+    reducing = 0.0
+    for i in reversed(range(len(blocks))):
+        if reshard and i in units:
+            gathering = max(gathering, issued) + collective("all_gather",
+                                                            blocks[i].parameter_bytes)
+            compute = max(compute, gathering)
+        issued, compute = compute, compute + blocks[i].input_grad_s + blocks[i].weight_grad_s
+        if i in units:
+            reducing = max(reducing, compute) + collective("reduce_scatter",
+                                                           blocks[i].parameter_bytes)
+    reducing = max(reducing, compute) + collective("reduce_scatter", root)
+    busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
+    step = (busy + sum(spent) if shared_cores else max(compute, reducing)) \
+        + profile.optimizer_s / shard_size
+    busy += profile.optimizer_s / shard_size
+    return Prediction(name, profile.micro_batch * ranks, step,
+                      (_sharded_memory(profile, shard_size, reshard),) * ranks,
+                      bubble=max(0.0, 1 - busy / step), overheads=profile.overheads)
+
+
+def _sharded_memory(profile: Profile, shards: int, reshard: bool) -> RankMemory:
+    """Parameters, gradients and momentum sharded `shards` ways, the saved activations, and
+    what is gathered at once: the root and two units (one computing, the next prefetched), or
+    every unit when none is resharded after forward (they stay gathered until their
+    backward)."""
+    blocks = profile.blocks
+    root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
+    largest = max(block.parameter_bytes for block in blocks[1:-1])
+    gathered = root + (2 * largest if reshard else profile.parameter_bytes - root)
+    return RankMemory.of(profile.parameter_bytes, sum(b.saved_bytes for b in blocks), shards,
+                         gathered_bytes=gathered)

@@ -1,0 +1,1 @@
+"""What the device at hand costs, measured and kept: profiles, contention, probes, its link."""

@@ -1,0 +1,203 @@
+"""What a strategy's step costs beyond its profiled compute and its bytes on the link, measured
+on the device at hand: the same strategy, ranks and options run through the core's launcher on
+micro-batches of PROBE_IMAGES images (the probe), less what the models predict for the probe
+without it. A multi-process pipeline is probed at two micro-batch counts: what the longer
+costs beyond the shorter is per action (the pipelining runtime's own work, its sends' and
+receives' latency), what both cost beyond that is per step (pipeline-fsdp's gathers' and
+reductions' hooks and copies, the schedule's setup). A data-parallel layout is probed once, its
+cost per step (DDP's hooks and bucket copies, FSDP's unit hooks and DTensor copies, a
+collective's waits for the slower rank beyond the one a step that emulated devices' lock-step
+contention counts: a model's buckets and units are the same at any batch). A one-rank group
+costs what it measures. Cached beside the profiles."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from parbench.advisor.profiling.cache import cached, settings_key
+from parbench.advisor.runs.fields import number
+from parbench.families.workloads import Workload
+from parbench.launch import measure
+from parbench.machine.devices import parse_devices
+from parbench.plan.config import Config
+from parbench.strategies import Layout, layout_of
+
+__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "probe_records",
+           "probed", "solve_action_cost"]
+
+FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are measured again
+# Images a micro-batch (a data-parallel rank's share) holds in the probe: the fewest that
+# BatchNorm trains on where a ResNet's last block is 1x1 pixel, so compute is least.
+PROBE_IMAGES = 2
+PROBE_WARMUP, PROBE_STEPS = 2, 8
+PROBE_TIMEOUT_S = 300.0  # a probe is seconds of work: one that hangs is ended, not waited on
+# Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
+_PER_ACTION = (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
+_PER_STEP = (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Seconds a prediction adds beyond compute and the link: to every compute action of a
+    multi-process pipeline (F, B, I or W), and once to a step (a pipeline's beyond its
+    actions', a data-parallel layout's); `probe` says what was measured (empty: nothing, as
+    for hardware that is not here)."""
+
+    per_action_s: float = 0.0
+    per_step_s: float = 0.0
+    probe: str = ""
+
+
+NO_FIXED_COSTS = FixedCosts()
+
+
+def probed(record: dict) -> bool:
+    """Whether a record's layout has fixed costs a probe measures."""
+    return layout_of(str(record["strategy"])) in _PER_ACTION + _PER_STEP
+
+
+def probe_records(record: dict) -> tuple[dict, ...]:
+    """The probes of `record`'s configuration: its strategy, devices, ranks and options, on
+    micro-batches of PROBE_IMAGES images, never the record's own configuration. A pipeline's
+    two: at 2 and 4 micro-batches a rank of its stages (one a rank more where that is the
+    record itself), or, where the record has fewer than 2 a rank, at the record's own count
+    (in micro-batches of twice PROBE_IMAGES where the record's are PROBE_IMAGES) and 2 a rank,
+    so its fixed costs are measured there, not extrapolated below the probes. A
+    data-parallel layout's one, a rank PROBE_IMAGES images."""
+    layout = layout_of(str(record["strategy"]))
+    options = dict(record.get("strategy_options") or {})
+    ranks = int(record.get("world_size") or 1)
+    if layout in _PER_ACTION:
+        pipelines = int(options.get("pipelines") or 1)
+        stages = ranks // pipelines
+        recorded = int(number(record.get("micro_batches")) or 0)
+        below = 0 < recorded < 2 * stages
+        probes = []
+        for micro_batches in ((recorded, 2 * stages) if below else (2 * stages, 4 * stages)):
+            images = PROBE_IMAGES
+            if _is_split(record, images, images * micro_batches * pipelines):
+                if below:  # the record's own count: larger micro-batches, as few
+                    images *= 2
+                else:
+                    micro_batches += stages
+            probes.append({**record, "strategy_options": {**options, "split_size": images},
+                           "split_size": images, "micro_batches": micro_batches,
+                           "global_batch": images * micro_batches * pipelines})
+        return tuple(probes)
+    images = 2 * PROBE_IMAGES if int(record["global_batch"]) == PROBE_IMAGES * ranks \
+        else PROBE_IMAGES
+    return ({**record, "strategy_options": options, "global_batch": images * ranks},)
+
+
+def _is_split(record: dict, split: int, batch: int) -> bool:
+    """Whether the record is `batch` images in micro-batches of `split` (the probe itself)."""
+    recorded = number(record.get("split_size"))
+    return recorded == split and int(record["global_batch"]) == batch
+
+
+def _config(probe: dict, workload: Workload) -> Config:
+    options = {k: v for k, v in probe["strategy_options"].items() if v is not None}
+    return Config(str(probe["strategy"]), workload, int(probe["global_batch"]),
+                  parse_devices(str(probe["devices"])), warmup=PROBE_WARMUP, steps=PROBE_STEPS,
+                  threads_per_device=int(probe.get("threads_per_device") or 1),
+                  options=options, timeout_s=PROBE_TIMEOUT_S,
+                  backend=str(probe.get("backend") or "auto"))
+
+
+def _measured(probe: dict, workload: Workload) -> dict:
+    """The probe run once through the core's launcher: its median step and its cut."""
+    config = _config(probe, workload)
+    reason = config.refusal() or config.unavailable_reason()
+    if reason:
+        raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
+    measured = measure(config)
+    assert measured is not None  # rank 0 of a launcher of this machine's own
+    return {"step_s": statistics.median(measured.step_times_s), "global_batch": config.global_batch,
+            "partition": measured.partition, "micro_batches": measured.micro_batches}
+
+
+def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
+    """The cost per action that makes `predicted_step(cost)` (increasing in it) equal the
+    measured seconds: 0 where the prediction without it is already as slow (no cost is
+    negative), by bisection to a microsecond."""
+    if predicted_step(0.0) >= measured_s:
+        return 0.0
+    low, high = 0.0, max(measured_s, 1e-3)
+    while predicted_step(high) < measured_s:  # widened until it brackets the cost
+        low, high = high, 2 * high
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        low, high = (middle, high) if predicted_step(middle) < measured_s else (low, middle)
+    return (low + high) / 2
+
+
+def _path(cache: Path, probe: dict, workload: Workload) -> Path:
+    options = {k: v for k, v in probe["strategy_options"].items()
+               if k not in ("split_size", "balance")}
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    settings = settings_key(workload, str(probe["device_kind"]),
+                            int(probe.get("threads_per_device") or 1), PROBE_IMAGES)
+    devices = len(str(probe["devices"]).split(","))
+    # a pipeline's probe in micro-batches other than PROBE_IMAGES says so: it may hold as
+    # many images as another probe of the same configuration
+    split = number(probe.get("split_size"))
+    sized = f"-s{int(split)}" if layout_of(str(probe["strategy"])) in _PER_ACTION \
+        and split and split != PROBE_IMAGES else ""
+    return (cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}{sized}"
+                    f"-g{probe['global_batch']}.json")
+
+
+def load_or_probe(cache: Path, record: dict, workload: Workload,
+                  predict: Callable[[dict, FixedCosts], float]) -> FixedCosts:
+    """`record`'s fixed costs from its probes (measured and cached where there are none):
+    `predict(probe record, costs)` is the models' step for a probe with those costs."""
+    if not probed(record):
+        return NO_FIXED_COSTS
+    probes, steps = [], []
+    for probe in probe_records(record):
+        stored = cached(_path(cache, probe, workload), FIXED_COSTS_VERSION,
+                        functools.partial(_measured, probe, workload))
+        probes.append({**probe, "partition": stored["partition"] or probe.get("partition"),
+                       "micro_batches": stored["micro_batches"] or probe.get("micro_batches")})
+        steps.append(stored["step_s"])
+    label = _label(probes, steps)
+    if len(probes) == 1:
+        extra = steps[0] - predict(probes[0], NO_FIXED_COSTS)
+        return FixedCosts(per_step_s=max(0.0, extra), probe=label)
+    short, long = probes
+
+    def longer_by(cost: float) -> float:  # the longer probe's step beyond the shorter's
+        costs = FixedCosts(per_action_s=cost)
+        return predict(long, costs) - predict(short, costs)
+
+    # per action: what the longer probe's extra actions cost beyond their compute
+    cost = solve_action_cost(longer_by, steps[1] - steps[0])
+    # per step: what both probes measured beyond their actions' costs, on average
+    left = [measured - predict(probe, FixedCosts(per_action_s=cost))
+            for probe, measured in zip(probes, steps, strict=True)]
+    return FixedCosts(per_action_s=cost, per_step_s=max(0.0, statistics.fmean(left)),
+                      probe=label)
+
+
+def _label(probes: list[dict], steps: list[float]) -> str:
+    """What the probes were and measured, as predictions.csv says it."""
+    first = probes[0]
+    measured = " and ".join(f"{step:.4g}" for step in steps)
+    if len(probes) == 1:
+        images = f"{int(first['global_batch']) // int(first.get('world_size') or 1)} a rank"
+        return (f"{first['strategy']} on {first['global_batch']} images ({images}): "
+                f"{measured} s measured")
+    sizes = {int(probe["split_size"]) for probe in probes}
+    if len(sizes) == 1:
+        batches = " and ".join(str(probe["global_batch"]) for probe in probes)
+        return (f"{first['strategy']} on {batches} images ({sizes.pop()} a micro-batch): "
+                f"{measured} s measured")
+    each = " and ".join(f"{probe['global_batch']} ({int(probe['split_size'])} a micro-batch)"
+                        for probe in probes)
+    return f"{first['strategy']} on {each} images: {measured} s measured"

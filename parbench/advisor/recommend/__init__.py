@@ -1,0 +1,1 @@
+"""Layouts on the devices at hand predicted and ranked into a recommendation."""

@@ -1,0 +1,1 @@
+"""A run's records beside their predictions: errors, memory calls, ranking, figures, files."""
