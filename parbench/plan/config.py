@@ -7,14 +7,11 @@ import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from parbench import strategies
 from parbench.families.workloads import Workload, compile_text
 from parbench.machine.devices import DeviceSet
-
-if TYPE_CHECKING:
-    from parbench.plan.planning import RunPlan
+from parbench.plan.planning import RunPlan, plan_config
 
 __all__ = ["SCALINGS", "Config", "compile_variants", "expand_sweep", "options_for",
            "weakly_scaled"]
@@ -67,8 +64,6 @@ class Config:
     def plan(self) -> RunPlan:
         """How this configuration runs here, or why it cannot: decided once, here
         (`parbench.plan.planning`)."""
-        from parbench.plan.planning import plan_config  # it reads this module's Config
-
         return plan_config(self)
 
     def refusal(self) -> str | None:

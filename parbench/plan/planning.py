@@ -14,7 +14,7 @@ from parbench import strategies
 from parbench.machine.cluster import job
 from parbench.machine.devices import DeviceSet, format_bytes, host_memory_bytes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: config.py imports this module
     from parbench.plan.config import Config
 
 __all__ = ["BACKENDS", "REFUSAL_KINDS", "ConfigError", "LauncherKind", "PlanRefused", "Refusal",
