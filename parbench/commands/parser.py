@@ -41,4 +41,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS:
         command.add_parsers(commands)
+    # `parbench run --experiment` runs its experiment's `then` steps, parbench commands: this
+    # parser, handed to it here since this module imports commands/run.py.
+    commands.choices["run"].set_defaults(parse_command=root.parse_args)
     return root

@@ -56,9 +56,9 @@ def command_run(args: argparse.Namespace) -> int:
     if args.resume:
         folder = open_run_folder(args.resume)
         spec = _resumed_spec(args, folder)
-        return _then(spec, _run_and_record(args, build_sweep(spec), folder))
+        return _then(args, spec, _run_and_record(args, build_sweep(spec), folder))
     spec = spec_of(args)
-    return _then(spec, _run_and_record(args, build_sweep(spec)))
+    return _then(args, spec, _run_and_record(args, build_sweep(spec)))
 
 
 def _refuse_a_seed_drawn_before(args: argparse.Namespace) -> None:
@@ -82,18 +82,18 @@ def _exit_status(measured: RunFolder | int) -> int:
     return 0 if isinstance(measured, RunFolder) else measured
 
 
-def _then(spec: SweepSpec, measured: RunFolder | int) -> int:
+def _then(args: argparse.Namespace, spec: SweepSpec, measured: RunFolder | int) -> int:
     """What the run's experiment does with the run once it is measured (`then`: parbench
-    commands, `{run}` standing for its folder), each a step of its own: one that fails says
-    so and leaves every record in place."""
+    commands, `{run}` standing for its folder, parsed by the whole command line's parser,
+    `args.parse_command`), each a step of its own: one that fails says so and leaves every
+    record in place."""
     if isinstance(measured, int):
         return measured
     steps = experiments.load(spec.experiment).then if spec.experiment else []
-    from parbench.commands.parser import parser  # it imports this module
     for step in steps:
         argv = [part.replace("{run}", str(measured.path)) for part in step]
         print(f"then: parbench {' '.join(argv)}", file=sys.stderr, flush=True)
-        step_args = parser().parse_args(argv)
+        step_args = args.parse_command(argv)
         status = step_args.handler(step_args)
         if status:
             return status
