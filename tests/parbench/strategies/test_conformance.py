@@ -20,7 +20,7 @@ from parbench.plan.config import Config, options_for
 from parbench.results.record import FIELDS
 from tests.support import CPU2, plain_pytest_env
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = strategies.names()
 # Micro-batches of 2 for the strategies that take a split (the verifier's baseline accumulates
 # over the same ones); every other option at its default.

@@ -17,7 +17,7 @@ from parbench.strategies import StrategyError
 from tests.support import one_rank
 
 CPU = torch.device("cpu")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GPU0, GPU1 = torch.device("cuda:0"), torch.device("cuda:1")
 
 
