@@ -19,18 +19,6 @@ KNOWN_CYCLES: dict[tuple[str, str], str] = {
     # each importing base.py: all twelve modules are one cycle.
     ("parbench.strategies.base", "parbench.strategies"): "base.py <-> strategies/__init__.py",
 }
-# Private names of parbench the scripts of benchmarks/ and results/ still use, each as
-# (script, the private name): to be removed, by a public name in parbench (each is in a
-# module under parbench/advisor/, being regrouped) and the script's use of it.
-KNOWN_PRIVATE_USES: frozenset[tuple[str, str]] = frozenset({
-    ("benchmarks/contention/takes.py", "_slowdowns"),  # advisor's contention
-    *((f"results/20261127T142000Z-fixed-costs-two-probes-dev/{script}", name)
-      for script, name in (("data_parallel_line.py", "_modelled_prediction"),  # records
-                           ("data_parallel_line.py", "_path"),  # fixed_costs
-                           ("data_parallel_line.py", "_measured"),  # fixed_costs
-                           ("two_probes.py", "_modelled_prediction"),
-                           ("two_probes.py", "_path"))),
-})
 
 
 def _ours(path: Path) -> bool:
@@ -222,14 +210,9 @@ def _scripts() -> list[Path]:
 
 
 def test_scripts_use_public_names_of_parbench():
-    uses = {(str(path.relative_to(ROOT)), next(p for p in name.split(".") if _private(p))):
-            f"{line} {name}" for path in _scripts()
-            for line, name in _private_uses(ast.parse(path.read_text(), str(path)))}
-    new = [f"{path}:{where}" for (path, private), where in sorted(uses.items())
-           if (path, private) not in KNOWN_PRIVATE_USES]
-    assert not new, "private names of parbench used:\n" + "\n".join(new)
-    gone = sorted(KNOWN_PRIVATE_USES - set(uses))
-    assert not gone, f"no longer used: remove them from KNOWN_PRIVATE_USES: {gone}"
+    uses = [f"{path.relative_to(ROOT)}:{line} {name}" for path in _scripts()
+            for line, name in sorted(_private_uses(ast.parse(path.read_text(), str(path))))]
+    assert not uses, "private names of parbench used:\n" + "\n".join(uses)
 
 
 def test_the_private_check_sees_private_names_and_modules():

@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from unittest import mock
 
-from parbench.advisor.profiling import contention
+from parbench.advisor.model_parts import measure_slowdown_answers
 from parbench.families.workloads import Workload
 
 
@@ -21,9 +20,8 @@ def take(workload: Workload, micro_batch: int, processes: int) -> tuple[float, f
     """One measurement, contention.measure_slowdown's own: (the first process's slowdown, the
     processes' mean), each the median over contention.ROUNDS rounds, both read from the
     answers it gathered (its reading, the mean, is what it returns)."""
-    with mock.patch.object(contention, "_slowdowns", wraps=contention._slowdowns) as read:
-        mean = contention.measure_slowdown(workload, micro_batch, processes)["slowdown"]
-    [answers] = read.call_args.args
+    slowdowns, answers = measure_slowdown_answers(workload, micro_batch, processes)
+    mean = slowdowns["slowdown"]
     first = statistics.median(together / alone for _, alone, together, _ in answers
                               if not math.isnan(alone))
     return first, mean

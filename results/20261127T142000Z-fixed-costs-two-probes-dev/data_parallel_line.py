@@ -7,7 +7,8 @@ from parbench.advisor.profiling import fixed_costs as fc
 from parbench.advisor.profiling.fixed_costs import FixedCosts, probe_records
 from parbench.advisor.runs.published import run_link, run_records, PROFILES_FOLDER
 from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
-from parbench.advisor.runs.records import _modelled_prediction, predict_record
+from parbench.advisor.runs.records import predict_record
+from parbench.advisor.model_parts import measure_probe, modelled_prediction, probe_path
 from parbench.advisor.profiling.cache import cached
 from parbench.results.folder import RunFolder
 from parbench.strategies import layout_of
@@ -31,12 +32,12 @@ def main():
             p4 = {**p2, "global_batch": i4 * ranks}
             m = {}
             for p in (p2, p4):
-                st = cached(fc._path(cache, p, wl), fc.FIXED_COSTS_VERSION, lambda p=p: fc._measured(p, wl))
-                m[p["global_batch"] // ranks] = st["step_s"] - _modelled_prediction(p, prof, link).step_time_s
+                st = cached(probe_path(cache, p, wl), fc.FIXED_COSTS_VERSION, lambda p=p: measure_probe(p, wl))
+                m[p["global_batch"] // ranks] = st["step_s"] - modelled_prediction(p, prof, link).step_time_s
             ir = r["global_batch"] // ranks
             slope = (m[i4] - m[i2]) / (i4 - i2)
             f_line = max(0.0, m[i2] + slope * (ir - i2))
-            base = _modelled_prediction(r, prof, link).step_time_s
+            base = modelled_prediction(r, prof, link).step_time_s
             meas = r["step_time_median_s"]
             out.append(dict(run=Path(d).name, strategy=r["strategy"], model=r["model"], px=r["image_size"], ranks=ranks,
                             images_a_rank=ir, measured_s=meas, model_s=base, fixed_at_2=m[i2], 

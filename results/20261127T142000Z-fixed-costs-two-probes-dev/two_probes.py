@@ -5,7 +5,8 @@ from parbench.advisor.profiling import fixed_costs as fc
 from parbench.advisor.profiling.fixed_costs import FixedCosts, solve_action_cost, probe_records
 from parbench.advisor.runs.published import run_link, run_records, PROFILES_FOLDER
 from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
-from parbench.advisor.runs.records import _modelled_prediction, predict_record
+from parbench.advisor.runs.records import predict_record
+from parbench.advisor.model_parts import modelled_prediction, probe_path
 from parbench.results.folder import RunFolder
 from parbench.strategies import Layout, layout_of
 
@@ -24,10 +25,10 @@ for d in sys.argv[1:]:
         wl = workload_of(r)
         probes = []
         for p in probe_records(r):
-            st = json.loads(fc._path(cache, p, wl).read_text())
+            st = json.loads(probe_path(cache, p, wl).read_text())
             probes.append(({**p, "partition": st["partition"] or p.get("partition"),
                             "micro_batches": st["micro_batches"] or p.get("micro_batches")}, st["step_s"]))
-        P = lambda rec, c=0.0, a=0.0: _modelled_prediction(rec, prof, link, FixedCosts(per_action_s=c, per_step_s=a)).step_time_s
+        P = lambda rec, c=0.0, a=0.0: modelled_prediction(rec, prof, link, FixedCosts(per_action_s=c, per_step_s=a)).step_time_s
         (ps, ms), (pl, ml) = probes
         K = r["world_size"] // int((r.get("strategy_options") or {}).get("pipelines") or 1)
         p2k, m2k = (ps, ms) if ps["micro_batches"] in (2 * K, 3 * K) and ps["split_size"] == 2 else (pl, ml)

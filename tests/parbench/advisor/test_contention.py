@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from parbench.advisor.model_parts import read_slowdowns
 from parbench.advisor.profiling import contention
 from parbench.families.workloads import Workload
 from parbench.machine.devices import cpu_cores
@@ -103,6 +104,6 @@ def test_the_slowdown_is_every_process_s_pace_not_the_first_s():
     nan = float("nan")
     answers = [(0, 1.0, 1.0, 2.0), (0, nan, 2.0, 2.0), (0, nan, 2.0, 2.0),
                (1, 1.0, 2.0, 2.2), (1, nan, 1.0, 2.2), (1, nan, 2.0, 2.2)]
-    measured = contention._slowdowns(answers)
+    measured = read_slowdowns(answers)
     assert measured["slowdown"] == pytest.approx(5 / 3)
     assert measured["lockstep_slowdown"] == pytest.approx(2.1)

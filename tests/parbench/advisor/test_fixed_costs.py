@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from parbench.advisor.model_parts import probe_path
 from parbench.advisor.models.links import NO_LINK
 from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
 from parbench.advisor.profiling import fixed_costs
@@ -115,8 +116,7 @@ def test_a_pipeline_with_fewer_micro_batches_than_the_probes_is_probed_at_its_ow
 def test_a_pipelines_two_probes_are_kept_apart_and_the_longer_has_more_micro_batches(record):
     short, long = probe_records(record)
     assert short["micro_batches"] < long["micro_batches"]
-    assert fixed_costs._path(Path("c"), short, WORKLOAD) != fixed_costs._path(Path("c"), long,
-                                                                               WORKLOAD)
+    assert probe_path(Path("c"), short, WORKLOAD) != probe_path(Path("c"), long, WORKLOAD)
     for probe in (short, long):
         assert (probe["global_batch"], probe["split_size"]) != (record["global_batch"],
                                                                 record["split_size"])
@@ -125,7 +125,7 @@ def test_a_pipelines_two_probes_are_kept_apart_and_the_longer_has_more_micro_bat
 def _stored(tmp_path, record: dict, *steps_s: float) -> None:
     """A record's probes' measurements kept where load_or_probe looks for them."""
     for probe, step_s in zip(probe_records(record), steps_s, strict=True):
-        path = fixed_costs._path(tmp_path, probe, WORKLOAD)
+        path = probe_path(tmp_path, probe, WORKLOAD)
         path.write_text(json.dumps({"version": fixed_costs.FIXED_COSTS_VERSION,
                                     "step_s": step_s, "partition": None,
                                     "micro_batches": None}))
@@ -244,8 +244,8 @@ def test_probes_of_different_sizes_are_kept_apart():
     small, usual = _record("ddp", global_batch=4), _record("ddp", global_batch=16)
     (small_probe,), (usual_probe,) = probe_records(small), probe_records(usual)
     assert small_probe["global_batch"] == 8 and usual_probe["global_batch"] == 4
-    assert (fixed_costs._path(Path("c"), small_probe, WORKLOAD)
-            != fixed_costs._path(Path("c"), usual_probe, WORKLOAD))
+    assert (probe_path(Path("c"), small_probe, WORKLOAD)
+            != probe_path(Path("c"), usual_probe, WORKLOAD))
 
 
 def test_the_probe_is_named_by_its_images_as_a_table_holds_the_record(tmp_path):
