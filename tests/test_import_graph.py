@@ -10,17 +10,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "parbench"
 
-# Cycles still in the graph, each named by the import that closes it, (importer, imported):
-# to be removed, each by the change that breaks it (then its entry goes, or this test fails).
-# The test drops these imports from the graph; any cycle left, or any other, fails it.
-KNOWN_CYCLES: dict[tuple[str, str], str] = {
-    # to be removed: TrainingPlan.reference_split looks up the registry (`from
-    # parbench.strategies import lookup` in its body, base.py), which imports every strategy,
-    # each importing base.py: all twelve modules are one cycle.
-    ("parbench.strategies.base", "parbench.strategies"): "base.py <-> strategies/__init__.py",
-}
-
-
 def _ours(path: Path) -> bool:
     """Not in a dot-folder (benchmarks/gpu/.carried holds timm's code, carried to a GPU loan)."""
     return not any(part.startswith(".") for part in path.relative_to(ROOT).parts)
@@ -156,16 +145,7 @@ def test_the_graph_sees_imports_inside_functions_and_skips_type_checking(tmp_pat
 
 
 def test_no_import_cycle():
-    graph = import_graph()
-    closing = {edge for edge in KNOWN_CYCLES
-               if edge[1] in graph.get(edge[0], ()) and any(
-                   edge[0] in cycle and edge[1] in cycle for cycle in cycles(graph))}
-    assert closing == set(KNOWN_CYCLES), (
-        "cycles no longer there: remove them from KNOWN_CYCLES: "
-        f"{sorted(set(KNOWN_CYCLES) - closing)}")
-    for importer, imported in KNOWN_CYCLES:
-        graph[importer].discard(imported)
-    found = cycles(graph)
+    found = cycles(import_graph())
     assert not found, "import cycles (imports inside functions count):\n" + "\n".join(
         " <-> ".join(cycle) for cycle in found)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -87,18 +88,12 @@ class TrainingPlan:
     options: OptionsBase  # with the defaults that depend on the batch and devices resolved
     # The process group connecting the ranks (gloo or nccl); None for one-process strategies.
     backend: str | None = None
-
-    @property
-    def reference_split(self) -> int | None:
-        """The micro-batch size over which `single`, accumulating gradients, makes exactly this
-        plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
-        single-device step is the reference, as for every plan of a family whose normalisation
-        sees one sample at a time (LayerNorm)."""
-        from parbench.strategies import lookup  # the registry imports this module
-
-        if not self.workload.family.batch_statistics:
-            return None
-        return lookup(self.strategy).cls.reference_split(self)
+    # The micro-batch size over which `single`, accumulating gradients, makes exactly this
+    # plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
+    # single-device step is the reference, as for every plan of a family whose normalisation
+    # sees one sample at a time (LayerNorm). Decided by the strategy when it plans
+    # (`Strategy.reference_split`).
+    reference_split: int | None = None
 
 
 class Strategy(ABC):
@@ -161,7 +156,10 @@ class Strategy(ABC):
             raise Unavailable(reason)
         resolved = options.resolved(global_batch, used)
         cls.check_slice(workload, cls.smallest_slice(global_batch, used, resolved))
-        return TrainingPlan(name, workload, global_batch, used, resolved, backend)
+        plan = TrainingPlan(name, workload, global_batch, used, resolved, backend)
+        if workload.family.batch_statistics:
+            plan = dataclasses.replace(plan, reference_split=cls.reference_split(plan))
+        return plan
 
     @classmethod
     def smallest_slice(cls, global_batch: int, devices: tuple[torch.device, ...],
