@@ -18,7 +18,7 @@ DEVICES = os.environ.get("PARBENCH_ASV_DEVICES", "cpu,cpu")
 STRATEGIES = ["single", "model-parallel", "pipeline", "pipeline-gpipe", "pipeline-1f1b",
               "pipeline-interleaved-1f1b", "pipeline-looped-bfs", "pipeline-zero-bubble",
               "pipeline-zbv", "pipeline-dualpipev", "pipeline-fsdp", "data-parallel", "ddp", "fsdp",
-              "hsdp"]
+              "hsdp", "tp", "fsdp-tp"]
 DATA_PARALLEL = ["data-parallel", "ddp", "fsdp", "hsdp"]
 MODELS = ["resnet18"]
 # The figures the benchmarks track, kept from each record.

@@ -61,20 +61,23 @@ def command_verify(args: argparse.Namespace) -> int:
     steps = at_least("--steps", args.steps, 1)
     if steps > 1 and workload.precision != "fp32":
         raise UsageError(MULTI_STEP_PRECISION)
+    tolerance = positive("--tolerance", args.tolerance)
+    notes = []  # said once every input is checked: a refusal is then the only line
     if names is None:  # every strategy its plan finds available here and training this
         names = []
         for name in strategies.names():
             plan = Config(name, workload, batch, devices,
                           options=options_for(name, options)).plan
             refused = plan.reason("workload")
-            if refused:  # --compile or fp16, which it says why it cannot train
-                print(f"note: left out {refused}")
+            if refused:  # --compile, fp16 or the model, which it says why it cannot train
+                notes.append(f"note: left out {refused}")
             # Compiled, the baseline is checked too: against itself eager.
             elif plan.available and (name != strategies.BASELINE or workload.compile):
                 names.append(name)
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
-    tolerance = positive("--tolerance", args.tolerance)
+    for note in notes:
+        print(note)
     print(_header(workload, batch, devices, args.seed, steps), flush=True)
     verdicts = verify(workload, devices, names, batch, options, tolerance,
                       at_least("--threads-per-device", args.threads_per_device, 1), steps)

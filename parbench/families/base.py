@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+import torch
 from torch import nn
 
 __all__ = ["ModelFamily"]
@@ -32,6 +33,9 @@ class ModelFamily(ABC):
     # FSDP's units by default (--fsdp-units): "block", each of `sharded_blocks` a unit, or
     # "group", each of `layer_groups`.
     fsdp_units: ClassVar[str] = "block"
+    # Why tensor parallelism cannot split this family's layers (None: `tensor_parallel`
+    # says how it does).
+    tensor_parallel_refusal: ClassVar[str | None] = None
 
     @abstractmethod
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
@@ -61,6 +65,23 @@ class ModelFamily(ABC):
         blocks, in forward order, each the modules of one unit (several are gathered as one).
         By default each of `sharded_blocks` alone."""
         return [[block] for block in self.sharded_blocks(model)]
+
+    def tensor_parallel(self, model: nn.Module) -> list[tuple[nn.Module, dict[str, str]]]:
+        """Each block tensor parallelism splits, with its plan: a submodule's name in the block
+        -> `colwise` (its output features split over the ranks) or `rowwise` (its input
+        features split, the partial outputs summed), as torch's parallelize_module applies
+        them. May swap layers for equivalent ones it can split (`unsplit` undoes that for the
+        parameters); only for a family without `tensor_parallel_refusal`."""
+        raise NotImplementedError(self.tensor_parallel_refusal)
+
+    def tensor_parallel_ways(self, model: str) -> int:
+        """What the number of tensor-parallel ranks must divide (a ViT's attention heads)."""
+        raise NotImplementedError(self.tensor_parallel_refusal)
+
+    def unsplit(self, named: list[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
+        """A model prepared by `tensor_parallel`'s full parameters (by name, in order) as the
+        model `build` makes has them, in its `parameters()` order (what verify compares)."""
+        return [tensor for _, tensor in named]
 
     def smallest_batch(self, image_size: int) -> int:
         """The fewest images a micro-batch or a replica's shard can train on at this size."""

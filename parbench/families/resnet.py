@@ -21,6 +21,10 @@ class ResNetFamily(ModelFamily):
     # FSDP shards layer1..layer4, four units (resnet50's 16 blocks made 17 units with the
     # root, each a small all-gather a GPU waits for).
     fsdp_units = "group"
+    tensor_parallel_refusal = (
+        "tensor parallelism splits linear layers by their features (torch's "
+        "parallelize_module), and a ResNet is convolutions and BatchNorm: use ddp, fsdp or a "
+        "pipeline, or a ViT (--model vit_b_16)")
 
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
         return getattr(torchvision.models, model)(weights=None, num_classes=num_classes)

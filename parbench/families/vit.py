@@ -3,16 +3,59 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import torchvision
 from torch import nn
 from torchvision.models import VisionTransformer
 
 from parbench.families.base import ModelFamily
 
-__all__ = ["VisionTransformerFamily"]
+__all__ = ["SplitAttention", "VisionTransformerFamily"]
 
 _PATCH = 16
 _GROUPS = 4  # the encoder's layer groups under --fsdp-units group
+_HEADS = {"vit_b_16": 12, "vit_l_16": 16}  # torchvision's builders' num_heads
+# How tensor parallelism splits an encoder layer, as torchtitan splits a transformer block:
+# the attention's query, key and value by heads and the MLP's first layer by features
+# (colwise), their output layers by input features, the partial sums all-reduced (rowwise).
+_LAYER_PLAN = {"self_attention.q": "colwise", "self_attention.k": "colwise",
+               "self_attention.v": "colwise", "self_attention.out": "rowwise",
+               "mlp.0": "colwise", "mlp.3": "rowwise"}
+
+
+class SplitAttention(nn.Module):
+    """An encoder layer's nn.MultiheadAttention (self-attention, batch first, no weights
+    returned) computed the same way with its packed input projection as three Linears, so that
+    tensor parallelism can split query, key and value by heads: each rank then attends over the
+    heads its shard of them holds (the head count follows from the features it is given)."""
+
+    def __init__(self, attention: nn.MultiheadAttention) -> None:
+        super().__init__()
+        width = attention.embed_dim
+        self.head_dim = width // attention.num_heads
+        self.dropout = attention.dropout
+        weights = attention.in_proj_weight.detach().split(width)
+        biases = attention.in_proj_bias.detach().split(width)
+        self.q, self.k, self.v = (nn.Linear(width, width, device=weight.device,
+                                            dtype=weight.dtype) for weight in weights)
+        with torch.no_grad():
+            for linear, weight, bias in zip((self.q, self.k, self.v), weights, biases,
+                                            strict=True):
+                linear.weight.copy_(weight)
+                linear.bias.copy_(bias)
+        self.out = attention.out_proj
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                need_weights: bool = False) -> tuple[torch.Tensor, None]:
+        batch, tokens, _ = query.shape
+
+        def heads(x: torch.Tensor) -> torch.Tensor:  # (batch, heads, tokens, head_dim)
+            return x.view(batch, tokens, -1, self.head_dim).transpose(1, 2)
+
+        attended = F.scaled_dot_product_attention(
+            heads(self.q(query)), heads(self.k(key)), heads(self.v(value)),
+            dropout_p=self.dropout if self.training else 0.0)
+        return self.out(attended.transpose(1, 2).reshape(batch, tokens, -1)), None
 
 
 class _PositionEmbedding(nn.Module):
@@ -91,3 +134,28 @@ class VisionTransformerFamily(ModelFamily):
         layers = [(f"encoder.{index}", layer)
                   for index, layer in enumerate(model.encoder.layers)]
         return [("embed", _Embed(model)), *layers, ("head", _Head(model))]
+
+    def tensor_parallel(self, model: nn.Module) -> list[tuple[nn.Module, dict[str, str]]]:
+        """Every encoder layer, its attention swapped for the same computation with query, key
+        and value apart (SplitAttention), split as torchtitan splits a transformer block."""
+        assert isinstance(model, VisionTransformer), type(model).__name__
+        for layer in model.encoder.layers:
+            layer.self_attention = SplitAttention(layer.self_attention)
+        return [(layer, dict(_LAYER_PLAN)) for layer in model.encoder.layers]
+
+    def tensor_parallel_ways(self, model: str) -> int:
+        return _HEADS[model]
+
+    def unsplit(self, named: list[tuple[str, torch.Tensor]]) -> list[torch.Tensor]:
+        """Each SplitAttention's query, key and value packed again into the in_proj_weight and
+        in_proj_bias of nn.MultiheadAttention, which hold them in that order and come first."""
+        by_name = dict(named)
+        packed: list[torch.Tensor] = []
+        for name, tensor in named:
+            prefix, _, leaf = name.rpartition(".")
+            if prefix.endswith("self_attention.q"):
+                base = prefix[:-1]
+                packed.append(torch.cat([by_name[f"{base}{part}.{leaf}"] for part in "qkv"]))
+            elif not prefix.endswith(("self_attention.k", "self_attention.v")):
+                packed.append(tensor)
+        return packed

@@ -41,8 +41,8 @@ class _SavedTensors:
     an op are state, not counted twice)."""
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
-        self._parameters = {p.untyped_storage().data_ptr() for module in modules
-                            for p in module.parameters() if not isinstance(p, DTensor)}
+        self._parameters = {_local(p).untyped_storage().data_ptr() for module in modules
+                            for p in module.parameters()}
         self._lock = threading.Lock()
         self._live: dict[int, list[int]] = {}  # storage pointer -> [bytes, references]
         self._live_bytes = 0
@@ -69,7 +69,7 @@ class _SavedTensors:
         # state, counted as such; FSDP's gathered ones are transient, not activations.
         if isinstance(tensor, nn.Parameter) or isinstance(tensor._base, nn.Parameter):
             return tensor, None
-        storage = tensor.untyped_storage()
+        storage = _local(tensor).untyped_storage()
         pointer = storage.data_ptr()
         if pointer in self._parameters:
             return tensor, None
@@ -200,3 +200,12 @@ class TensorMemory:
     def close(self) -> None:
         for saved in self._saved:
             saved.remove()
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor this process holds: a DTensor's shard (a DTensor's own storage is not one:
+    tensor parallelism saves DTensors for backward), else the tensor."""
+    if isinstance(tensor, DTensor):
+        with torch.no_grad():
+            return tensor.to_local()
+    return tensor

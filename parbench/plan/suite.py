@@ -77,5 +77,8 @@ def world_sizes(devices: DeviceSet) -> list[int]:
 
 
 def scaled_strategies() -> list[str]:
-    """The strategies whose number of ranks is swept (they take `world_size`)."""
-    return strategies.takers("world_size")
+    """The data-parallel strategies, whose number of ranks is swept (they take `world_size`;
+    tensor parallelism's ranks split each layer, and a ResNet, the suite's model, has none it
+    splits)."""
+    return [name for name in strategies.takers("world_size")
+            if not strategies.lookup(name).cls.layout.splits_layers]

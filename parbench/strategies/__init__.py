@@ -21,6 +21,7 @@ from parbench.strategies.pipeline_fsdp import PipelineFSDP
 from parbench.strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
 from parbench.strategies.rank_parallel import with_tuning
 from parbench.strategies.single import SingleDevice
+from parbench.strategies.tensor_parallel import TensorParallel
 
 __all__ = [
     "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Strategy",
@@ -38,6 +39,7 @@ class Entry:
 
     cls: type[Strategy]
     preset: dict = field(default_factory=dict)
+    layout: Layout | None = None  # where the preset lays a step out otherwise than cls.layout
 
 
 REGISTRY: dict[str, Entry] = {
@@ -56,6 +58,8 @@ REGISTRY: dict[str, Entry] = {
     "ddp": Entry(DDP),
     "fsdp": Entry(FSDP),
     "hsdp": Entry(HSDP),
+    "tp": Entry(TensorParallel, {"shard_with": "none"}),
+    "fsdp-tp": Entry(TensorParallel, {"shard_with": "fsdp"}, Layout.SHARDED_TENSOR_PARALLEL),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"
@@ -113,7 +117,7 @@ def layout_of(name: str) -> Layout | None:
     """How registered strategy `name` lays a step out over its devices (None for a name no
     longer registered, as in older records)."""
     entry = REGISTRY.get(name)
-    return entry.cls.layout if entry else None
+    return (entry.layout or entry.cls.layout) if entry else None
 
 
 def create(plan: TrainingPlan) -> Strategy:

@@ -50,6 +50,9 @@ class Layout(enum.Enum):
     TICK_PIPELINE = "micro-batches through stages in one process, clock tick by tick"
     SCHEDULED_PIPELINE = "a rank per stage, micro-batches ordered by a pipelining schedule"
     SHARDED_PIPELINES = "pipelines side by side, each stage sharded over its copies"
+    TENSOR_PARALLEL = "each layer's matrices split over the ranks, each rank on the whole batch"
+    SHARDED_TENSOR_PARALLEL = ("layers split within groups of ranks, the groups fully sharded "
+                               "data parallel")
 
     @property
     def data_parallel(self) -> bool:
@@ -66,8 +69,14 @@ class Layout(enum.Enum):
         rebuilds its buckets in its second iteration); from the third step on, within this
         CPU's noise (results/20261127T155000Z-warmup-data-parallel-dev). One process and
         single: 0.3% and 0.4%."""
-        return 2 if self.data_parallel or self in (Layout.SCHEDULED_PIPELINE,
-                                                   Layout.SHARDED_PIPELINES) else 0
+        return 2 if self.data_parallel or self in (
+            Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES, Layout.TENSOR_PARALLEL,
+            Layout.SHARDED_TENSOR_PARALLEL) else 0
+
+    @property
+    def splits_layers(self) -> bool:
+        """Each layer's matrices split over ranks (tensor parallelism)."""
+        return self in (Layout.TENSOR_PARALLEL, Layout.SHARDED_TENSOR_PARALLEL)
 
     @property
     def pipelined(self) -> bool:

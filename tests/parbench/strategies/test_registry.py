@@ -48,7 +48,8 @@ def test_every_option_is_defined_once_for_every_strategy_that_takes_it():
     assert set(specs) == {spec.name for name in strategies.names()
                           for spec in strategies.lookup(name).cls.Options.specs()
                           if not spec.preset}  # a preset (the schedule) comes with the name
-    assert strategies.takers("world_size") == ["data-parallel", "ddp", "fsdp", "hsdp"]
+    assert strategies.takers("world_size") == ["data-parallel", "ddp", "fsdp", "hsdp", "tp",
+                                               "fsdp-tp"]
 
 
 def test_too_few_devices_is_refused_with_the_numbers():

@@ -1,0 +1,197 @@
+"""Tensor parallelism (torch's parallelize_module): each layer's matrices split over the ranks
+of a mesh dimension, column- then row-wise as the model family plans it; alone (`tp`) or
+composed with FSDP2 over a second dimension (`fsdp-tp`), in torchtitan's order: split, compile,
+shard."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, ProcessPerDevice
+from parbench.strategies.errors import StrategyError, WorkloadRefused
+from parbench.strategies.fsdp import mesh_of_groups, reduce_by_sum_on_gloo, resharded_after_forward
+from parbench.strategies.options import option
+from parbench.strategies.rank_parallel import ReplicaOptions
+
+__all__ = ["TensorParallel", "TensorParallelOptions", "apply_fully_shard",
+           "apply_tensor_parallel"]
+
+STYLES: dict[str, type[ParallelStyle]] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+SHARD_WITH = ("none", "fsdp")
+
+
+def apply_tensor_parallel(plans: list[tuple[nn.Module, dict[str, str]]],
+                          mesh: DeviceMesh) -> None:
+    """Split each block's submodules over `mesh` as its plan says (colwise, rowwise), block
+    by block as torchtitan's apply_tp does."""
+    for block, plan in plans:
+        parallelize_module(block, mesh, {name: STYLES[style]() for name, style in plan.items()})
+
+
+def apply_fully_shard(model: nn.Module, blocks: list[nn.Module], mesh: DeviceMesh) -> None:
+    """fully_shard each block, then the root, over `mesh`, each block but the last resharded
+    after forward (torchtitan's apply_fsdp); gradients summed where gloo's average is wrong."""
+    reshard = resharded_after_forward("except-last", len(blocks))
+    units = [fully_shard(block, mesh=mesh, reshard_after_forward=flag)
+             for block, flag in zip(blocks, reshard, strict=True)]
+    units.append(fully_shard(model, mesh=mesh, reshard_after_forward=False))
+    reduce_by_sum_on_gloo(units)
+
+
+@dataclass(frozen=True)
+class TensorParallelOptions(ReplicaOptions):
+    """The mesh: how many ranks split each layer, and what the other dimension does."""
+
+    tp_size: int | None = option(minimum=2, label="tp", help=(
+        "ranks that split each layer (the tensor-parallel degree); it must divide the model's "
+        "attention heads and the ranks. tp: all its ranks (the default); fsdp-tp: default 2, "
+        "the other N/tp ranks FSDP's data-parallel dimension"))
+    shard_with: str = option("none", choices=SHARD_WITH, preset=True, help=(
+        "what the second mesh dimension does: none (tp alone) or fsdp (fsdp-tp)"))
+
+    def mesh_shape(self, ranks: int) -> tuple[int, int]:
+        """(data-parallel ranks, tensor-parallel ranks)."""
+        ways = self.tp_size or (ranks if self.shard_with == "none" else 2)
+        return ranks // ways, ways
+
+    def check(self, workload, global_batch, devices) -> None:
+        if workload.family.tensor_parallel_refusal:
+            raise WorkloadRefused(workload.family.tensor_parallel_refusal)
+        ranks = len(devices)
+        replicas, ways = self.mesh_shape(ranks)
+        heads = workload.family.tensor_parallel_ways(workload.model)
+        if heads % ways:
+            fits = [str(d) for d in range(2, min(heads, ranks) + 1) if heads % d == 0
+                    and ranks % d == 0]
+            raise StrategyError(f"{ways} tensor-parallel ranks do not divide {workload.model}'s "
+                                f"{heads} attention heads; give --tp-size "
+                                f"{' or '.join(fits) if fits else '2'} with as many devices "
+                                "or a multiple")
+        if self.shard_with == "none" and ways != ranks:
+            raise StrategyError(f"tp splits each layer over all its {ranks} ranks, not "
+                                f"--tp-size {ways}; give --world-size {ways}, or fsdp-tp to "
+                                "shard over the rest")
+        if self.shard_with == "fsdp" and (replicas * ways != ranks or replicas < 2):
+            raise StrategyError(f"{ranks} ranks as {replicas} x {ways} (fsdp x tp): fsdp-tp "
+                                f"needs at least 2 of each and --tp-size dividing the ranks; "
+                                f"give {2 * ways} devices or a multiple of {ways}")
+        if global_batch % replicas:
+            raise StrategyError(f"batch {global_batch} does not divide over {replicas} "
+                                f"data-parallel ranks; use a multiple of {replicas}")
+
+    def resolved(self, global_batch, devices) -> TensorParallelOptions:
+        return dataclasses.replace(self, world_size=len(devices),
+                                   tp_size=self.mesh_shape(len(devices))[1])
+
+
+class TensorParallel(ProcessPerDevice):
+    """Ranks in a (dp, tp) mesh in rank order: ranks 0..T-1 split every layer of the first
+    model copy between them and train on the same images; with fsdp, each group of T trains
+    on its 1/D of the batch and FSDP2 shards every block over the D groups."""
+
+    summary = ("one process per device, each layer's matrices split over the ranks "
+               "(parallelize_module): alone (tp), or FSDP2 over a second mesh dimension (fsdp-tp)")
+    Options = TensorParallelOptions
+    options: TensorParallelOptions
+    layout = Layout.TENSOR_PARALLEL
+    fp16_refusal = ("parbench's tensor parallelism keeps no fp16 loss scale; use --precision "
+                    "bf16 or fp32")
+    cuda_graphs_refusal = ("tensor parallelism's DTensor collectives are not captured in CUDA "
+                           f"graphs here; {WITHOUT_CUDA_GRAPHS}")
+
+    @classmethod
+    def make_plan(cls, name, workload, global_batch, used, options, backend=None):
+        plan = super().make_plan(name, workload, global_batch, used, options, backend)
+        if plan.backend == "gloo" and workload.autocast_dtype is not None:
+            raise StrategyError("gloo has no bf16 all-reduce (gloo#454), and tensor "
+                                "parallelism sums activations in the autocast dtype: use "
+                                "--precision fp32, or a GPU per rank with NCCL")
+        return plan
+
+    @classmethod
+    def check_workload(cls, workload) -> None:
+        super().check_workload(workload)
+        if workload.family.tensor_parallel_refusal:
+            raise WorkloadRefused(workload.family.tensor_parallel_refusal)
+
+    @property
+    def mesh_shape(self) -> tuple[int, int]:
+        return self.options.mesh_shape(len(self.devices))
+
+    @property
+    def data_shard(self) -> tuple[int, int]:
+        replicas, ways = self.mesh_shape
+        return self.rank // ways, replicas
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def setup(self) -> None:
+        if dist.get_world_size() != len(self.devices):
+            raise StrategyError(f"{len(self.devices)} ranks need {len(self.devices)} "
+                                f"processes, got {dist.get_world_size()}")
+        device = self.input_device
+        model = self.workload.build_model_on(device)
+        family = self.workload.family
+        apply_tensor_parallel(family.tensor_parallel(model), self.tensor_mesh())
+        self.workload.compiled(model)
+        if self.options.shard_with == "fsdp":
+            apply_fully_shard(model, family.sharded_blocks(model), self._mesh["dp"])
+        self._model = model
+        self.prepare_training(model.parameters(), device)
+
+    def tensor_mesh(self) -> DeviceMesh:
+        """The mesh dimension each layer is split over: every rank for tp alone; a (dp, tp)
+        mesh's tp for fsdp-tp. From the ranks' own process group's backend (gloo where
+        ranks share a GPU), as fsdp's mesh is."""
+        if self.options.shard_with == "none":
+            ranks = dist.group.WORLD
+            assert ranks is not None  # the launcher initialised it
+            self._mesh = DeviceMesh.from_group(ranks, self.input_device.type)
+            return self._mesh
+        self._mesh = mesh_of_groups(self.input_device.type, self.mesh_shape, ("dp", "tp"))
+        return self._mesh["tp"]
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.workload.autocast(self.input_device):
+            loss = self.loss_fn(self._model(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        # The ranks of a tensor-parallel group compute the same loss: the first gives it, so
+        # that each image's loss is counted once.
+        return loss.detach() if self.rank % self.mesh_shape[1] == 0 else torch.tensor(math.nan)
+
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._model]
+
+    def trained_parameters(self) -> list[torch.Tensor]:
+        # full_tensor() is a collective: every rank gathers, rank 0 gives them back. torch
+        # warns that fsdp-tp's (strided shard, shard) takes two all-gathers: not timed here.
+        quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            named = [(name, cast(DTensor, p).full_tensor() if isinstance(p, DTensor)
+                      else p.detach()) for name, p in self._model.named_parameters()]
+        finally:
+            quiet.setLevel(level)
+        return self.workload.family.unsplit(named) if self.rank == 0 else []
