@@ -215,6 +215,7 @@ def planned_fields(config: Config, run_id: str = "", index: int = 0) -> dict[str
         options = plan.options
         base.update(strategy_options=options.given(),
                     strategy_settings=options.settings(plan.devices),
+                    parallel_dims=plan.dims.as_record(),
                     split_size=options.micro_batch_size())
     return base
 

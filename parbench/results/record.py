@@ -61,6 +61,9 @@ class Record:
     # Every option's value as the strategy ran it, defaults included (Options.settings):
     # which DDP or FSDP settings a record used even where its label names none.
     strategy_settings: dict | None = None
+    # The parallel degrees as planned (strategies.ParallelDims): replicas, shards,
+    # tensor_parallel, stages, stages_per_rank, schedule, micro_batch.
+    parallel_dims: dict | None = None
     model: str | None = None
     image_size: int | None = None
     num_classes: int | None = None

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
 from parbench.strategies.options import Options as OptionsBase
 from parbench.strategies.stages import bubble_fraction, micro_batch_sizes
@@ -103,6 +104,9 @@ class TrainingPlan:
     # sees one sample at a time (LayerNorm). Decided by the strategy when it plans
     # (`Strategy.reference_split`).
     reference_split: int | None = None
+    # Its parallel degrees (replicas, shards, tensor-parallel ranks, stages, micro-batch),
+    # from its resolved options, checked against the devices it uses.
+    dims: ParallelDims = ParallelDims()
 
 
 class Strategy(ABC):
@@ -165,7 +169,8 @@ class Strategy(ABC):
             raise Unavailable(reason)
         resolved = options.resolved(global_batch, used)
         cls.check_slice(workload, cls.smallest_slice(global_batch, used, resolved))
-        plan = TrainingPlan(name, workload, global_batch, used, resolved, backend)
+        plan = TrainingPlan(name, workload, global_batch, used, resolved, backend,
+                            dims=resolved.parallel_dims(used).checked(len(used)))
         if workload.family.batch_statistics:
             plan = dataclasses.replace(plan, reference_split=cls.reference_split(plan))
         return plan

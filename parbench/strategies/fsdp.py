@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
 from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
@@ -87,6 +88,9 @@ class FSDPOptions(ReplicaOptions):
     def settings(self, devices) -> dict:
         return {**super().settings(devices), "world_size": self.world_size or len(devices),
                 "mixed_precision": bool(self.mixed_precision)}
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        return ParallelDims(shards=len(devices))
 
 
 def resharded_after_forward(policy: str, units: int) -> list[bool]:

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from parbench.strategies.base import Layout
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.fsdp import FSDP, FSDPOptions, mesh_of_groups
 from parbench.strategies.options import option
@@ -44,6 +45,10 @@ class HSDPOptions(FSDPOptions):
 
     def resolved(self, global_batch: int, devices: tuple[torch.device, ...]) -> HSDPOptions:
         return dataclasses.replace(self, shard_size=self.mesh_shape(len(devices))[1])
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        replicas, shard = self.mesh_shape(len(devices))
+        return ParallelDims(replicas=replicas, shards=shard)
 
     def mesh_shape(self, ranks: int) -> tuple[int, int]:
         """(replicas, ranks per sharding group)."""

@@ -9,6 +9,7 @@ from torch import nn
 from typing_extensions import Self  # typing's from Python 3.11
 
 from parbench.strategies.base import Layout, Strategy
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError, Unavailable
 from parbench.strategies.options import Options, option
 from parbench.strategies.partition import BALANCES, default_balance, plan_cut
@@ -37,6 +38,9 @@ class StageOptions(Options):
     def pieces(self, devices) -> int:
         """How many stages the model is cut into: one per device."""
         return len(devices)
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        return ParallelDims(stages=len(devices))
 
     def check(self, workload, global_batch, devices) -> None:
         if self.balance == "tutorial" and self.pieces(devices) != 2:

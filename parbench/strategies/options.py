@@ -9,6 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 
 if TYPE_CHECKING:
@@ -184,6 +185,11 @@ class Options:
     def device_count(self) -> int | None:
         """How many of the given devices the options ask for (stages, ranks); None: all."""
         return None
+
+    def parallel_dims(self, devices: tuple[torch.device, ...]) -> ParallelDims:
+        """The degrees these options, resolved, lay the model out in on `devices` (the devices
+        the strategy uses): one device, by default, its micro-batches accumulated."""
+        return ParallelDims(micro_batch=self.micro_batch_size())
 
     def device_count_text(self) -> str:
         """The start of the refusal when fewer devices are given: `3 stages need`."""

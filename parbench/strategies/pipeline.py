@@ -11,6 +11,7 @@ import torch
 from typing_extensions import Self  # typing's from Python 3.11
 
 from parbench.strategies.base import ACCUMULATED_GRADIENTS_OVERWRITTEN, WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.model_parallel import ModelParallel, StageOptions
 from parbench.strategies.options import option
@@ -29,6 +30,14 @@ class PipelineOptions(StageOptions):
 
     def micro_batch_size(self) -> int | None:
         return self.split_size
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        # The schedules' options (pipeline_schedules.py, whose source the models' fingerprint
+        # holds) preset `schedule` and may take `stages_per_rank`; the one-process pipeline
+        # fills its stages and drains them, GPipe's order, a thread per stage.
+        return ParallelDims(stages=len(devices), schedule=getattr(self, "schedule", "fill-drain"),
+                            stages_per_rank=getattr(self, "stages_per_rank", None) or 1,
+                            micro_batch=self.split_size)
 
     def check(self, workload, global_batch, devices) -> None:
         if self.split_size is not None and self.split_size > global_batch:

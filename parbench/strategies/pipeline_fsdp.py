@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
 from parbench.strategies.base import ACCUMULATED_GRADIENTS_OVERWRITTEN, WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.fsdp import reduce_by_sum_on_gloo
 from parbench.strategies.options import option
@@ -61,6 +62,10 @@ class PipelineFSDPOptions(ScheduleOptions):
                                 f"pipelines; use a multiple of {pipelines}, e.g. --batch-size "
                                 f"{lower or pipelines} or {lower + pipelines}")
         super().check(workload, global_batch // pipelines, devices)
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        return replace(super().parallel_dims(devices), stages=len(devices) // self.count,
+                       shards=self.count)
 
     def resolved(self, global_batch, devices) -> Self:
         pipelines = self.count

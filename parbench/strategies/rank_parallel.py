@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from parbench.strategies.base import ProcessPerDevice, Strategy
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import Options, option
 
@@ -52,6 +53,9 @@ class ReplicaOptions(Options):
 
     def device_count(self) -> int | None:
         return self.world_size
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        return ParallelDims(replicas=len(devices))
 
     def device_count_text(self) -> str:
         return f"world size {self.world_size} needs"

@@ -25,6 +25,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, ProcessPerDevice
+from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError, WorkloadRefused
 from parbench.strategies.fsdp import mesh_of_groups, reduce_by_sum_on_gloo, resharded_after_forward
 from parbench.strategies.options import option
@@ -95,6 +96,10 @@ class TensorParallelOptions(ReplicaOptions):
         if global_batch % replicas:
             raise StrategyError(f"batch {global_batch} does not divide over {replicas} "
                                 f"data-parallel ranks; use a multiple of {replicas}")
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        groups, ways = self.mesh_shape(len(devices))
+        return ParallelDims(shards=groups, tensor_parallel=ways)
 
     def resolved(self, global_batch, devices) -> TensorParallelOptions:
         return dataclasses.replace(self, world_size=len(devices),

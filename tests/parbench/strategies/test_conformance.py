@@ -139,6 +139,9 @@ def test_its_record_has_the_schema(name, tiny_workload):
     assert record.micro_batches >= 1 and record.stages >= 1
     # The options as planned (defaults resolved), never a value the strategy does not take.
     assert record.strategy_options == config.plan.training_plan.options.given()
+    # The parallel degrees as planned, taking exactly the devices used.
+    dims = config.plan.training_plan.dims
+    assert record.parallel_dims == dims.as_record() and dims.devices == len(config.used_devices)
 
 
 @pytest.mark.parametrize("name", NAMES)
