@@ -11,6 +11,7 @@ from parbench.advisor.models.links import Link
 from parbench.families import MODELS
 from parbench.families.workloads import PRECISIONS
 from parbench.machine.gpus import GPUS, GpuSpec, gpu_called
+from parbench.strategies import layout_of
 
 __all__ = ["DATA_KINDS", "STRATEGIES", "PipelineRow", "ReplicaRow", "TableSetup", "read_setup"]
 
@@ -106,13 +107,20 @@ def _gpu(name: str, where: str) -> GpuSpec:
     return gpu
 
 
+def _replicas(strategy: str) -> bool:
+    """Whether a table of `strategy` measured replicas (ReplicaRow), as a registered
+    data-parallel strategy does (ddp); torchgpipe, not registered, is GPipe (PipelineRow)."""
+    layout = layout_of(strategy)
+    return layout is not None and layout.data_parallel
+
+
 def _rows(values: dict, strategy: str, where: str) -> tuple[ReplicaRow | PipelineRow, ...]:
     rows: list[ReplicaRow | PipelineRow] = []
     for index, row in enumerate(_need(values, "rows", list, where)):
         at = f"{where}, row {index + 1}"
         if not isinstance(row, dict):
             raise ValueError(f"{at}: a row is an object of its layout's numbers")
-        if strategy == "ddp":
+        if _replicas(strategy):
             rows.append(ReplicaRow(_positive(row, "devices", at),
                                    _positive(row, "batch_per_device", at)))
         else:
@@ -170,6 +178,6 @@ def read_setup(path: Path) -> TableSetup:
         if cores <= most:
             raise ValueError(f"{where}: 'host_cores' {cores} leaves no core for the loader "
                              f"beside {most} GPUs' processes; give the host's cores")
-    if strategy == "torchgpipe":
+    if not _replicas(strategy):
         _positive(values, "baseline_batch", where)
     return setup
