@@ -34,6 +34,22 @@ from parbench.plan.config import Config, options_for
 __all__ = ["command_verify"]
 
 
+def _every_strategy_here(workload: Workload, batch: int, devices,
+                         options: dict) -> tuple[list[str], list[str]]:
+    """The strategies verify checks when none is named: every one its plan finds available
+    here and training this workload (the baseline too where it is compiled: against itself
+    eager); and a note for each that refuses the workload (--compile, fp16, the model)."""
+    names, notes = [], []
+    for name in strategies.names():
+        plan = Config(name, workload, batch, devices, options=options_for(name, options)).plan
+        refused = plan.reason("workload")
+        if refused:
+            notes.append(f"note: left out {refused}")
+        elif plan.available and (name != strategies.BASELINE or workload.compile):
+            names.append(name)
+    return names, notes
+
+
 def command_verify(args: argparse.Namespace) -> int:
     if launch.job_rank() is not None:
         raise UsageError("run parbench verify without torchrun or srun; it starts its own "
@@ -62,18 +78,9 @@ def command_verify(args: argparse.Namespace) -> int:
     if steps > 1 and workload.precision != "fp32":
         raise UsageError(MULTI_STEP_PRECISION)
     tolerance = positive("--tolerance", args.tolerance)
-    notes = []  # said once every input is checked: a refusal is then the only line
-    if names is None:  # every strategy its plan finds available here and training this
-        names = []
-        for name in strategies.names():
-            plan = Config(name, workload, batch, devices,
-                          options=options_for(name, options)).plan
-            refused = plan.reason("workload")
-            if refused:  # --compile, fp16 or the model, which it says why it cannot train
-                notes.append(f"note: left out {refused}")
-            # Compiled, the baseline is checked too: against itself eager.
-            elif plan.available and (name != strategies.BASELINE or workload.compile):
-                names.append(name)
+    notes: list[str] = []  # said once every input is checked: a refusal is the only line
+    if names is None:
+        names, notes = _every_strategy_here(workload, batch, devices, options)
     for name in names:
         checked(Config(name, workload, batch, devices, options=options_for(name, options)))
     for note in notes:
