@@ -339,10 +339,10 @@ def _commit_all(repo, message):
 def test_correctness_is_due_where_a_file_naming_cuda_changed_since_it_last_passed(gpu,
                                                                                  tmp_path):
     repo = tmp_path / "repo"
-    (repo / "strategies").mkdir(parents=True)
+    (repo / "parbench").mkdir(parents=True)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    (repo / "strategies" / "gpu.py").write_text("device = 'cuda'\n")
-    (repo / "strategies" / "plain.py").write_text("x = 1\n")
+    (repo / "parbench" / "gpu.py").write_text("device = 'cuda'\n")
+    (repo / "parbench" / "plain.py").write_text("x = 1\n")
     passed_at = _commit_all(repo, "first")
     results = repo / "results"
     assert "no GPU run under results/ has passed" in gpu.commit.correctness_due(repo, results)
@@ -355,11 +355,11 @@ def test_correctness_is_due_where_a_file_naming_cuda_changed_since_it_last_passe
     (run / "g-correctness" / "steps.json").write_text(json.dumps(
         [{"step": "gpu-tests", "status": "ok"}, {"step": "verify-2", "status": "ok"}]))
     assert gpu.commit.last_passed(results) == (passed_at, run / "g-correctness")
-    (repo / "strategies" / "plain.py").write_text("x = 2\n")  # names no CUDA
+    (repo / "parbench" / "plain.py").write_text("x = 2\n")  # names no CUDA
     _commit_all(repo, "plain")
     assert gpu.commit.correctness_due(repo, results) is None
-    (repo / "strategies" / "gpu.py").write_text("device = 'cuda:0'\n")
+    (repo / "parbench" / "gpu.py").write_text("device = 'cuda:0'\n")
     _commit_all(repo, "cuda")
     due = gpu.commit.correctness_due(repo, results)
     assert due.startswith(f"1 files naming CUDA changed since {passed_at[:10]}")
-    assert due.endswith(": strategies/gpu.py")
+    assert due.endswith(": parbench/gpu.py")

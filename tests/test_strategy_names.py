@@ -1,4 +1,4 @@
-"""No code outside the strategy registry picks behaviour by a strategy's registered name.
+"""No module of parbench/ outside the strategy registry picks behaviour by a strategy's name.
 
 A strategy declares what its callers need: its `Layout` (`strategies.layout_of(name)`, with
 properties such as `data_parallel`, `pipelined`, `splits_layers`), whether it all-reduces its

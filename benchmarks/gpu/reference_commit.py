@@ -96,7 +96,7 @@ def asv_commit(root: Path, commit: str | None) -> str | None:
 
 
 # Where the CUDA code paths live: a Python file under these that names CUDA is one of them.
-CUDA_CODE = ("parbench", "strategies", "tests/gpu")
+CUDA_CODE = ("parbench", "tests/gpu")
 CORRECTNESS = "correctness"  # the name of the part whose steps must all have passed
 
 

@@ -104,7 +104,7 @@ def install_source(root: Path | None = None) -> Path:
     """parbench importable from its source tree in every later process of this Python (the
     steps, their spawned ranks, asv's benchmarks), through a path file in its site-packages
     naming a folder that holds nothing but a link to parbench (the repository's root would make
-    its strategies/, tests/ and benchmarks/ top-level modules too): nothing is built or copied
+    its tests/ and benchmarks/ top-level modules too): nothing is built or copied
     on the host. Returns the path file."""
     root = root or ROOT
     site = root / "benchmarks" / "gpu" / ".carried" / "site"  # git ignores .carried/

@@ -35,7 +35,9 @@ class ModelFamily(ABC):
     fsdp_units: ClassVar[str] = "block"
     # Why tensor parallelism cannot split this family's layers (None: `tensor_parallel`
     # says how it does).
-    tensor_parallel_refusal: ClassVar[str | None] = None
+    tensor_parallel_refusal: ClassVar[str | None] = (
+        "this model family has no tensor-parallel plan (ModelFamily.tensor_parallel); use "
+        "ddp, fsdp or a pipeline")
 
     @abstractmethod
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:

@@ -108,6 +108,7 @@ class VisionTransformerFamily(ModelFamily):
     image_size_step = _PATCH
     # FSDP shards each encoder layer, as torchtitan shards each transformer block.
     fsdp_units = "block"
+    tensor_parallel_refusal = None  # tensor_parallel splits each encoder layer
 
     def build(self, model: str, image_size: int, num_classes: int) -> nn.Module:
         # torchvision's dropout and attention dropout default to 0: no random layer.

@@ -23,9 +23,7 @@ SOURCE = ("tensors per logical device: parameters, gradients, optimiser state, l
 
 def _local_nbytes(tensor: torch.Tensor) -> int:
     """Bytes this process holds for `tensor` (its shard, for a sharded DTensor)."""
-    if isinstance(tensor, DTensor):
-        tensor = tensor.to_local()
-    return tensor.nbytes
+    return _local(tensor).nbytes
 
 
 def _local_state(optimizer: torch.optim.Optimizer) -> dict:

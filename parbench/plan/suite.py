@@ -76,9 +76,14 @@ def world_sizes(devices: DeviceSet) -> list[int]:
     return sizes
 
 
+def _splits_layers(name: str) -> bool:
+    layout = strategies.layout_of(name)
+    return layout is not None and layout.splits_layers
+
+
 def scaled_strategies() -> list[str]:
     """The data-parallel strategies, whose number of ranks is swept (they take `world_size`;
     tensor parallelism's ranks split each layer, and a ResNet, the suite's model, has none it
     splits)."""
     return [name for name in strategies.takers("world_size")
-            if not strategies.lookup(name).cls.layout.splits_layers]
+            if not _splits_layers(name)]

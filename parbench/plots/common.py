@@ -44,6 +44,7 @@ PALETTE = ("#E69F00",  # orange
            "#D55E00",  # vermillion
            "#CC79A7")  # reddish purple
 REFERENCE_COLOUR = "#000000"  # single, and the reference lines (1x, the ideal)
+# Each strategy's marker; "o" is the baseline's (BASELINE_STYLE).
 MARKERS = ("s", "^", "v", "<", ">", "D", "d", "P", "X", "8", "h", "*", "p", "H", "x", "+")
 LINE_STYLES = ("-", "--", "-.", ":")
 # Every default colour (lines and bars a figure draws without a strategy's) from the palette.

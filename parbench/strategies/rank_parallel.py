@@ -48,7 +48,7 @@ class ReplicaOptions(Options):
     """How many replicas train, one per device."""
 
     world_size: int | None = option(
-        minimum=1, label="N", help="data-parallel ranks, using the first N devices (a list "
+        minimum=1, label="N", help="ranks, one per device, using the first N devices (a list "
         "gives the scaling curve and efficiency T(N)/(N*T(1)); default: one per device)")
 
     def device_count(self) -> int | None:

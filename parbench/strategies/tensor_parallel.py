@@ -79,12 +79,16 @@ class TensorParallelOptions(ReplicaOptions):
         replicas, ways = self.mesh_shape(ranks)
         heads = workload.family.tensor_parallel_ways(workload.model)
         if heads % ways:
-            fits = [str(d) for d in range(2, min(heads, ranks) + 1) if heads % d == 0
-                    and ranks % d == 0]
+            fits = [d for d in range(2, heads + 1) if heads % d == 0]
+            if self.shard_with == "none":  # tp: its ranks are the tensor-parallel ones
+                hint = " or ".join(f"--world-size {d}" for d in fits if d <= ranks) or (
+                    f"at least {fits[0]} devices")
+            else:
+                hint = " or ".join(f"--tp-size {d} on a multiple of {2 * d} devices"
+                                   for d in fits if 2 * d <= ranks) or (
+                    f"at least {2 * fits[0]} devices")
             raise StrategyError(f"{ways} tensor-parallel ranks do not divide {workload.model}'s "
-                                f"{heads} attention heads; give --tp-size "
-                                f"{' or '.join(fits) if fits else '2'} with as many devices "
-                                "or a multiple")
+                                f"{heads} attention heads; give {hint}")
         if self.shard_with == "none" and ways != ranks:
             raise StrategyError(f"tp splits each layer over all its {ranks} ranks, not "
                                 f"--tp-size {ways}; give --world-size {ways}, or fsdp-tp to "
@@ -97,13 +101,15 @@ class TensorParallelOptions(ReplicaOptions):
             raise StrategyError(f"batch {global_batch} does not divide over {replicas} "
                                 f"data-parallel ranks; use a multiple of {replicas}")
 
+    def settings(self, devices) -> dict:
+        return {**super().settings(devices), "world_size": self.world_size or len(devices)}
+
     def parallel_dims(self, devices) -> ParallelDims:
         groups, ways = self.mesh_shape(len(devices))
         return ParallelDims(shards=groups, tensor_parallel=ways)
 
     def resolved(self, global_batch, devices) -> TensorParallelOptions:
-        return dataclasses.replace(self, world_size=len(devices),
-                                   tp_size=self.mesh_shape(len(devices))[1])
+        return dataclasses.replace(self, tp_size=self.mesh_shape(len(devices))[1])
 
 
 class TensorParallel(ProcessPerDevice):
@@ -118,23 +124,16 @@ class TensorParallel(ProcessPerDevice):
     layout = Layout.TENSOR_PARALLEL
     fp16_refusal = ("parbench's tensor parallelism keeps no fp16 loss scale; use --precision "
                     "bf16 or fp32")
+    # On ranks sharing a GPU (gloo) it has not been run: verify's full_tensor() is the
+    # all-gather of CUDA tensors over gloo that killed an fsdp rank (fsdp.gathered_through_cpu).
     cuda_graphs_refusal = ("tensor parallelism's DTensor collectives are not captured in CUDA "
                            f"graphs here; {WITHOUT_CUDA_GRAPHS}")
 
     @classmethod
-    def make_plan(cls, name, workload, global_batch, used, options, backend=None):
-        plan = super().make_plan(name, workload, global_batch, used, options, backend)
-        if plan.backend == "gloo" and workload.autocast_dtype is not None:
-            raise StrategyError("gloo has no bf16 all-reduce (gloo#454), and tensor "
-                                "parallelism sums activations in the autocast dtype: use "
-                                "--precision fp32, or a GPU per rank with NCCL")
-        return plan
-
-    @classmethod
-    def check_workload(cls, workload) -> None:
-        super().check_workload(workload)
-        if workload.family.tensor_parallel_refusal:
-            raise WorkloadRefused(workload.family.tensor_parallel_refusal)
+    def verify_rounds_elsewhere(cls, plan) -> bool:
+        # A row-wise layer's partial sums are added across ranks in the autocast dtype, where
+        # single adds the same products inside one matmul.
+        return plan.workload.autocast_dtype is not None
 
     @property
     def mesh_shape(self) -> tuple[int, int]:
@@ -157,7 +156,7 @@ class TensorParallel(ProcessPerDevice):
         model = self.workload.build_model_on(device)
         family = self.workload.family
         apply_tensor_parallel(family.tensor_parallel(model), self.tensor_mesh())
-        self.workload.compiled(model)
+        self.workload.compiled(model)  # each block compiled in place, after it is split
         if self.options.shard_with == "fsdp":
             apply_fully_shard(model, family.sharded_blocks(model), self._mesh["dp"])
         self._model = model

@@ -17,8 +17,9 @@ from parbench.machine.devices import parse_devices
 from parbench.plan.config import Config, options_for
 
 KEPT = Path(__file__).resolve().parent / "data" / "planned_records.json"
-# Fields that name this run or this machine, not the configuration.
-VOLATILE = ("run_id", "config_index", "threads_per_device")
+# Fields that name this run or this machine, or hold the run's defaults (config_key: the
+# warm-up and steps too), not how the strategy is built.
+VOLATILE = ("run_id", "config_index", "threads_per_device", "config_key")
 
 
 def planned() -> dict[str, dict]:
