@@ -31,6 +31,8 @@ class SplitAttention(nn.Module):
 
     def __init__(self, attention: nn.MultiheadAttention) -> None:
         super().__init__()
+        # What torchvision's encoder layers build: one packed projection, batch first.
+        assert attention.batch_first and attention.in_proj_weight is not None, attention
         width = attention.embed_dim
         self.head_dim = width // attention.num_heads
         self.dropout = attention.dropout
@@ -47,6 +49,8 @@ class SplitAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 need_weights: bool = False) -> tuple[torch.Tensor, None]:
+        # An encoder layer calls it as self-attention without a mask or its weights.
+        assert not need_weights, "SplitAttention returns no attention weights"
         batch, tokens, _ = query.shape
 
         def heads(x: torch.Tensor) -> torch.Tensor:  # (batch, heads, tokens, head_dim)
