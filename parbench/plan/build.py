@@ -172,9 +172,10 @@ def _available_strategies(configs: list[Config]) -> list[Config]:
 def _left_out(configs: list[Config]) -> dict[str, str]:
     """Each strategy the comparison of every strategy leaves out because this machine or its
     devices cannot run it (data-parallel on CPU; the V schedules on more devices than the
-    model has blocks for), with the reason."""
+    model has blocks for) or it cannot lay out the model (tensor parallelism, a ResNet), with
+    the reason."""
     return {name: reason for name, config in _first_of_each(configs).items()
-            if (reason := config.plan.reason("machine"))}
+            if (reason := config.plan.reason("machine", "model"))}
 
 
 def _refused_or_skipped(configs: list[Config], requested: bool) -> list[str]:

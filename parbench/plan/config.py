@@ -72,8 +72,9 @@ class Config:
         return self.plan.reason("devices", "options")
 
     def unavailable_reason(self) -> str | None:
-        """Why this machine cannot run the configuration (recorded as skipped), or None."""
-        return self.plan.reason("machine")
+        """Why this machine cannot run the configuration, or the strategy cannot lay out its
+        model (recorded as skipped), or None."""
+        return self.plan.reason("machine", "model")
 
     @property
     def process_per_device(self) -> bool:

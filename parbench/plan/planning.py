@@ -41,7 +41,7 @@ class LauncherKind(str, enum.Enum):
 # the strategy is named, skipped in the quick comparison). workload: the strategy cannot train
 # this workload at any batch (fp16, compile; skipped in the quick comparison).
 # machine: this machine lacks what it needs (skipped).
-REFUSAL_KINDS = ("usage", "devices", "options", "batch", "workload", "machine")
+REFUSAL_KINDS = ("usage", "devices", "options", "batch", "workload", "model", "machine")
 
 
 class ConfigError(ValueError):
@@ -99,7 +99,7 @@ class RunPlan:
         strategy refuses); what the machine lacks, and with `check_workload=False` a workload
         the strategy refuses, are left to be recorded as skipped."""
         refusal = self.refusal
-        if refusal is None or refusal.kind == "machine" or (
+        if refusal is None or refusal.kind in ("machine", "model") or (
                 refusal.kind in ("workload", "batch") and not check_workload):
             return
         refused = refusal.kind in ("devices", "options", "batch")
@@ -144,6 +144,8 @@ def plan_config(config: Config) -> RunPlan:
                                                backend)
     except strategies.BatchTooSmall as error:  # this batch alone: a sweep's others may run
         refusal = Refusal("batch", f"{config.strategy}: {error}")
+    except strategies.ModelRefused as error:  # this model, whatever else: as the machine's
+        refusal = Refusal("model", f"{config.strategy}: {error}")
     except strategies.WorkloadRefused as error:
         refusal = Refusal("workload", f"{config.strategy}: {error}")
     except strategies.Unavailable as error:
@@ -153,7 +155,7 @@ def plan_config(config: Config) -> RunPlan:
     problem = (_backend_problem(used, config.backend) if per_device else None) or (
         _job_problem(config, used, per_device) if in_job else None) or (
         _batch_problem(config, used)) or _memory_problem(config, used)
-    if problem and (refusal is None or refusal.kind in ("machine", "batch", "workload")):
+    if problem and (refusal is None or refusal.kind in ("machine", "model", "batch", "workload")):
         refusal = Refusal("usage", problem)
     return RunPlan(used, launcher, len(used) if per_device else 1, backend,
                    None if refusal else training_plan, refusal)

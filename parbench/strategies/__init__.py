@@ -10,7 +10,13 @@ import torch
 
 from parbench.strategies.base import Layout, Strategy, TrainingPlan, default_backend
 from parbench.strategies.ddp import DDP
-from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
+from parbench.strategies.errors import (
+    BatchTooSmall,
+    ModelRefused,
+    StrategyError,
+    Unavailable,
+    WorkloadRefused,
+)
 from parbench.strategies.fsdp import FSDP
 from parbench.strategies.hsdp import HSDP
 from parbench.strategies.model_parallel import ModelParallel
@@ -24,10 +30,10 @@ from parbench.strategies.single import SingleDevice
 from parbench.strategies.tensor_parallel import TensorParallel
 
 __all__ = [
-    "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "OptionSpec", "Options", "Strategy",
-    "StrategyError", "TrainingPlan", "Unavailable", "WorkloadRefused", "allreduces_gradients",
-    "create", "default_backend", "layout_of", "lookup", "names", "option_specs", "options_of",
-    "plan", "plan_on", "takers",
+    "BASELINE", "REGISTRY", "BatchTooSmall", "Layout", "ModelRefused", "OptionSpec", "Options",
+    "Strategy", "StrategyError", "TrainingPlan", "Unavailable", "WorkloadRefused",
+    "allreduces_gradients", "create", "default_backend", "layout_of", "lookup", "names",
+    "option_specs", "options_of", "plan", "plan_on", "takers",
 ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BatchTooSmall", "StrategyError", "Unavailable", "WorkloadRefused"]
+__all__ = ["BatchTooSmall", "ModelRefused", "StrategyError", "Unavailable", "WorkloadRefused"]
 
 
 class StrategyError(ValueError):
@@ -22,3 +22,9 @@ class WorkloadRefused(Unavailable):
 class BatchTooSmall(WorkloadRefused):
     """A forward pass on fewer images than the model family trains on (a micro-batch or a
     replica's share): refused for that batch alone, so a sweep's other batches still run."""
+
+
+class ModelRefused(WorkloadRefused):
+    """The strategy cannot lay out this model at all (tensor parallelism of a ResNet), in any
+    precision or with any option: left out of the comparison of every strategy, with a note,
+    as what the machine lacks is; refused when the user named the strategy for nothing else."""

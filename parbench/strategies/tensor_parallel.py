@@ -26,7 +26,7 @@ from torch.distributed.tensor.parallel import (
 
 from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, ProcessPerDevice
 from parbench.strategies.dims import ParallelDims
-from parbench.strategies.errors import StrategyError, WorkloadRefused
+from parbench.strategies.errors import ModelRefused, StrategyError
 from parbench.strategies.fsdp import mesh_of_groups, reduce_by_sum_on_gloo, resharded_after_forward
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import ReplicaOptions
@@ -74,7 +74,7 @@ class TensorParallelOptions(ReplicaOptions):
 
     def check(self, workload, global_batch, devices) -> None:
         if workload.family.tensor_parallel_refusal:
-            raise WorkloadRefused(workload.family.tensor_parallel_refusal)
+            raise ModelRefused(workload.family.tensor_parallel_refusal)
         ranks = len(devices)
         replicas, ways = self.mesh_shape(ranks)
         heads = workload.family.tensor_parallel_ways(workload.model)
