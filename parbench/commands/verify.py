@@ -42,7 +42,7 @@ def _every_strategy_here(workload: Workload, batch: int, devices,
     names, notes = [], []
     for name in strategies.names():
         plan = Config(name, workload, batch, devices, options=options_for(name, options)).plan
-        refused = plan.reason("workload")
+        refused = plan.reason("workload", "model")
         if refused:
             notes.append(f"note: left out {refused}")
         elif plan.available and (name != strategies.BASELINE or workload.compile):

@@ -99,8 +99,8 @@ class RunPlan:
         strategy refuses); what the machine lacks, and with `check_workload=False` a workload
         the strategy refuses, are left to be recorded as skipped."""
         refusal = self.refusal
-        if refusal is None or refusal.kind in ("machine", "model") or (
-                refusal.kind in ("workload", "batch") and not check_workload):
+        if refusal is None or refusal.kind == "machine" or (
+                refusal.kind in ("workload", "model", "batch") and not check_workload):
             return
         refused = refusal.kind in ("devices", "options", "batch")
         raise (PlanRefused if refused else ConfigError)(refusal.reason)

@@ -278,6 +278,10 @@ def test_strategies_lists_every_name(capsys):
     (["run", "--strategy", "pipeline", "--devices", "cpu,cpu,cpu", "--stages", "3",
       "--balance", "tutorial"], "pipeline: --balance tutorial cuts into 2 stages only"),
     (["verify", "--tolerance", "0"], "--tolerance must be above 0"),
+    (["verify", "--strategy", "tp", "--devices", "cpu,cpu"], "tp: tensor parallelism splits "
+     "linear layers by their features (torch's parallelize_module), and a ResNet is"),
+    (["run", "--strategy", "fsdp-tp", "--devices", "cpu,cpu"], "fsdp-tp cannot run here: "
+     "fsdp-tp: tensor parallelism splits linear layers"),
     (["run", "--strategy", "pipeline", "--model", "resnet18", "--devices", ",".join(["cpu"] * 11)],
      "pipeline cannot run here: 11 stages on 11 devices, but resnet18 has 10 blocks to cut; "
      "use at most 10 devices"),
