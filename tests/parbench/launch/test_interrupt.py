@@ -151,7 +151,9 @@ def _terminated(results: Path, capsys) -> Interrupted:
 # process (cli.main, the command's own code: `python -m parbench` adds only sys.exit); a
 # SIGKILL needs a process of its own to kill.
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+# SIGKILL's case (13 s of two cores) in the slow tier, SIGTERM's in the README's command.
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow),
+                                    signal.SIGTERM])
 def test_an_interrupted_sweep_keeps_its_records_and_leaves_no_worker(request, tmp_path, capsys,
                                                                      signum):
     sweep = (request.getfixturevalue("killed_sweep") if signum == signal.SIGKILL

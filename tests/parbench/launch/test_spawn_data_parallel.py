@@ -111,6 +111,7 @@ def test_fsdp_gathers_in_half_precision_under_its_policy(tiny_workload):
     assert record.allreduce_bytes == 4 * 11_181_642
 
 
+@pytest.mark.slow  # ddp and fsdp measured end to end, 13 s of two cores
 @pytest.mark.timeout(180)
 def test_ranks_are_recorded_and_fsdp_holds_less_per_rank_than_ddp(tiny_workload):
     records = {}

@@ -34,6 +34,7 @@ def test_the_mesh_is_two_replicas_by_default_and_each_dimension_needs_two_ranks(
         _plan(2, tiny_workload)
 
 
+@pytest.mark.slow  # hsdp measured end to end on 4 ranks, 10 s of two cores
 @pytest.mark.timeout(240)
 def test_its_record_splits_the_step_into_compute_and_communication(tiny_workload, child_pids):
     record = run_config(Config("hsdp", tiny_workload, 8, CPU4, warmup=1, steps=1))
