@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from parbench.measure.tensors import TensorMemory
+from tests.support import one_rank
 
 MIB = 2**20
 
@@ -64,21 +65,17 @@ def test_the_counting_hooks_keep_no_graph_alive_that_backward_never_reaches():
 
 
 
-def test_a_tensor_parallel_layers_saved_tensors_are_counted_by_their_local_shard(tmp_path):
+def test_a_tensor_parallel_layers_saved_tensors_are_counted_by_their_local_shard():
     """Tensor parallelism saves DTensors for backward, whose own storage is not a shard (its
     data pointer raises): each is counted by the shard this process holds, and the layer's
     sharded weight as its state, not as an activation."""
-    import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 
-    dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"file://{tmp_path}/rdv")
-    try:
+    with one_rank():
         layer = parallelize_module(nn.Linear(8, 16), DeviceMesh("cpu", [0]), ColwiseParallel())
         memory = TensorMemory([layer])
         loss = layer(torch.randn(4, 8)).sum()
         assert memory.saved_peak_bytes() == [4 * 8 * 4]  # the input; not the weight
         loss.backward()
         memory.close()
-    finally:
-        dist.destroy_process_group()
