@@ -19,7 +19,7 @@ from parbench.results.record import Record
 
 __all__ = ["CPU2", "GPU_REFERENCE", "ROOT", "TINY_FLAGS", "child_pids", "children",
            "gpu_reference_modules", "holds_tcp_socket", "ok_record", "one_rank",
-           "pins", "plain_pytest_env", "same_figure", "script"]
+           "pins", "plain_pytest_env", "same_figure", "script", "source_files"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +33,13 @@ _GPU_REFERENCE_MODULES = {"reference": "reference", "plan": "reference_plan",
                           "steps": "reference_steps", "summaries": "reference_summaries",
                           "host": "reference_host", "commit": "reference_commit",
                           "estimates": "reference_estimates"}
+
+
+def source_files(*tops: str) -> list[Path]:
+    """The project's own Python files under each of `tops` (folders from the root), sorted:
+    none in a dot-folder (benchmarks/gpu/.carried holds timm's code, carried to a GPU host)."""
+    return [path for top in tops for path in sorted((ROOT / top).rglob("*.py"))
+            if not any(part.startswith(".") for part in path.relative_to(ROOT).parts)]
 
 
 def script(path: str) -> types.ModuleType:

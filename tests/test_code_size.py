@@ -4,16 +4,14 @@ or benchmarks over 400 lines, no function over 60 (docstring included)."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, source_files
+
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> list[Path]:
-    """Our Python files (benchmarks/gpu/.carried holds timm's, carried to a GPU loan)."""
-    return [path for top in ("parbench", "benchmarks")
-            for path in sorted((ROOT / top).rglob("*.py"))
-            if not any(part.startswith(".") for part in path.relative_to(ROOT).parts)]
+    return source_files("parbench", "benchmarks")
 
 
 def test_no_module_is_over_its_limit():

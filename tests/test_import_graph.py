@@ -7,21 +7,17 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = "parbench"
+from tests.support import ROOT, source_files
 
-def _ours(path: Path) -> bool:
-    """Not in a dot-folder (benchmarks/gpu/.carried holds timm's code, carried to a GPU loan)."""
-    return not any(part.startswith(".") for part in path.relative_to(ROOT).parts)
+PACKAGE = "parbench"
 
 
 def _modules() -> dict[str, Path]:
     """Each module's dotted name -> its file; a package is its `__init__.py`."""
     modules = {}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        if _ours(path):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for path in source_files(PACKAGE):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
@@ -185,8 +181,7 @@ def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def _scripts() -> list[Path]:
-    return [path for top in ("benchmarks", "results")
-            for path in sorted((ROOT / top).rglob("*.py")) if _ours(path)]
+    return source_files("benchmarks", "results")
 
 
 def test_scripts_use_public_names_of_parbench():

@@ -42,8 +42,8 @@ import pytest
 
 from parbench import strategies
 from parbench.advisor.version import MODEL_FILES
+from tests.support import ROOT, source_files
 
-ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_MODULE = "parbench/strategies/__init__.py"
 NAMES = frozenset(strategies.names())
 
@@ -173,9 +173,8 @@ def lookups(source: str) -> list[int]:
 
 
 def _modules() -> list[Path]:
-    return [path for path in sorted((ROOT / "parbench").rglob("*.py"))
-            if path.relative_to(ROOT).as_posix() != REGISTRY_MODULE
-            and not any(part.startswith(".") for part in path.relative_to(ROOT).parts)]
+    return [path for path in source_files("parbench")
+            if path.relative_to(ROOT).as_posix() != REGISTRY_MODULE]
 
 
 def test_no_caller_picks_a_strategy_by_its_name():
