@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from parbench.families.workloads import Workload
 
 __all__ = ["FSDP", "FSDPOptions", "Unit", "gathered_through_cpu", "mesh_of_groups",
-           "reduce_by_sum_on_gloo", "resharded_after_forward"]
+           "reduce_by_sum_on_gloo", "resharded_after_forward", "shard_units"]
 
 UNITS = ("block", "group")
 RESHARD = ("yes", "no", "except-last")
@@ -123,6 +123,22 @@ def _shard(modules: list[nn.Module], mesh: DeviceMesh, reshard: bool,
     return Unit(handle, tuple(modules), reshard, float32)
 
 
+def shard_units(model: nn.Module, groups: list[list[nn.Module]], mesh: DeviceMesh,
+                reshard: list[bool], policy: MixedPrecisionPolicy,
+                first: list[Unit] | None = None) -> list[Unit]:
+    """fully_shard each group of modules as a unit (resharded after forward as `reshard`
+    says), then the root, over `mesh`, after the units `first` made (innermost first: a
+    parameter belongs to the first unit that holds it); gradients summed where gloo's average
+    is wrong. The root (stem and head) is kept gathered from forward to backward, as FSDP2
+    keeps a root by default and torchtitan's `fully_shard(model)` does."""
+    units = [*(first or []),
+             *(_shard(group, mesh, flag, policy)
+               for group, flag in zip(groups, reshard, strict=True)),
+             _shard([model], mesh, False, policy)]
+    reduce_by_sum_on_gloo([unit.handle for unit in units])
+    return units
+
+
 class FSDP(RankDataParallel):
     """One process per device; each of the family's layer groups (or blocks: `fsdp_units`) is
     an FSDP unit, then the whole model (stem and head), so that a unit's parameters are
@@ -167,16 +183,10 @@ class FSDP(RankDataParallel):
             policy = MixedPrecisionPolicy(param_dtype=self.workload.autocast_dtype,
                                           reduce_dtype=torch.float32)
             units += self._batchnorm_units(model, groups, reshard)
-        units += [_shard(group, self._mesh, flag, policy)
-                  for group, flag in zip(groups, reshard, strict=True)]
-        # The root (stem and head) is kept gathered from forward to backward, as FSDP2 keeps a
-        # root by default and torchtitan's `fully_shard(model)` does.
-        units.append(_shard([model], self._mesh, False, policy))
-        reduce_by_sum_on_gloo([unit.handle for unit in units])
-        self._units = units
+        self._units = shard_units(model, groups, self._mesh, reshard, policy, units)
         # fully_shard's result is its module, of a class deriving from FSDPModule and the
         # module's own; typed as FSDPModule alone.
-        return units[-1].handle  # type: ignore[return-value]
+        return self._units[-1].handle  # type: ignore[return-value]
 
     def device_mesh(self) -> DeviceMesh:
         """Every rank shards the model (HSDP lays them out in two dimensions). On the devices

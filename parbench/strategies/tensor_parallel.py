@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -27,7 +27,7 @@ from torch.distributed.tensor.parallel import (
 from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, ProcessPerDevice
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import ModelRefused, StrategyError
-from parbench.strategies.fsdp import mesh_of_groups, reduce_by_sum_on_gloo, resharded_after_forward
+from parbench.strategies.fsdp import mesh_of_groups, resharded_after_forward, shard_units
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import ReplicaOptions
 
@@ -48,12 +48,9 @@ def apply_tensor_parallel(plans: list[tuple[nn.Module, dict[str, str]]],
 
 def apply_fully_shard(model: nn.Module, blocks: list[nn.Module], mesh: DeviceMesh) -> None:
     """fully_shard each block, then the root, over `mesh`, each block but the last resharded
-    after forward (torchtitan's apply_fsdp); gradients summed where gloo's average is wrong."""
-    reshard = resharded_after_forward("except-last", len(blocks))
-    units = [fully_shard(block, mesh=mesh, reshard_after_forward=flag)
-             for block, flag in zip(blocks, reshard, strict=True)]
-    units.append(fully_shard(model, mesh=mesh, reshard_after_forward=False))
-    reduce_by_sum_on_gloo(units)
+    after forward (torchtitan's apply_fsdp), as fsdp's units are, with no mixed precision."""
+    shard_units(model, [[block] for block in blocks], mesh,
+                resharded_after_forward("except-last", len(blocks)), MixedPrecisionPolicy())
 
 
 @dataclass(frozen=True)
