@@ -387,6 +387,13 @@ class ProcessPerDevice(Strategy):
     def rank(self) -> int:
         return dist.get_rank()
 
+    def check_processes(self, what: str) -> None:
+        """Refuse a process group that is not one process per device (`what`: `replicas`,
+        `ranks`, as the devices are called in the message)."""
+        if dist.get_world_size() != len(self.devices):
+            raise StrategyError(f"{len(self.devices)} {what} need {len(self.devices)} "
+                                f"processes, got {dist.get_world_size()}")
+
     @property
     def input_device(self) -> torch.device:
         return self.devices[self.rank]

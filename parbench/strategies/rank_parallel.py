@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from parbench.strategies.base import ProcessPerDevice, Strategy
@@ -121,9 +120,7 @@ class RankDataParallel(SplitBatch, ProcessPerDevice):
         raise NotImplementedError
 
     def setup(self) -> None:
-        if dist.get_world_size() != len(self.devices):
-            raise StrategyError(f"{len(self.devices)} replicas need {len(self.devices)} "
-                                f"processes, got {dist.get_world_size()}")
+        self.check_processes("replicas")
         device = self.input_device
         # Under --compile each block is compiled in place before it is wrapped, as torchtitan
         # compiles each transformer block before FSDP2 shards it or DDP replicates it: the

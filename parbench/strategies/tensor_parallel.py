@@ -146,9 +146,7 @@ class TensorParallel(ProcessPerDevice):
         return self._model
 
     def setup(self) -> None:
-        if dist.get_world_size() != len(self.devices):
-            raise StrategyError(f"{len(self.devices)} ranks need {len(self.devices)} "
-                                f"processes, got {dist.get_world_size()}")
+        self.check_processes("ranks")
         device = self.input_device
         model = self.workload.build_model_on(device)
         family = self.workload.family
