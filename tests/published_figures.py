@@ -341,25 +341,25 @@ H = "docs/history.md"  # every earlier version's figures, apart from the current
 EVIDENCE = "docs/evidence.md"  # what is proven where, each claim in full
 
 FIGURES: tuple[Figure, ...] = (
-    # The current version, 16, on version 15's held-out draw (seed 5), which it predicts
-    # alike (docs/prediction.md, version 16), the data-parallel layouts warmed up two steps
-    # as the probes are (version 15 on a new draw).
+    # The current version, 17, on version 15's held-out draw (seed 5), which versions 16 and
+    # 17 predict alike (docs/prediction.md, versions 16 and 17), the data-parallel layouts
+    # warmed up two steps as the probes are (version 15 on a new draw).
     _headline_row(V15, "median |error| 2.4% of the step time, worst 9.3%, over 28 held-out "
-                  "configurations", 16, (*PAGES, H)),
+                  "configurations", 17, (*PAGES, H)),
     _signed_median_row(V15, "median |error| of the step | <= 5% | **2.4%** (28 of 28 within "
-                       "10%; median signed -1.2%)", 16),
-    _worst_row(V15, "worst |error| | <= 15% | **9.3%**", 16),
-    _naive_sentence_row(V15, "the naive estimate's median |error| 62.9% (worst 91.3%)", 16),
+                       "10%; median signed -1.2%)", 17),
+    _worst_row(V15, "worst |error| | <= 15% | **9.3%**", 17),
+    _naive_sentence_row(V15, "the naive estimate's median |error| 62.9% (worst 91.3%)", 17),
     _devices_row(V15, "1 device median |error| 1.6%, worst 2.8%; "
                  "2 devices median |error| 3.7%, worst 5.8%; "
                  "3 devices median |error| 2.3%, worst 3.9%; "
-                 "4 devices median |error| 2.4%, worst 9.3%", 16),
+                 "4 devices median |error| 2.4%, worst 9.3%", 17),
     _column_row(V15, "Speedups over single: median |error| 2.8%, worst 10.5%",
-                "Speedups over single:", "speedup_error", 16),
+                "Speedups over single:", "speedup_error", 17),
     _column_row(V15, "traced compute): median |error| 5.4%, worst 35.3%",
-                "traced compute):", "trace_replay_error", 16),
+                "traced compute):", "trace_replay_error", 17),
     _column_row(V15, "counts it): median |error| 0.7%, worst 2.5%",
-                "counts it):", "memory_error", 16),
+                "counts it):", "memory_error", 17),
     # History: version 14's held-out draw (seed 4; version 15 predicts it alike), its
     # data-parallel layouts measured after one warm-up step.
     _headline_row(V14, "median |error| 2.6% of the step time, worst 16.6%, over 28 held-out "
@@ -381,15 +381,15 @@ FIGURES: tuple[Figure, ...] = (
     # Version 15's recommend experiment: its draw in the one metric, its memory.
     Figure((R,), "median |error| 4.1% of the step time, worst 122.9%, over 113 held-out "
            "configurations", _exp(V15_RECOMMEND),
-           lambda: headline(experiment_all(V15_RECOMMEND)), version=16),
+           lambda: headline(experiment_all(V15_RECOMMEND)), version=17),
     Figure((R,), "median |error| 0.5%, worst 33.4%", _exp(V15_RECOMMEND),
-           lambda: _memory(V15_RECOMMEND)[0], version=16),
+           lambda: _memory(V15_RECOMMEND)[0], version=17),
     Figure((R,), "99 of 113 within 10%", _exp(V15_RECOMMEND),
-           lambda: _memory(V15_RECOMMEND)[1], version=16),
+           lambda: _memory(V15_RECOMMEND)[1], version=17),
     # Version 14's development data, its probes measured again by version 15's code.
     Figure((H,), "median |error| 3.9% with one probe (version 13's rule), 3.8% with two; "
            "- worst 17.3% against 16.6%", f"results/{TWO_PROBES}/pipelines.csv",
-           _two_probes, version=16),
+           _two_probes, version=17),
     # History: version 13, on a CPU version 11's steps (docs/prediction.md, versions 12 and
     # 13), so version 11's held-out draw (seed 3; 3 of its 28 configurations failed at
     # launch, refused by torch's 1F1B, so 25) is its figure.

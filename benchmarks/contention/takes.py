@@ -12,7 +12,7 @@ import argparse
 import math
 import statistics
 
-from parbench.advisor.model_parts import measure_slowdown_answers
+from parbench.advisor.profiling.contention import measure_answers, read_slowdowns
 from parbench.families.workloads import Workload
 
 
@@ -20,7 +20,8 @@ def take(workload: Workload, micro_batch: int, processes: int) -> tuple[float, f
     """One measurement, contention.measure_slowdown's own: (the first process's slowdown, the
     processes' mean), each the median over contention.ROUNDS rounds, both read from the
     answers it gathered (its reading, the mean, is what it returns)."""
-    slowdowns, answers = measure_slowdown_answers(workload, micro_batch, processes)
+    answers = measure_answers(workload, micro_batch, processes)
+    slowdowns = read_slowdowns(answers)
     mean = slowdowns["slowdown"]
     first = statistics.median(together / alone for _, alone, together, _ in answers
                               if not math.isnan(alone))

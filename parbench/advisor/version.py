@@ -110,7 +110,13 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # still refuses a compiled workload) and pipeline_schedules.py refuses CUDA graphs' modes:
 # version 15's draw (seed 5) predicted again by version 16 from its kept profiles,
 # contention and probes gives the same predictions.csv but the version, so no new draw is owed.
-PREDICTOR_VERSION = 16
+# 17: no prediction changes meant. The pipelines are one class under the Strategy base
+# (pipeline_schedules.py: interleaved stages and pipeline-fsdp's pipelines side by side are
+# its options, schedules.py and schedule_stages.py hold the schedules' table, options and
+# stage modules), the model files' parts that scripts take apart are public in them
+# (contention.measure_answers and read_slowdowns, fixed_costs.probe_path and measure_probe,
+# records.modelled_prediction), and two docstrings name modules by their places.
+PREDICTOR_VERSION = 17
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -125,7 +131,8 @@ MODEL_FILES = tuple(f"parbench/advisor/{name}" for name in (
     "models/trace_check.py")) + (
     "parbench/families/workloads.py", "parbench/measure/collectives.py",
     "parbench/strategies/partition.py", "parbench/strategies/pipeline_schedules.py",
-    "parbench/strategies/stages.py")
+    "parbench/strategies/stages.py", "parbench/strategies/schedules.py",
+    "parbench/strategies/schedule_stages.py")
 # What MODEL_FILES import from the project that is not in them, and why (a test holds this
 # list equal to their imports, so a model that starts importing another module says so here).
 # Those marked "next version" shape predictions and should join MODEL_FILES when the models
@@ -143,25 +150,19 @@ OUTSIDE_THE_MODEL = {
     "parbench/strategies/__init__.py": "the registry: a strategy's layout and options by name",
     "parbench/strategies/base.py": "the Strategy interface the schedules implement",
     "parbench/strategies/device_timer.py": "the clock the profiles time blocks with",
+    "parbench/strategies/dims.py": "the parallel degrees pipeline-fsdp's options record",
     "parbench/strategies/errors.py": "the strategies' errors",
+    "parbench/strategies/fsdp.py": "pipeline-fsdp's stages sharded as fsdp's units (gloo's sum)",
     "parbench/strategies/options.py": "option declarations",
-    "parbench/strategies/pipeline.py": "the one-process pipeline the schedules extend",
+    "parbench/strategies/pipeline.py": "the one-process pipeline's options the schedules extend",
 }
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
 # prediction.json keeps it, so a model changed without a new version is caught there too. It
 # was taken anew (2026-11-27) when the fingerprint stopped counting comments and where the
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
-# left it as it was (the same sources, their imports from new places). Two docstrings still
-# name a module by its place before that (models/memory.py's parbench.advisor.profile, now
-# profiling/profile.py; models/schedule_replay.py's parbench.advisor.fixed_costs, now
-# profiling/fixed_costs.py): docstrings are hashed, so rename them with the next version.
-# Also owed to the next version, which may change these sources: model_parts.py's public
-# names become the model files' own (contention.measure_slowdown returning the answers it
-# read, so that nothing patches it), and pipeline_schedules.py's pipelines each one level
-# under the Strategy base (ScheduledPipeline, InterleavedPipeline and PipelineFSDP share it
-# by inheritance today).
-FINGERPRINT = "b07142094634d448746fc35955c25cb8771a4805454deb4050ce297e91604d2c"
+# left it as it was (the same sources, their imports from new places).
+FINGERPRINT = "49bb72de554e551eab7a1a41a70412403f14ac77e3275fe6e33ef81d2c241f16"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

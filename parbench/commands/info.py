@@ -20,7 +20,7 @@ def command_env(args: argparse.Namespace) -> int:
 def command_strategies(args: argparse.Namespace) -> int:
     devices = device_set(args.devices or default_devices()[0])
     for name in strategies.names():
-        summary = strategies.lookup(name).cls.summary
+        summary = strategies.lookup(name).summary
         reason = suite.cannot_run(name, devices)
         print(f"{name:<26} {summary}" + ("" if reason is None else f"  [unavailable: {reason}]"))
     return 0

@@ -22,7 +22,7 @@ SCALINGS = ("strong", "weak")
 
 def options_for(name: str, options: dict) -> dict:
     """The options, out of `options`, that strategy `name` takes and that are set (not None)."""
-    return strategies.lookup(name).cls.Options.taken(options)
+    return strategies.lookup(name).Options.taken(options)
 
 
 @dataclass(frozen=True)

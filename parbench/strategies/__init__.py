@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from parbench.strategies.base import Layout, Strategy, TrainingPlan, default_backend
+from parbench.strategies.base import Strategy, TrainingPlan, default_backend
 from parbench.strategies.ddp import DDP
 from parbench.strategies.errors import (
     BatchTooSmall,
@@ -18,14 +18,15 @@ from parbench.strategies.errors import (
     WorkloadRefused,
 )
 from parbench.strategies.fsdp import FSDP
-from parbench.strategies.hsdp import HSDP
+from parbench.strategies.hsdp import HSDPOptions
+from parbench.strategies.layout import Layout
 from parbench.strategies.model_parallel import ModelParallel
 from parbench.strategies.nn_data_parallel import DataParallel
 from parbench.strategies.options import Options, OptionSpec
 from parbench.strategies.pipeline import Pipeline
-from parbench.strategies.pipeline_fsdp import PipelineFSDP
-from parbench.strategies.pipeline_schedules import InterleavedPipeline, ScheduledPipeline
+from parbench.strategies.pipeline_schedules import ScheduledPipeline
 from parbench.strategies.rank_parallel import with_tuning
+from parbench.strategies.schedules import InterleavedOptions, PipelineFSDPOptions
 from parbench.strategies.single import SingleDevice
 from parbench.strategies.tensor_parallel import TensorParallel
 
@@ -39,31 +40,47 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered name: the class that implements it, and the options the name presets
-    (fields made with `option(preset=True)`: a user cannot change them). How figures draw it
-    follows from its place here (parbench/plots/common.py's `strategy_style`)."""
+    """A registered name: a preset of the class that implements it. The preset may give the
+    options (fields made with `option(preset=True)`: a user cannot change them), another
+    options class (the degrees the name lays the model out in: hsdp's two-dimensional mesh),
+    and the layout and summary that follow. How figures draw it follows from its place here
+    (parbench/plots/common.py's `strategy_style`)."""
 
     cls: type[Strategy]
     preset: dict = field(default_factory=dict)
     layout: Layout | None = None  # where the preset lays a step out otherwise than cls.layout
+    options_class: type[Options] | None = None  # where it takes others than cls.Options
+    about: str | None = None  # where it does otherwise than cls.summary says
+
+    @property
+    def Options(self) -> type[Options]:  # noqa: N802 (named as the classes' attribute)
+        return self.options_class or self.cls.Options
+
+    @property
+    def summary(self) -> str:
+        return self.about or self.cls.summary
 
 
+_V_STAGES = "one process per rank holding V stages, torch.distributed.pipelining schedule"
 REGISTRY: dict[str, Entry] = {
     "single": Entry(SingleDevice),
     "model-parallel": Entry(ModelParallel),
     "pipeline": Entry(Pipeline),
     "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
     "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
-    "pipeline-interleaved-1f1b": Entry(InterleavedPipeline, {"schedule": "interleaved-1f1b"}),
-    "pipeline-looped-bfs": Entry(InterleavedPipeline, {"schedule": "looped-bfs"}),
-    "pipeline-zero-bubble": Entry(InterleavedPipeline, {"schedule": "zero-bubble"}),
-    "pipeline-zbv": Entry(InterleavedPipeline, {"schedule": "zbv"}),
-    "pipeline-dualpipev": Entry(InterleavedPipeline, {"schedule": "dualpipev"}),
-    "pipeline-fsdp": Entry(PipelineFSDP, {"schedule": "1f1b"}),
+    **{f"pipeline-{schedule}": Entry(ScheduledPipeline, {"schedule": schedule},
+                                     options_class=InterleavedOptions, about=_V_STAGES)
+       for schedule in ("interleaved-1f1b", "looped-bfs", "zero-bubble", "zbv", "dualpipev")},
+    "pipeline-fsdp": Entry(
+        ScheduledPipeline, {"schedule": "1f1b"}, Layout.SHARDED_PIPELINES, PipelineFSDPOptions,
+        "P pipelines side by side (pp x dp), each stage sharded over its copies with FSDP2; "
+        "one process per device"),
     "data-parallel": Entry(DataParallel),
     "ddp": Entry(DDP),
     "fsdp": Entry(FSDP),
-    "hsdp": Entry(HSDP),
+    "hsdp": Entry(FSDP, {}, Layout.HYBRID_SHARDED, HSDPOptions,
+                  "one process per device, fully_shard over a (replicate x shard) mesh: sharded "
+                  "within a group, replicated across groups (HSDP)"),
     "tp": Entry(TensorParallel, {"shard_with": "none"}),
     "fsdp-tp": Entry(TensorParallel, {"shard_with": "fsdp"}, Layout.SHARDED_TENSOR_PARALLEL),
 }
@@ -90,7 +107,7 @@ def options_of(name: str, options: dict | Options | None = None) -> Options:
     if isinstance(options, Options):
         return options
     entry = lookup(name)
-    return entry.cls.Options.from_values(with_tuning({**(options or {}), **entry.preset}))
+    return entry.Options.from_values(with_tuning({**(options or {}), **entry.preset}))
 
 
 def plan(name: str, workload, global_batch: int, devices: Sequence[torch.device],
@@ -135,7 +152,7 @@ def option_specs() -> dict[str, OptionSpec]:
     """Every option any registered strategy takes, by name (the command line's flags)."""
     specs: dict[str, OptionSpec] = {}
     for name, entry in REGISTRY.items():
-        for spec in entry.cls.Options.specs():
+        for spec in entry.Options.specs():
             if spec.preset:
                 continue
             if specs.setdefault(spec.name, spec) != spec:
@@ -146,4 +163,4 @@ def option_specs() -> dict[str, OptionSpec]:
 
 def takers(option: str) -> list[str]:
     """The registered strategies that take `option`."""
-    return [name for name, entry in REGISTRY.items() if option in entry.cls.Options.names()]
+    return [name for name, entry in REGISTRY.items() if option in entry.Options.names()]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from torch import nn
 
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import BatchTooSmall, StrategyError, Unavailable, WorkloadRefused
+from parbench.strategies.layout import Layout
 from parbench.strategies.options import Options as OptionsBase
 from parbench.strategies.stages import bubble_fraction, micro_batch_sizes
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from parbench.measure.timeline import Timeline
 
 __all__ = ["ACCUMULATED_GRADIENTS_OVERWRITTEN", "STAGES_ACCUMULATE", "WITHOUT_CUDA_GRAPHS",
-           "ProcessPerDevice", "Strategy", "StrategyError", "TrainingPlan", "Unavailable",
+           "Layout", "Strategy", "StrategyError", "TrainingPlan", "Unavailable",
            "WorkloadRefused", "default_backend"]
 
 # Why gradients accumulated over micro-batches and CUDA graphs do not mix, and what every
@@ -36,54 +36,6 @@ WITHOUT_CUDA_GRAPHS = "give --compile-mode default or max-autotune-no-cudagraphs
 # The refusal of the pipelines whose stages accumulate gradients over micro-batches.
 STAGES_ACCUMULATE = ("each stage accumulates its gradients over the micro-batches: "
                      f"{ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}")
-
-
-class Layout(enum.Enum):
-    """How a strategy lays one step out over its devices: what parbench's timing models tell
-    apart (each strategy declares its own, so that no caller picks a strategy by its name)."""
-
-    ONE_DEVICE = "the whole model on one device, micro-batches accumulated"
-    REPLICAS_IN_ONE_PROCESS = "one process scattering the batch over replicas"
-    REPLICAS = "a replica per rank, gradients all-reduced"
-    SHARDED_REPLICAS = "a rank per device, parameters sharded and gathered block by block"
-    HYBRID_SHARDED = "parameters sharded within groups of ranks, the groups replicas"
-    STAGES_IN_TURN = "stages on devices, the whole batch through each in turn"
-    TICK_PIPELINE = "micro-batches through stages in one process, clock tick by tick"
-    SCHEDULED_PIPELINE = "a rank per stage, micro-batches ordered by a pipelining schedule"
-    SHARDED_PIPELINES = "pipelines side by side, each stage sharded over its copies"
-    TENSOR_PARALLEL = "each layer's matrices split over the ranks, each rank on the whole batch"
-    SHARDED_TENSOR_PARALLEL = ("layers split within groups of ranks, the groups fully sharded "
-                               "data parallel")
-
-    @property
-    def data_parallel(self) -> bool:
-        """A rank per device, each on its shard of the batch."""
-        return self in (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
-
-    @property
-    def warmup_steps(self) -> int:
-        """The fewest warm-up steps before its steps are steady (0: no fewest beyond what a
-        run asks): 2 for every layout of a process per rank. After one warm-up step, the first
-        measured step took longer than the next: torch.distributed.pipelining's schedules a
-        median 6.3% (40 of 45 trials of the held-out draw of seed 1), hsdp 19% (10% to 26%,
-        its 9 records in four held-out draws), fsdp 10% (4% to 14%, 5), ddp 3% and 6% (DDP
-        rebuilds its buckets in its second iteration); from the third step on, within this
-        CPU's noise (results/20261127T155000Z-warmup-data-parallel-dev). One process and
-        single: 0.3% and 0.4%."""
-        return 2 if self.data_parallel or self in (
-            Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES, Layout.TENSOR_PARALLEL,
-            Layout.SHARDED_TENSOR_PARALLEL) else 0
-
-    @property
-    def splits_layers(self) -> bool:
-        """Each layer's matrices split over ranks (tensor parallelism)."""
-        return self in (Layout.TENSOR_PARALLEL, Layout.SHARDED_TENSOR_PARALLEL)
-
-    @property
-    def pipelined(self) -> bool:
-        """Micro-batches in flight on several stages at once."""
-        return self in (Layout.TICK_PIPELINE, Layout.SCHEDULED_PIPELINE,
-                        Layout.SHARDED_PIPELINES)
 
 
 @dataclass(frozen=True)
@@ -128,6 +80,9 @@ class Strategy(ABC):
     # True: the launcher starts one process per device, each building the strategy with the
     # process group already initialised (rank k drives devices[k]).
     process_per_device: ClassVar[bool] = False
+    # True: replicas each train on an equal 1/N of the global batch, N = the devices used
+    # (`check_plan`, `smallest_slice`, `reference_split` and `data_shard` follow from it).
+    splits_batch: ClassVar[bool] = False
     # Why the strategy cannot train in fp16, under --compile (torch.compile), or under a
     # --compile-mode that captures CUDA graphs (reduce-overhead, max-autotune), or None.
     fp16_refusal: ClassVar[str | None] = None
@@ -163,7 +118,7 @@ class Strategy(ABC):
         cls.check_plan(workload, global_batch, used, options)
         if backend:
             cls.check_backend(backend, used, options)
-        cls.check_workload(workload)
+        cls.check_workload(workload, options)
         reason = cls.unavailable_reason(used)
         if reason:
             raise Unavailable(reason)
@@ -179,9 +134,10 @@ class Strategy(ABC):
     def smallest_slice(cls, global_batch: int, devices: tuple[torch.device, ...],
                        options: OptionsBase) -> int:
         """The fewest images one forward pass computes on: the smallest micro-batch, else the
-        whole batch."""
+        whole batch (a replica's share of it, where the batch is split)."""
         split = options.micro_batch_size()
-        return min(micro_batch_sizes(global_batch, split)) if split else global_batch
+        fewest = min(micro_batch_sizes(global_batch, split)) if split else global_batch
+        return fewest // len(devices) if cls.splits_batch else fewest
 
     @staticmethod
     def check_slice(workload: Workload, images: int) -> None:
@@ -203,7 +159,7 @@ class Strategy(ABC):
         `options.device_count()` of them where the options ask for a number (stages, ranks)."""
         options = options or cls.Options()
         count = options.device_count()
-        needed = max(cls.min_devices, count or 0)
+        needed = max(cls.min_devices, options.fewest_devices(), count or 0)
         if len(devices) < needed:
             what = options.device_count_text() if count else "needs"
             example = ",".join([devices[0].type if devices else "cpu"] * needed)
@@ -216,8 +172,9 @@ class Strategy(ABC):
         return tuple(devices[:count] if count else devices)
 
     @classmethod
-    def check_workload(cls, workload: Workload) -> None:
-        """Refuse a workload this strategy cannot train (raise WorkloadRefused saying why)."""
+    def check_workload(cls, workload: Workload, options: OptionsBase | None = None) -> None:
+        """Refuse a workload this strategy cannot train with these options (raise
+        WorkloadRefused saying why)."""
         if workload.precision == "fp16" and cls.fp16_refusal:
             raise WorkloadRefused(cls.fp16_refusal)
         if workload.compile and cls.compile_refusal:
@@ -229,7 +186,16 @@ class Strategy(ABC):
     def check_plan(cls, workload: Workload, global_batch: int,
                    devices: tuple[torch.device, ...], options: OptionsBase) -> None:
         """Refuse what this strategy itself cannot do with this batch on the devices it uses
-        (raise StrategyError saying how to fix it); the options check their own values."""
+        (raise StrategyError saying how to fix it); the options check their own values. By
+        default, a batch that does not split into equal shares where it is split: equal work
+        per replica, and the average of the replicas' gradients is the global batch's."""
+        replicas = len(devices)
+        if cls.splits_batch and global_batch % replicas:
+            lower = global_batch - global_batch % replicas
+            raise StrategyError(
+                f"batch {global_batch} does not divide over {replicas} replicas; "
+                f"use a multiple of {replicas}, e.g. --batch-size {lower or replicas} or "
+                f"{lower + replicas}")
 
     @classmethod
     def check_backend(cls, backend: str, devices: tuple[torch.device, ...],
@@ -239,7 +205,11 @@ class Strategy(ABC):
 
     @classmethod
     def reference_split(cls, plan: TrainingPlan) -> int | None:
-        """See `TrainingPlan.reference_split`: by default, the micro-batches it trains on."""
+        """See `TrainingPlan.reference_split`: by default, the micro-batches it trains on; a
+        replica's share where the batch is split (each replica's BatchNorm normalises over
+        its own share: single accumulating over the same shares makes the same update)."""
+        if cls.splits_batch:
+            return plan.global_batch // len(plan.devices)
         return plan.options.micro_batch_size()
 
     @classmethod
@@ -284,14 +254,28 @@ class Strategy(ABC):
         return None
 
     @property
+    def rank(self) -> int:
+        """This process's rank (0 where the strategy runs in one process)."""
+        return dist.get_rank() if self.process_per_device else 0
+
+    def check_processes(self, what: str) -> None:
+        """Refuse a process group that is not one process per device (`what`: `replicas`,
+        `ranks`, as the devices are called in the message)."""
+        if dist.get_world_size() != len(self.devices):
+            raise StrategyError(f"{len(self.devices)} {what} need {len(self.devices)} "
+                                f"processes, got {dist.get_world_size()}")
+
+    @property
     def input_device(self) -> torch.device:
-        """Where the harness creates each global batch."""
-        return self.devices[0]
+        """Where the harness creates each global batch: this rank's device."""
+        return self.devices[self.rank]
 
     @property
     def data_shard(self) -> tuple[int, int]:
         """(index, count): this process trains on part `index` of the global batch cut into
         `count` near-equal parts (data-parallel ranks); (0, 1) is the whole batch."""
+        if self.splits_batch and self.process_per_device:
+            return self.rank, len(self.devices)
         return 0, 1
 
     def trained_parameters(self) -> list[torch.Tensor]:
@@ -375,25 +359,3 @@ def default_backend(devices: Sequence[torch.device], shared: bool | None = None)
     if shared is None:
         shared = len(set(devices)) != len(devices)
     return "nccl" if devices[0].type == "cuda" and not shared else "gloo"
-
-
-class ProcessPerDevice(Strategy):
-    """A strategy run as one process per device: rank k drives devices[k] and is built with
-    the process group already initialised."""
-
-    process_per_device = True
-
-    @property
-    def rank(self) -> int:
-        return dist.get_rank()
-
-    def check_processes(self, what: str) -> None:
-        """Refuse a process group that is not one process per device (`what`: `replicas`,
-        `ranks`, as the devices are called in the message)."""
-        if dist.get_world_size() != len(self.devices):
-            raise StrategyError(f"{len(self.devices)} {what} need {len(self.devices)} "
-                                f"processes, got {dist.get_world_size()}")
-
-    @property
-    def input_device(self) -> torch.device:
-        return self.devices[self.rank]

@@ -11,13 +11,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, Strategy
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
     TORCH_SETTINGS,
-    RankDataParallel,
     ReplicaOptions,
+    replica_model,
+    replica_rounds_elsewhere,
+    replica_step,
     tuning_option,
 )
 
@@ -84,7 +86,7 @@ class DDPOptions(ReplicaOptions):
                 else None}
 
 
-class DDP(RankDataParallel):
+class DDP(Strategy):
     """One process per device; NCCL where each rank has its own GPU, else gloo.
 
     Options are DistributedDataParallel's own: `bucket_cap_mb`, `gradient_as_bucket_view`,
@@ -104,6 +106,8 @@ class DDP(RankDataParallel):
     _wrapped: DistributedDataParallel
     allreduces_gradients = True
     layout = Layout.REPLICAS
+    process_per_device = True
+    splits_batch = True
     cuda_graphs_refusal = ("DDP hands each backward's gradients to its reducer from autograd's "
                            "thread (_DDPSink) while torch's CUDA graph trees run, which torch "
                            f"reports failing (pytorch#113809); {WITHOUT_CUDA_GRAPHS}")
@@ -126,9 +130,21 @@ class DDP(RankDataParallel):
             return None  # BatchNorm sees the global batch, as on one device
         return super().reference_split(plan)
 
+    @classmethod
+    def verify_rounds_elsewhere(cls, plan) -> bool:
+        return replica_rounds_elsewhere(plan)
+
+    @property
+    def model(self) -> nn.Module:
+        return self._module
+
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._wrapped]
+
     def prepare_model(self, model: nn.Module) -> nn.Module:
-        # Before the blocks are compiled: a block compiled in place keeps the layers it was
-        # compiled with, so a BatchNorm swapped afterwards would never run.
+        """The model with SyncBatchNorm where asked. Before the blocks are compiled: a block
+        compiled in place keeps the layers it was compiled with, so a BatchNorm swapped
+        afterwards would never run."""
         if self.options.sync_batchnorm:
             return nn.SyncBatchNorm.convert_sync_batchnorm(model)
         return model
@@ -162,12 +178,14 @@ class DDP(RankDataParallel):
         self._measured: dict[int, bool] = {}
         self._sampled_iteration: int | None = None
         self._samples: list[dict[str, float]] = []
-        super().setup()
+        self._module = replica_model(self, self.prepare_model)
+        self._wrapped = self.wrap(self._module)
+        self.prepare_training(self._wrapped.parameters(), self.input_device)
 
     def train_step(self, images, labels):
         if torch.is_grad_enabled() and self._wrapped.require_backward_grad_sync:
             self._iterations += 1  # DDP counts this forward (not one under no_sync)
-        return super().train_step(images, labels)
+        return replica_step(self, self._wrapped, images, labels)
 
     def after_step(self, measured: bool) -> None:
         """Keep DDP's own times of a measured iteration, where it sampled one. DDP logs an

@@ -17,14 +17,16 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, Strategy
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
 from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
     TORCH_SETTINGS,
-    RankDataParallel,
     ReplicaOptions,
+    replica_model,
+    replica_rounds_elsewhere,
+    replica_step,
     tuning_option,
 )
 
@@ -92,6 +94,10 @@ class FSDPOptions(ReplicaOptions):
     def parallel_dims(self, devices) -> ParallelDims:
         return ParallelDims(shards=len(devices))
 
+    def mesh_shape(self, ranks: int) -> tuple[int, ...]:
+        """The ranks' mesh: one dimension, every rank a shard (hsdp's options make it two)."""
+        return (ranks,)
+
 
 def resharded_after_forward(policy: str, units: int) -> list[bool]:
     """Whether each of `units` units (in forward order, the root left out) reshards after
@@ -139,14 +145,21 @@ def shard_units(model: nn.Module, groups: list[list[nn.Module]], mesh: DeviceMes
     return units
 
 
-class FSDP(RankDataParallel):
+class FSDP(Strategy):
     """One process per device; each of the family's layer groups (or blocks: `fsdp_units`) is
     an FSDP unit, then the whole model (stem and head), so that a unit's parameters are
-    gathered only while it runs, except where `reshard_after_forward` keeps them."""
+    gathered only while it runs, except where `reshard_after_forward` keeps them.
+
+    The ranks' mesh is its options' `mesh_shape`: every rank a shard (fsdp), or, with hsdp's
+    options, (replicate, shard) in rank order: ranks 0..S-1 shard the first replica, S..2S-1
+    the second, and so on (HSDP: gradients reduce-scattered within a group and all-reduced
+    across the groups)."""
 
     summary = ("one process per device, fully_shard (FSDP2) per layer group or block of the "
                "model family")
     layout = Layout.SHARDED_REPLICAS
+    process_per_device = True
+    splits_batch = True
     Options = FSDPOptions
     options: FSDPOptions
     cuda_graphs_refusal = ("FSDP2 gathers each unit's parameters into new memory every step "
@@ -162,7 +175,22 @@ class FSDP(RankDataParallel):
     @classmethod
     def verify_rounds_elsewhere(cls, plan) -> bool:
         # Under the policy, the layers after each BatchNorm compute in fp32.
-        return bool(plan.options.mixed_precision) or super().verify_rounds_elsewhere(plan)
+        return bool(plan.options.mixed_precision) or replica_rounds_elsewhere(plan)
+
+    def setup(self) -> None:
+        self._module = replica_model(self, lambda model: model)
+        self._wrapped = self.wrap(self._module)
+        self.prepare_training(self._wrapped.parameters(), self.input_device)
+
+    @property
+    def model(self) -> nn.Module:
+        return self._module
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return replica_step(self, self._wrapped, images, labels)
+
+    def placed_modules(self) -> list[nn.Module]:
+        return [self._wrapped]
 
     def unit_groups(self, model: nn.Module) -> list[list[nn.Module]]:
         """The modules of each unit besides the root, in forward order, as `fsdp_units` asks."""
@@ -189,18 +217,23 @@ class FSDP(RankDataParallel):
         return self._units[-1].handle  # type: ignore[return-value]
 
     def device_mesh(self) -> DeviceMesh:
-        """Every rank shards the model (HSDP lays them out in two dimensions). On the devices
-        asked for: without a mesh fully_shard builds one on the default accelerator, so
-        `--devices cpu,cpu` on a GPU host would have trained on CUDA. Over the process group
-        the ranks already have (init_device_mesh may start another, on NCCL for CUDA tensors,
-        which refuses two ranks on one GPU)."""
+        """The options' mesh, on the devices asked for: without a mesh fully_shard builds one
+        on the default accelerator, so `--devices cpu,cpu` on a GPU host would have trained on
+        CUDA. Over the process group the ranks already have (init_device_mesh may start
+        another, on NCCL for CUDA tensors, which refuses two ranks on one GPU); HSDP's groups
+        made on that group's backend (gloo where ranks share a GPU, which must never open
+        NCCL groups)."""
+        shape = self.options.mesh_shape(dist.get_world_size())
+        if len(shape) == 2:
+            return mesh_of_groups(self.input_device.type, shape, ("replicate", "shard"))
         ranks = dist.group.WORLD
         assert ranks is not None  # the launcher initialised it
         return DeviceMesh.from_group(ranks, self.input_device.type)
 
     def gathered_shards(self) -> int:
-        """The ranks whose shards (in rank order) make up one whole copy of the parameters."""
-        return dist.get_world_size()
+        """The ranks whose shards (in rank order) make up one whole copy of the parameters:
+        every rank, or HSDP's first sharding group."""
+        return self.options.mesh_shape(dist.get_world_size())[-1]
 
     def _batchnorm_units(self, model: nn.Module, groups: list[list[nn.Module]],
                          reshard: list[bool]) -> list[Unit]:

@@ -1,6 +1,6 @@
-"""Hybrid sharded data parallel (HSDP, FSDP2 on a 2-D DeviceMesh): parameters sharded within
-each group of ranks, the groups replicas of each other, gradients reduce-scattered within a
-group and all-reduced across the groups."""
+"""Hybrid sharded data parallel's options (HSDP: fsdp's strategy on a 2-D DeviceMesh):
+parameters sharded within each group of ranks, the groups replicas of each other, gradients
+reduce-scattered within a group and all-reduced across the groups."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh
 
-from parbench.strategies.base import Layout
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
-from parbench.strategies.fsdp import FSDP, FSDPOptions, mesh_of_groups
+from parbench.strategies.fsdp import FSDPOptions
 from parbench.strategies.options import option
 
-__all__ = ["HSDP", "HSDPOptions"]
+__all__ = ["HSDPOptions"]
 
 
 @dataclass(frozen=True)
@@ -50,30 +47,10 @@ class HSDPOptions(FSDPOptions):
         replicas, shard = self.mesh_shape(len(devices))
         return ParallelDims(replicas=replicas, shards=shard)
 
+    def fewest_devices(self) -> int:
+        return 4  # two replicas of two shards
+
     def mesh_shape(self, ranks: int) -> tuple[int, int]:
         """(replicas, ranks per sharding group)."""
         shard = self.shard_size or max(ranks // 2, 1)
         return ranks // shard, shard
-
-
-class HSDP(FSDP):
-    """FSDP2's units and options over a (replicate, shard) mesh of the ranks in rank order:
-    ranks 0..S-1 shard the first replica, S..2S-1 the second, and so on."""
-
-    summary = ("one process per device, fully_shard over a (replicate x shard) mesh: sharded "
-               "within a group, replicated across groups (HSDP)")
-    layout = Layout.HYBRID_SHARDED
-    Options = HSDPOptions
-    options: HSDPOptions
-    min_devices = 4  # two replicas of two shards
-
-    def device_mesh(self) -> DeviceMesh:
-        # Its groups made on the backend of the ranks' own group (gloo where ranks share a GPU,
-        # which must never open NCCL groups), as fsdp's mesh is made from that group.
-        return mesh_of_groups(self.input_device.type,
-                              self.options.mesh_shape(dist.get_world_size()),
-                              ("replicate", "shard"))
-
-    def gathered_shards(self) -> int:
-        """The ranks whose shards make up one whole copy: the first sharding group."""
-        return self.options.mesh_shape(dist.get_world_size())[1]

@@ -12,10 +12,10 @@ from parbench.strategies.base import Layout, Strategy
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError, Unavailable
 from parbench.strategies.options import Options, option
-from parbench.strategies.partition import BALANCES, default_balance, plan_cut
-from parbench.strategies.stages import build_stages, timing_batch
+from parbench.strategies.partition import BALANCES, Partition, default_balance, plan_cut
+from parbench.strategies.stages import Stage, build_stages, timing_batch
 
-__all__ = ["ModelParallel", "StageOptions"]
+__all__ = ["ModelParallel", "StageOptions", "place_stages"]
 
 
 @dataclass(frozen=True)
@@ -74,12 +74,7 @@ class ModelParallel(Strategy):
     options: StageOptions
 
     def setup(self) -> None:
-        sample_batch = timing_batch(self.options.micro_batch_size(), self.plan.global_batch)
-        assert self.options.balance is not None  # resolved by the plan
-        self._partition, self.stages = build_stages(self.workload, self.devices,
-                                                    self.options.balance, sample_batch)
-        self._model = nn.Sequential(*(stage.module for stage in self.stages))
-        self.prepare_training(self._model.parameters(), self.devices[-1])
+        self._partition, self.stages, self._model = place_stages(self)
 
     @property
     def model(self) -> nn.Module:
@@ -123,6 +118,20 @@ class ModelParallel(Strategy):
 
     def placed_modules(self) -> list[nn.Module]:
         return [stage.module for stage in self.stages]
+
+
+def place_stages(strategy: Strategy) -> tuple[Partition, list[Stage], nn.Module]:
+    """The model cut as the strategy's options ask (timing its blocks if balanced by time),
+    a stage on each of its devices, and the training over them, the loss on the last device:
+    (the cut, the stages, the whole model as one Sequential)."""
+    options = strategy.options
+    assert isinstance(options, StageOptions) and options.balance is not None  # resolved
+    sample_batch = timing_batch(options.micro_batch_size(), strategy.plan.global_batch)
+    partition, stages = build_stages(strategy.workload, strategy.devices, options.balance,
+                                     sample_batch)
+    model = nn.Sequential(*(stage.module for stage in stages))
+    strategy.prepare_training(model.parameters(), strategy.devices[-1])
+    return partition, stages, model
 
 
 def _gradient(boundary: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from parbench.strategies.base import Layout
-from parbench.strategies.rank_parallel import SplitBatch
+from parbench.strategies.base import Layout, Strategy
+from parbench.strategies.rank_parallel import ReplicaOptions
 
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload
@@ -32,12 +32,14 @@ class AutocastForward(nn.Module):
             return self.model(images)
 
 
-class DataParallel(SplitBatch):
+class DataParallel(Strategy):
     """Each step device 0 replicates the model to every GPU, scatters the batch, gathers the
     outputs and computes the loss, so device 0 holds more memory than the others."""
 
     summary = "one process, nn.DataParallel over the GPUs (device 0 scatters and gathers)"
     layout = Layout.REPLICAS_IN_ONE_PROCESS
+    Options = ReplicaOptions
+    splits_batch = True
     # replicate() copies each module's attributes into its replicas every step, the compiled
     # call of a block compiled in place (and the model's blockwise forward) included, and those
     # stay bound to the original on the first GPU, where the replicas' inputs are not.

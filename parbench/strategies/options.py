@@ -191,6 +191,11 @@ class Options:
         the strategy uses): one device, by default, its micro-batches accumulated."""
         return ParallelDims(micro_batch=self.micro_batch_size())
 
+    def fewest_devices(self) -> int:
+        """The fewest devices the layout these options ask for takes (HSDP's two replicas of
+        two shards: 4), beyond the strategy's own `min_devices`."""
+        return 1
+
     def device_count_text(self) -> str:
         """The start of the refusal when fewer devices are given: `3 stages need`."""
         return "needs"

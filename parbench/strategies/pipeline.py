@@ -8,12 +8,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torch import nn
 from typing_extensions import Self  # typing's from Python 3.11
 
-from parbench.strategies.base import ACCUMULATED_GRADIENTS_OVERWRITTEN, WITHOUT_CUDA_GRAPHS, Layout
+from parbench.strategies.base import (
+    ACCUMULATED_GRADIENTS_OVERWRITTEN,
+    WITHOUT_CUDA_GRAPHS,
+    Layout,
+    Strategy,
+)
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import StrategyError
-from parbench.strategies.model_parallel import ModelParallel, StageOptions
+from parbench.strategies.model_parallel import StageOptions, place_stages
 from parbench.strategies.options import option
 from parbench.strategies.stages import micro_batch_sizes, resolve_split
 
@@ -50,7 +56,7 @@ class PipelineOptions(StageOptions):
         return replace(super().resolved(global_batch, devices), split_size=split_size)
 
 
-class Pipeline(ModelParallel):
+class Pipeline(Strategy):
     """Micro-batched model parallelism (GPipe's fill-drain schedule) in one process.
 
     `split_size` is the micro-batch size (default: 4 micro-batches per stage, where GPipe's
@@ -65,6 +71,7 @@ class Pipeline(ModelParallel):
 
     summary = "stages on their devices, micro-batches overlapping across stages (one process)"
     layout = Layout.TICK_PIPELINE
+    min_devices = 2
     Options = PipelineOptions
     options: PipelineOptions
     cuda_graphs_refusal = (
@@ -73,7 +80,7 @@ class Pipeline(ModelParallel):
         f"{ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}, or use model-parallel")
 
     def setup(self) -> None:
-        super().setup()
+        self._partition, self.stages, self._model = place_stages(self)
         # One worker per stage: a stage's work always runs on its own thread, like a GPU stream.
         # torch's intra-op thread count is per thread for OpenMP: a new thread would otherwise
         # run its ops on every core, so each worker takes the count the caller runs with.
@@ -86,6 +93,21 @@ class Pipeline(ModelParallel):
         # sets per thread in context variables (dynamo's settings, which --compile's blocks
         # raise: `Workload.compiled`) holds on the stage threads too.
         self._contexts = [contextvars.copy_context() for _ in self.stages]
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    @property
+    def partition(self) -> str:
+        return self._partition.describe()
+
+    @property
+    def pipeline_stages(self) -> int:
+        return len(self.devices)
+
+    def placed_modules(self) -> list[nn.Module]:
+        return [stage.module for stage in self.stages]
 
     def close(self) -> None:
         for worker in getattr(self, "workers", []):

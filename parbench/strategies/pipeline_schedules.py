@@ -1,136 +1,52 @@
 """Pipelines on torch.distributed.pipelining: one process per rank, each holding one stage
-(GPipe, 1F1B) or several (interleaved 1F1B, looped BFS, the zero-bubble schedules)."""
+(GPipe, 1F1B) or several (interleaved 1F1B, looped BFS, the zero-bubble schedules); with
+pipeline-fsdp's options, several pipelines side by side, each stage sharded over its copies."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 import torch.distributed.pipelining as pipelining
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage
-from typing_extensions import Self  # typing's from Python 3.11
+from torch.distributed.tensor import DTensor
 
-from parbench.strategies.base import STAGES_ACCUMULATE, Layout, ProcessPerDevice
+from parbench.strategies.base import (
+    ACCUMULATED_GRADIENTS_OVERWRITTEN,
+    STAGES_ACCUMULATE,
+    WITHOUT_CUDA_GRAPHS,
+    Layout,
+    Strategy,
+)
 from parbench.strategies.errors import StrategyError, Unavailable, WorkloadRefused
-from parbench.strategies.options import option
+from parbench.strategies.fsdp import reduce_by_sum_on_gloo
 from parbench.strategies.partition import Partition, plan_cut, split_model
-from parbench.strategies.pipeline import PipelineOptions
-from parbench.strategies.stages import bubble_fraction, micro_batch_sizes, timing_batch
+from parbench.strategies.schedule_stages import AutocastStage, ScheduleStage
+from parbench.strategies.schedules import SCHEDULES, Schedule, ScheduleOptions, check_schedule
+from parbench.strategies.stages import micro_batch_sizes, timing_batch
 
-__all__ = ["SCHEDULES", "InterleavedOptions", "InterleavedPipeline", "Schedule",
-           "ScheduleOptions", "ScheduledPipeline"]
+__all__ = ["SHARDED_STAGES_REFUSAL", "ScheduledPipeline"]
 
+# What pipeline-fsdp's sharded stages add to the pipelines' refusal of CUDA graphs.
+SHARDED_STAGES_REFUSAL = (
+    "FSDP2 gathers each stage's parameters into new memory every step, while a CUDA graph "
+    "replays at the addresses it captured, and each stage accumulates its gradients over "
+    f"the micro-batches: {ACCUMULATED_GRADIENTS_OVERWRITTEN}; {WITHOUT_CUDA_GRAPHS}")
 
-@dataclass(frozen=True)
-class Schedule:
-    """A schedule of torch.distributed.pipelining as parbench runs it."""
-
-    torch_name: str  # its class in torch.distributed.pipelining
-    multi_stage: bool  # several stages per rank
-    v_shape: bool  # rank r holds stages r and 2K-1-r (else r, r+K, r+2K, ...)
-    splits_backward: bool  # input- and weight-gradient halves (zero bubble): no torch.compile
-    # Theoretical idle share of a step from K ranks, M micro-batches and V stages per rank
-    # (None: no closed form used here).
-    bubble: Callable[[int, int, int], float | None]
-
-    @property
-    def torch_class(self):
-        return getattr(pipelining, self.torch_name, None)
-
-
-SCHEDULES = {
-    "gpipe": Schedule("ScheduleGPipe", False, False, False, bubble_fraction),
-    "1f1b": Schedule("Schedule1F1B", False, False, False, bubble_fraction),
-    "interleaved-1f1b": Schedule("ScheduleInterleaved1F1B", True, False, False, bubble_fraction),
-    "looped-bfs": Schedule("ScheduleLoopedBFS", True, False, False, bubble_fraction),
-    # ZB-H1 (Qi et al. 2024): a third of 1F1B's bubble over the ideal time when F, B and W
-    # take equal time (as if three times the micro-batches).
-    "zero-bubble": Schedule("ScheduleInterleavedZeroBubble", True, False, True,
-                            lambda k, m, v: bubble_fraction(k, 3 * m, v)),
-    # ZB-V: no bubble once M >= 2K, F, B and W taking equal time.
-    "zbv": Schedule("ScheduleZBVZeroBubble", True, True, True,
-                    lambda k, m, v: 0.0 if m >= 2 * k else None),
-    "dualpipev": Schedule("ScheduleDualPipeV", True, True, True, lambda k, m, v: None),
-}
 # Whether the last stage may skip merging the micro-batches' outputs (torch 2.8's step has no
 # `return_outputs`, and passes unknown keywords on to the model).
 _SKIPS_OUTPUTS = all("return_outputs" in inspect.signature(s.torch_class.step).parameters
                      for s in SCHEDULES.values() if s.torch_class is not None)
 
 
-@dataclass(frozen=True)
-class ScheduleOptions(PipelineOptions):
-    """A pipeline's cut and micro-batches, and the schedule its registered name presets."""
 
-    schedule: str = option("gpipe", choices=tuple(SCHEDULES), preset=True,
-                           help="the torch.distributed.pipelining schedule")
-
-
-@dataclass(frozen=True)
-class InterleavedOptions(ScheduleOptions):
-    """Several stages per rank: the model is cut into K x V stages."""
-
-    stages_per_rank: int | None = option(minimum=2, label="V", help="stages each rank holds "
-                                         "(V): the model is cut into K x V stages (default 2)")
-
-    def pieces(self, devices) -> int:
-        return len(devices) * (self.stages_per_rank or 2)
-
-    def resolved(self, global_batch, devices) -> Self:
-        return replace(super().resolved(global_batch, devices),
-                       stages_per_rank=self.stages_per_rank or 2)
-
-
-class _ContiguousGradient(torch.autograd.Function):
-    """Identity whose gradient is made contiguous: the gradient a stage sends back for its
-    input must be, for gloo (a compiled or channels_last stage may produce another layout)."""
-
-    @staticmethod
-    def forward(ctx, inputs: torch.Tensor) -> torch.Tensor:
-        return inputs.view_as(inputs)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad.contiguous()
-
-
-class _AutocastStage(nn.Module):
-    """Runs a stage's forward under the workload's autocast (per thread, and the schedule
-    calls forward itself), exchanging contiguous tensors."""
-
-    def __init__(self, module: nn.Module, device: torch.device, workload) -> None:
-        super().__init__()
-        self.module = module
-        self._device = device
-        self._workload = workload
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if inputs.requires_grad:
-            inputs = _ContiguousGradient.apply(inputs)
-        with self._workload.autocast(self._device):
-            # gloo sends contiguous tensors only, and a compiled or channels_last stage may
-            # return another layout (a no-op where the output is contiguous already).
-            return self.module(inputs).contiguous()
-
-
-class _Stage(PipelineStage):
-    """A PipelineStage whose warm-up exchanges nothing with its own rank. In torch 2.11 a
-    schedule's first step sends a dummy tensor to each neighbouring stage, also to one on the
-    same rank (the V layouts: rank K-1 holds stages K-1 and K), and gloo has no pair to itself
-    ("Pair is not connected"); torch 2.14 leaves such neighbours out itself, and every release
-    passes their activations and gradients locally."""
-
-    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
-        return [op for op in super()._get_init_p2p_neighbors_ops()
-                if getattr(op, "group_peer", op.peer) != self.group_rank]
-
-
-class ScheduledPipeline(ProcessPerDevice):
+class ScheduledPipeline(Strategy):
     """Rank k drives devices[k] and holds its stages of the cut model; the schedule of
     torch.distributed.pipelining its registered name presets sends activations and gradients
     between ranks (gloo on CPU or a shared GPU, NCCL between GPUs).
@@ -139,10 +55,23 @@ class ScheduledPipeline(ProcessPerDevice):
     at most K micro-batches' activations are alive per stage. Micro-batch losses are weighted by
     their share of the global batch (scale_grads=False), so the update equals single-device
     gradient accumulation over the same micro-batches.
+
+    With V stages per rank (InterleavedOptions) the model is cut into K x V: rank r runs stages
+    r, r+K, ... (interleaved 1F1B, looped BFS, interleaved zero bubble) or, in a V, r and
+    2K-1-r (ZBV, DualPipeV), so a micro-batch passes every rank V times and the pipeline fills
+    V times faster.
+
+    With P pipelines (PipelineFSDPOptions, pp x dp on a 2-D DeviceMesh, torchtitan's
+    composition) the ranks are a (dp, pp) mesh in rank order: ranks 0..K-1 are the first
+    pipeline, K..2K-1 the second, and so on. Each pipeline runs its schedule over its own ranks
+    on its 1/P of the batch; stage k is one FSDP2 unit sharded over the P ranks that hold it,
+    whose gradients torch's PipelineStage reduce-scatters once the last micro-batch's backward
+    is done.
     """
 
     summary = "one process per stage, torch.distributed.pipelining schedule"
     layout = Layout.SCHEDULED_PIPELINE
+    process_per_device = True
     min_devices = 2
     Options = ScheduleOptions
     options: ScheduleOptions
@@ -178,40 +107,27 @@ class ScheduledPipeline(ProcessPerDevice):
                 f"sizes ({max(sizes)} and {min(sizes)}), and torch.distributed.pipelining "
                 f"needs equal ones; use --batch-size {lower or split} or {lower + split}, or a "
                 f"--split-size that divides {batch}")
-        cls._check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes), batch)
+        check_schedule(schedule, ranks, resolved.pieces(devices) // ranks, len(sizes), batch)
 
     @classmethod
     def one_pipeline(cls, global_batch: int, devices, options) -> tuple[int, int]:
         """(the images one pipeline trains on per step, the ranks it spans): the whole batch
         over every device here; a replica's share over its stages where pipelines are
         replicated."""
-        return global_batch, len(devices)
+        pipelines = options.pipeline_count
+        return global_batch // pipelines, len(devices) // pipelines
 
-    @staticmethod
-    def _check_schedule(schedule: Schedule, ranks: int, per_rank: int,
-                        micro_batches: int, batch: int) -> None:
-        """What the schedule requires of stages per rank and micro-batches (of `batch` images)."""
-        if schedule.v_shape and per_rank != 2:
-            raise StrategyError(f"{schedule.torch_name} holds exactly 2 stages per rank (a V), "
-                                f"got --stages-per-rank {per_rank}")
-        if schedule.torch_name in ("ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble"):
-            rounds = max(1, micro_batches // ranks)
-            if micro_batches % rounds:
-                raise StrategyError(
-                    f"{schedule.torch_name} needs the micro-batch count M to be a multiple of "
-                    f"max(1, M // K) = {rounds}, got M = {micro_batches} on K = {ranks} ranks; "
-                    f"choose a --split-size that makes M a multiple of {ranks}")
-        # torch's 1F1B raises this at construction, on every rank of a launched run: refused
-        # here, before anything is launched, a sweep records it as skipped and a draw draws
-        # again
-        if schedule.torch_name in ("ScheduleDualPipeV", "Schedule1F1B") \
-                and micro_batches < ranks * per_rank:
-            stages = ranks * per_rank
-            divisors = [size for size in range(1, batch // stages + 1) if batch % size == 0]
-            fix = (f"--split-size {divisors[-1]}" if divisors else
-                   f"a --batch-size that gives each pipeline {stages} images or more")
-            raise StrategyError(f"{schedule.torch_name} needs at least as many micro-batches as "
-                                f"stages ({stages}), got {micro_batches}; use {fix}")
+    @classmethod
+    def smallest_slice(cls, global_batch, devices, options) -> int:
+        # A forward pass computes on a micro-batch of one pipeline's share of the batch.
+        share, _ = cls.one_pipeline(global_batch, devices, options)
+        return super().smallest_slice(share, devices, options)
+
+    @classmethod
+    def check_workload(cls, workload, options=None) -> None:
+        if options is not None and options.pipeline_count > 1 and workload.captures_cuda_graphs:
+            raise WorkloadRefused(SHARDED_STAGES_REFUSAL)
+        super().check_workload(workload, options)
 
     @classmethod
     def check_backend(cls, backend, devices, options) -> None:
@@ -235,14 +151,29 @@ class ScheduledPipeline(ProcessPerDevice):
         return self.stage_ranks
 
     @property
+    def pipelines(self) -> int:
+        """The pipelines side by side (P): 1 unless the options replicate it."""
+        return self.options.pipeline_count
+
+    @property
     def stage_ranks(self) -> int:
         """The ranks one pipeline spans (K): every rank, unless pipelines are replicated."""
-        return len(self.devices)
+        return len(self.devices) // self.pipelines
 
     @property
     def stage_rank(self) -> int:
         """This rank's place in its pipeline (0 .. K-1)."""
-        return self.rank
+        return self.rank % self.stage_ranks
+
+    @property
+    def data_shard(self) -> tuple[int, int]:
+        return self.rank // self.stage_ranks, self.pipelines
+
+    @property
+    def micro_batches(self) -> int:
+        split = self.options.micro_batch_size()
+        assert split is not None  # resolved by the plan
+        return len(micro_batch_sizes(self.plan.global_batch // self.pipelines, split))
 
     def bubble_fraction(self) -> float | None:
         ranks = self.stage_ranks
@@ -263,9 +194,12 @@ class ScheduledPipeline(ProcessPerDevice):
         return list(range(rank, self._pieces, ranks))
 
     def setup(self) -> None:
-        if dist.get_world_size() != len(self.devices):
-            raise StrategyError(f"{len(self.devices)} stages need {len(self.devices)} processes, "
-                                f"got {dist.get_world_size()}")
+        self.check_processes("stages")
+        if self.pipelines > 1:  # the sub-groups on the backend of the ranks' own group
+            self._mesh = DeviceMesh(self.input_device.type,
+                                    torch.arange(len(self.devices)).view(self.pipelines, -1),
+                                    mesh_dim_names=("dp", "pp"))
+        self._reduce = True  # off in `without_communication`
         device = self.input_device
         balance = self.options.balance
         assert balance is not None  # resolved by the plan
@@ -291,9 +225,10 @@ class ScheduledPipeline(ProcessPerDevice):
         self._local = [self.workload.prepare_model(modules[i].to(device)).train()
                        for i in self._indices]
         self._forwards = [self.workload.compiled(module) for module in self._local]
-        self._stages = [_Stage(self.replicated(_AutocastStage(forward, device, self.workload)),
-                               index, self._pieces, device, group=self.pipeline_group())
-                        for forward, index in zip(self._forwards, self._indices, strict=True)]
+        self._stages = [
+            ScheduleStage(self.replicated(AutocastStage(forward, device, self.workload)),
+                          index, self._pieces, device, group=self.pipeline_group())
+            for forward, index in zip(self._forwards, self._indices, strict=True)]
         self.optimizer = self.workload.make_optimizer(
             [p for module in self._local for p in module.parameters()])
         self.loss_fn = self.workload.loss_fn()
@@ -315,16 +250,35 @@ class ScheduledPipeline(ProcessPerDevice):
         return [p for index in sorted(stages) for p in stages[index]]
 
     def whole_parameters(self, module: nn.Module) -> list[torch.Tensor]:
-        """A stage's parameters, whole, on the CPU."""
+        """A stage's parameters, whole, on the CPU: where it is sharded over its copies,
+        gathered within them (every copy calls it)."""
+        if self.pipelines > 1:
+            return [cast(DTensor, p).full_tensor().detach().cpu() for p in module.parameters()]
         return [p.detach().cpu() for p in module.parameters()]
 
     def pipeline_group(self) -> dist.ProcessGroup | None:
         """The ranks that exchange this rank's activations and gradients (None: all)."""
-        return None
+        return self._mesh.get_group("pp") if self.pipelines > 1 else None
 
     def replicated(self, stage: nn.Module) -> nn.Module:
-        """The stage module as the schedule runs it (replicated pipelines wrap it in DDP)."""
-        return stage
+        """The stage module as the schedule runs it: sharded over its P copies where
+        pipelines are replicated. Not resharded after forward, as torchtitan shards under
+        pipeline parallelism (`reshard_after_forward=not pp_enabled`): a stage runs several
+        micro-batches' forwards before their backwards, and resharding would all-gather it
+        again for each backward. A stage is its own root unit, which FSDP2 keeps gathered by
+        default anyway; said here so that it holds whatever the default. It is resharded after
+        the step's last backward (PipelineStage sets that), its gradient reduce-scattered once."""
+        if self.pipelines == 1:
+            return stage
+        unit = fully_shard(stage, mesh=self._mesh["dp"], reshard_after_forward=False)
+        reduce_by_sum_on_gloo([unit])
+        return cast(nn.Module, unit)
+
+    def action(self, stage, micro_batch, phase, model_stage=None):
+        # The first pipeline's actions stand for all (the others run the same schedule).
+        if self.pipelines > 1 and self.rank >= self.stage_ranks:
+            return contextlib.nullcontext()
+        return super().action(stage, micro_batch, phase, model_stage)
 
     def _mark_actions(self, stage: PipelineStage) -> None:
         """Each micro-batch's forward and backward that the schedule runs on this stage goes
@@ -350,6 +304,14 @@ class ScheduledPipeline(ProcessPerDevice):
         stage.forward_one_chunk = forward_one_chunk  # type: ignore[method-assign,assignment]
         stage.backward_one_chunk = backward_one_chunk  # type: ignore[method-assign,assignment]
         stage.backward_weight_one_chunk = weight_one_chunk  # type: ignore[method-assign,assignment]
+        if self.pipelines > 1:
+            reduce = stage.perform_reduce_grad
+
+            def perform_reduce_grad(grad_scale_factor: int) -> None:
+                if self._reduce:
+                    reduce(grad_scale_factor)
+
+            stage.perform_reduce_grad = perform_reduce_grad  # type: ignore[method-assign]
 
     def _make_schedule(self, global_batch: int, count: int):
         def weighted_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -388,13 +350,28 @@ class ScheduledPipeline(ProcessPerDevice):
             return torch.stack([loss.detach().float() for loss in losses]).sum()
         return torch.tensor(float("nan"))
 
+    def without_communication(self):
+        """Replicated pipelines: the same steps without reducing gradients across the
+        pipelines (`_unreduced`); None for one pipeline, whose ranks exchange only what the
+        step needs."""
+        return self._unreduced() if self.pipelines > 1 else None
 
-class InterleavedPipeline(ScheduledPipeline):
-    """Each rank holds V stages of the model cut into K x V: rank r runs stages r, r+K, ...
-    (interleaved 1F1B, looped BFS, interleaved zero bubble) or, in a V, r and 2K-1-r (ZBV,
-    DualPipeV), so a micro-batch passes every rank V times and the pipeline fills V times
-    faster."""
+    @contextlib.contextmanager
+    def _unreduced(self):
+        """Each stage stays gathered after the first of these steps (no all-gather either) and
+        its sharded parameters get no gradient, so the optimiser updates nothing, as fsdp's
+        compute-only steps; the pipelines still send activations from stage to stage."""
+        self._reduce = False
+        try:
+            yield
+        finally:
+            self._reduce = True
 
-    summary = "one process per rank holding V stages, torch.distributed.pipelining schedule"
-    Options = InterleavedOptions
-    options: InterleavedOptions
+    def communication(self) -> dict[str, float | int | None]:
+        """Replicated pipelines' bytes per step on the ranks of the largest stage: its fp32
+        gradient reduced (reduce-scattered over its copies) and its parameters all-gathered
+        once (a stage is FSDP's root unit, kept gathered from forward to backward)."""
+        if self.pipelines == 1:
+            return {}
+        largest = max(self._stage_sizes) * torch.float32.itemsize
+        return dict(allreduce_bytes=largest, allgather_bytes=largest)

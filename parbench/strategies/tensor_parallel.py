@@ -24,7 +24,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, ProcessPerDevice
+from parbench.strategies.base import WITHOUT_CUDA_GRAPHS, Layout, Strategy
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.errors import ModelRefused, StrategyError
 from parbench.strategies.fsdp import mesh_of_groups, resharded_after_forward, shard_units
@@ -109,7 +109,7 @@ class TensorParallelOptions(ReplicaOptions):
         return dataclasses.replace(self, tp_size=self.mesh_shape(len(devices))[1])
 
 
-class TensorParallel(ProcessPerDevice):
+class TensorParallel(Strategy):
     """Ranks in a (dp, tp) mesh in rank order: ranks 0..T-1 split every layer of the first
     model copy between them and train on the same images; with fsdp, each group of T trains
     on its 1/D of the batch and FSDP2 shards every block over the D groups."""
@@ -119,6 +119,7 @@ class TensorParallel(ProcessPerDevice):
     Options = TensorParallelOptions
     options: TensorParallelOptions
     layout = Layout.TENSOR_PARALLEL
+    process_per_device = True
     fp16_refusal = ("parbench's tensor parallelism keeps no fp16 loss scale; use --precision "
                     "bf16 or fp32")
     # On ranks sharing a GPU (gloo) it has not been run: verify's full_tensor() is the

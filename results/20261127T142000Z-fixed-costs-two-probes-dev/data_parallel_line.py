@@ -8,7 +8,8 @@ from parbench.advisor.profiling.fixed_costs import FixedCosts, probe_records
 from parbench.advisor.runs.published import run_link, run_records, PROFILES_FOLDER
 from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
 from parbench.advisor.runs.records import predict_record
-from parbench.advisor.model_parts import measure_probe, modelled_prediction, probe_path
+from parbench.advisor.profiling.fixed_costs import measure_probe, probe_path
+from parbench.advisor.runs.records import modelled_prediction
 from parbench.advisor.profiling.cache import cached
 from parbench.results.folder import RunFolder
 from parbench.strategies import layout_of

@@ -49,13 +49,13 @@ class RankMemory:
 @dataclass(frozen=True)
 class DeviceOverheads:
     """What a GPU holds beyond the tensors RankMemory counts, each measured by the profile on
-    the device (parbench.advisor.profile; none on a CPU, where parbench counts tensors): the
-    allocator's peak in a training step beyond the parameters, their gradients and the saved
-    activations (cuBLAS and cuDNN workspaces, the gradients in flight in backward, the
-    batch); what the caching allocator reserves beyond its peak (blocks rounded up and
-    cached); and what the process holds outside the allocator (the CUDA context, the
-    libraries' handles). Measured on the whole model at the profile's micro-batch, so a
-    stage's are taken as the whole model's: more, never less."""
+    the device (parbench.advisor.profiling.profile; none on a CPU, where parbench counts
+    tensors): the allocator's peak in a training step beyond the parameters, their
+    gradients and the saved activations (cuBLAS and cuDNN workspaces, the gradients in flight
+    in backward, the batch); what the caching allocator reserves beyond its peak (blocks
+    rounded up and cached); and what the process holds outside the allocator (the CUDA
+    context, the libraries' handles). Measured on the whole model at the profile's
+    micro-batch, so a stage's are taken as the whole model's: more, never less."""
 
     transient_bytes: float = 0.0
     reserved_extra_bytes: float = 0.0

@@ -12,7 +12,7 @@ from parbench.advisor.models.memory import NO_OVERHEADS, DeviceOverheads, RankMe
 from parbench.advisor.models.schedule_replay import Replayed, StageTimes, replay, schedule_actions
 from parbench.advisor.profiling.profile import Profile
 from parbench.strategies.partition import Partition
-from parbench.strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.schedules import SCHEDULES
 
 __all__ = ["KIND", "Prediction", "model_parallel", "pipeline", "single",
            "tick_pipeline", "tick_step_s"]

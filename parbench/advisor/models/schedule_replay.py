@@ -108,7 +108,8 @@ def replay(actions: Sequence[Sequence[tuple[int, str, int]]], stage_times: Seque
     per cut and micro-batch at most: small beside a stage's compute here).
 
     Every action also costs `action_s` beyond its compute (the pipelining runtime's own work
-    for it, measured: parbench.advisor.fixed_costs), slowed alike where ranks share a processor.
+    for it, measured: parbench.advisor.profiling.fixed_costs), slowed alike where ranks share
+    a processor.
 
     Ranks that share a processor (emulated devices on one CPU) slow each other only while they
     compute at once: with k ranks computing, each action runs `slowdown(k)` times as long as

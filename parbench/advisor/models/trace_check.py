@@ -12,7 +12,7 @@ from parbench.advisor.models.links import AnyLink
 from parbench.advisor.models.models import tick_step_s
 from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
 from parbench.strategies import Layout, layout_of, options_of
-from parbench.strategies.pipeline_schedules import SCHEDULES, ScheduleOptions
+from parbench.strategies.schedules import SCHEDULES, ScheduleOptions
 
 __all__ = ["replayed_trace", "trace_stage_times"]
 

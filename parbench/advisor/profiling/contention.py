@@ -26,8 +26,12 @@ from parbench.families.workloads import Workload
 from parbench.launch.spawn import START_METHOD
 from parbench.machine.allocator import pin_cpu_allocator
 
-__all__ = ["CONTENTION_VERSION", "Sharing", "load_or_measure_slowdown", "measure_slowdown",
-           "slowdown_path"]
+__all__ = ["CONTENTION_VERSION", "Answer", "Sharing", "load_or_measure_slowdown",
+           "measure_answers", "measure_slowdown", "read_slowdowns", "slowdown_path"]
+
+# One process's answer in one round: (round, its median step alone (NaN but on rank 0),
+# together at its own pace, in lock-step), in seconds.
+Answer = tuple[int, float, float, float]
 
 CONTENTION_VERSION = 5  # bump when what is measured changes: older caches are measured again
 # Each phase steps for at least this long: a step of a few milliseconds (2 images at 64 px)
@@ -119,14 +123,13 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
                      statistics.median(together), statistics.median(lockstep)))
 
 
-def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
+def measure_answers(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
                      steps: int = 3, rounds: int = ROUNDS, timeout_s: float = 900.0,
-                     window_s: float = WINDOW_S) -> dict[str, float]:
-    """The medians over `rounds` of a step's time with `processes` processes computing at once
-    over its time alone, each process with `threads` threads: `slowdown` each at its own pace
-    (stepping for `window_s`, at least `steps` steps; the processes' mean), `lockstep_slowdown`
-    each step waiting for the slowest (a RuntimeError where one dies, or they have not
-    answered within `timeout_s`); every process is ended on return."""
+                    window_s: float = WINDOW_S) -> list[Answer]:
+    """Every process's answer in every one of `rounds` rounds (what `measure_slowdown` reads
+    its slowdowns from), `processes` processes computing at once, each with `threads` threads
+    (stepping for `window_s`, at least `steps` steps; a RuntimeError where one dies, or they
+    have not answered within `timeout_s`); every process is ended on return."""
     # Forked from parbench's fork server, which imported torch once: spawned, each process
     # imported it again, most of a short measurement's time on a small machine.
     context: Any = multiprocessing.get_context(START_METHOD)  # its Process, by start method
@@ -147,13 +150,24 @@ def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threa
             if child.is_alive():
                 child.terminate()
                 child.join(timeout=10)
-    return _slowdowns(answers)
+    return answers
 
 
-def _slowdowns(answers: list[tuple[int, float, float, float]]) -> dict[str, float]:
+def measure_slowdown(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
+                     steps: int = 3, rounds: int = ROUNDS, timeout_s: float = 900.0,
+                     window_s: float = WINDOW_S) -> dict[str, float]:
+    """The medians over `rounds` of a step's time with `processes` processes computing at once
+    over its time alone, each process with `threads` threads: `slowdown` each at its own pace
+    (stepping for `window_s`, at least `steps` steps; the processes' mean), `lockstep_slowdown`
+    each step waiting for the slowest (see `measure_answers`)."""
+    return read_slowdowns(measure_answers(workload, micro_batch, processes, threads, steps,
+                                          rounds, timeout_s, window_s))
+
+
+def read_slowdowns(answers: list[Answer]) -> dict[str, float]:
     """The medians over rounds of the processes' mean step together, and of the lock-step
     (the same on every process: each step ends when the slowest does), over rank 0's alone."""
-    rounds: dict[int, list[tuple[int, float, float, float]]] = {}
+    rounds: dict[int, list[Answer]] = {}
     for answer in answers:
         rounds.setdefault(answer[0], []).append(answer)
     together, lockstep = [], []
@@ -171,10 +185,10 @@ def _slowdowns(answers: list[tuple[int, float, float, float]]) -> dict[str, floa
 
 
 def _answers(results, children, count: int,
-             deadline: float) -> list[tuple[int, float, float, float]]:
+             deadline: float) -> list[Answer]:
     """`count` answers of the processes, (round, alone, together, lock-step) medians, as they
     come; a RuntimeError as soon as a process has died, or at the deadline."""
-    answers: list[tuple[int, float, float, float]] = []
+    answers: list[Answer] = []
     while len(answers) < count:
         try:
             answers.append(results.get(timeout=1.0))

@@ -28,8 +28,8 @@ from parbench.machine.devices import parse_devices
 from parbench.plan.config import Config
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "probe_records",
-           "probed", "solve_action_cost"]
+__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "measure_probe",
+           "probe_path", "probe_records", "probed", "solve_action_cost"]
 
 FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are measured again
 # Images a micro-batch (a data-parallel rank's share) holds in the probe: the fewest that
@@ -110,8 +110,9 @@ def _config(probe: dict, workload: Workload) -> Config:
                   backend=str(probe.get("backend") or "auto"))
 
 
-def _measured(probe: dict, workload: Workload) -> dict:
-    """The probe run once through the core's launcher: its median step and its cut."""
+def measure_probe(probe: dict, workload: Workload) -> dict:
+    """The probe run once through the core's launcher, as `load_or_probe` keeps it: its
+    median step (`step_s`), `global_batch`, `partition` and `micro_batches`."""
     config = _config(probe, workload)
     reason = config.refusal() or config.unavailable_reason()
     if reason:
@@ -137,7 +138,8 @@ def solve_action_cost(predicted_step: Callable[[float], float], measured_s: floa
     return (low + high) / 2
 
 
-def _path(cache: Path, probe: dict, workload: Workload) -> Path:
+def probe_path(cache: Path, probe: dict, workload: Workload) -> Path:
+    """Where `load_or_probe` keeps a probe's measurement in `cache`."""
     options = {k: v for k, v in probe["strategy_options"].items()
                if k not in ("split_size", "balance")}
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
@@ -161,8 +163,8 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
         return NO_FIXED_COSTS
     probes, steps = [], []
     for probe in probe_records(record):
-        stored = cached(_path(cache, probe, workload), FIXED_COSTS_VERSION,
-                        functools.partial(_measured, probe, workload))
+        stored = cached(probe_path(cache, probe, workload), FIXED_COSTS_VERSION,
+                        functools.partial(measure_probe, probe, workload))
         probes.append({**probe, "partition": stored["partition"] or probe.get("partition"),
                        "micro_batches": stored["micro_batches"] or probe.get("micro_batches")})
         steps.append(stored["step_s"])

@@ -13,7 +13,7 @@ from parbench.advisor.models.sharded_pipelines import sharded_pipelines
 from parbench.advisor.profiling.profile import Profile
 from parbench.strategies import layout_of
 from parbench.strategies.partition import Partition, partition_by_cost
-from parbench.strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.schedules import SCHEDULES
 from parbench.strategies.stages import resolve_split
 
 __all__ = ["above_ideal_notes", "predict_sweep", "with_causes"]

@@ -22,10 +22,10 @@ from parbench.results.comparisons import comparison_key, is_baseline
 from parbench.results.record import Record
 from parbench.strategies import Layout, layout_of, options_of
 from parbench.strategies.partition import Partition
-from parbench.strategies.pipeline_schedules import ScheduleOptions
+from parbench.strategies.schedules import ScheduleOptions
 
-__all__ = ["NOT_COVERED", "fixed_costs_of", "left_out", "partition_of", "predict_record",
-           "predicted_beside_measured", "profiled_size"]
+__all__ = ["NOT_COVERED", "fixed_costs_of", "left_out", "modelled_prediction", "partition_of",
+           "predict_record", "predicted_beside_measured", "profiled_size"]
 
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 CostsOf = Callable[[dict], FixedCosts]  # a record's fixed costs (fixed_costs_of)
@@ -78,7 +78,7 @@ def predict_record(record: dict, profile_at: ProfileAt, link: AnyLink,
     strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
-    return _modelled_prediction(record, profile_at, link, fixed)
+    return modelled_prediction(record, profile_at, link, fixed)
 
 
 def fixed_costs_of(record: dict, profile_at: ProfileAt, link: AnyLink,
@@ -88,12 +88,13 @@ def fixed_costs_of(record: dict, profile_at: ProfileAt, link: AnyLink,
     if not _modelled(record):
         return NO_FIXED_COSTS
     return load_or_probe(cache, record, workload_of(record), lambda probe, costs:
-                         _modelled_prediction(probe, profile_at, link, costs).step_time_s)
+                         modelled_prediction(probe, profile_at, link, costs).step_time_s)
 
 
-def _modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
+def modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
                          fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction:
-    """The layout's timing model's prediction with the record's fixed costs."""
+    """The layout's timing model's prediction with the record's fixed costs, whether or not
+    the models cover its settings (`predict_record` asks that first)."""
     predicted = _layout_model(record, profile_at, link, fixed.per_action_s)
     if not (fixed.per_action_s or fixed.per_step_s):
         return predicted

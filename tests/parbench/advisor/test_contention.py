@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from parbench.advisor.model_parts import read_slowdowns
 from parbench.advisor.profiling import contention
+from parbench.advisor.profiling.contention import read_slowdowns
 from parbench.families.workloads import Workload
 from parbench.machine.devices import cpu_cores
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from parbench.advisor.model_parts import probe_path
 from parbench.advisor.models.links import NO_LINK
 from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
 from parbench.advisor.profiling import fixed_costs
@@ -15,13 +14,14 @@ from parbench.advisor.profiling.fixed_costs import (
     NO_FIXED_COSTS,
     FixedCosts,
     load_or_probe,
+    probe_path,
     probe_records,
     solve_action_cost,
 )
 from parbench.advisor.profiling.profile import BlockProfile, Profile
 from parbench.advisor.runs.records import fixed_costs_of, predict_record
 from parbench.families.workloads import Workload
-from parbench.strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.schedules import SCHEDULES
 
 WORKLOAD = Workload(model="resnet18", image_size=32, num_classes=10)
 
@@ -135,7 +135,7 @@ def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch)
     def refuse(*_):
         raise AssertionError("a kept probe is not measured again")
 
-    monkeypatch.setattr(fixed_costs, "_measured", refuse)
+    monkeypatch.setattr(fixed_costs, "measure_probe", refuse)
     ddp = _record("ddp", global_batch=16)
     _stored(tmp_path, ddp, 0.5)
     costs = load_or_probe(tmp_path, ddp, WORKLOAD, lambda probe, costs: 0.3)

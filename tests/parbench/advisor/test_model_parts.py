@@ -1,21 +1,12 @@
-"""The model files' parts under public names call the models' own functions: the same
-predictions, paths and slowdowns, and a contention measurement's answers kept as read."""
+"""The model files' parts that scripts take apart are the models' own: a contention
+measurement's slowdowns read from the answers it measured, and a record's modelled prediction
+equal to its prediction wherever the models cover it."""
 
-from pathlib import Path
-
-from parbench.advisor import model_parts
-from parbench.advisor.model_parts import (
-    measure_probe,
-    measure_slowdown_answers,
-    modelled_prediction,
-    probe_path,
-    read_slowdowns,
-)
 from parbench.advisor.models.links import NO_LINK
-from parbench.advisor.profiling import contention, fixed_costs
-from parbench.advisor.profiling.fixed_costs import FixedCosts, probe_records
+from parbench.advisor.profiling import contention
+from parbench.advisor.profiling.fixed_costs import FixedCosts
 from parbench.advisor.profiling.profile import BlockProfile, Profile
-from parbench.advisor.runs.records import predict_record
+from parbench.advisor.runs.records import modelled_prediction, predict_record
 from parbench.families.workloads import Workload
 
 WORKLOAD = Workload(model="resnet18", image_size=32, num_classes=10)
@@ -36,18 +27,16 @@ def _record(strategy: str, **fields) -> dict:
             "strategy_options": {}, "global_batch": 16, **fields}
 
 
-def test_a_measurement_s_answers_are_kept_and_read_as_the_model_reads_them(monkeypatch):
-    original = contention._slowdowns
-
-    def measure_slowdown(workload, micro_batch, processes, threads=1):
+def test_a_slowdown_is_read_from_the_answers_its_processes_gave(monkeypatch):
+    def measure_answers(workload, micro_batch, processes, threads, *rest):
         assert (workload, micro_batch, processes, threads) == (WORKLOAD, 2, 2, 1)
-        return contention._slowdowns(ANSWERS)  # as the real one reads its processes' answers
+        return ANSWERS
 
-    monkeypatch.setattr(contention, "measure_slowdown", measure_slowdown)
-    slowdowns, answers = measure_slowdown_answers(WORKLOAD, 2, 2)
-    assert answers == ANSWERS
-    assert slowdowns == read_slowdowns(ANSWERS) == original(ANSWERS)
-    assert contention._slowdowns is original  # put back
+    monkeypatch.setattr(contention, "measure_answers", measure_answers)
+    slowdowns = contention.measure_slowdown(WORKLOAD, 2, 2)
+    # Rounds 0 and 1: together (1+2)/2 and (2+1)/2 over 1 alone; lock-step 2 and 2.2.
+    assert slowdowns == contention.read_slowdowns(ANSWERS)
+    assert slowdowns == {"slowdown": 1.5, "lockstep_slowdown": 2.1}
 
 
 def test_a_modelled_prediction_is_the_record_s_even_where_the_models_leave_it_out():
@@ -59,11 +48,3 @@ def test_a_modelled_prediction_is_the_record_s_even_where_the_models_leave_it_ou
     assert predict_record(compiled, _profile_at, NO_LINK) is None
     assert modelled_prediction(compiled, _profile_at, NO_LINK) == predict_record(
         record, _profile_at, NO_LINK)
-
-
-def test_a_probe_is_kept_where_load_or_probe_keeps_it_and_measured_as_it_measures(monkeypatch):
-    [probe] = probe_records(_record("ddp"))
-    assert probe_path(Path("c"), probe, WORKLOAD) == fixed_costs._path(Path("c"), probe, WORKLOAD)
-    monkeypatch.setattr(fixed_costs, "_measured", lambda probe, workload: {"step_s": 0.5})
-    assert measure_probe(probe, WORKLOAD) == {"step_s": 0.5}
-    assert model_parts.__all__ == sorted(model_parts.__all__)

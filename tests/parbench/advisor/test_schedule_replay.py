@@ -4,7 +4,7 @@ action lists."""
 import pytest
 
 from parbench.advisor.models.schedule_replay import StageTimes, replay, schedule_actions
-from parbench.strategies.pipeline_schedules import SCHEDULES
+from parbench.strategies.schedules import SCHEDULES
 
 EQUAL = StageTimes(forward_s=1.0, input_grad_s=1.0, weight_grad_s=1.0)
 

@@ -120,7 +120,7 @@ def test_a_strategy_times_each_action_on_its_stage_device(name, tiny_workload):
 
     gpus = (torch.device("cuda:0"), torch.device("cuda:1"))
     entry = strategies.lookup(name)
-    options = entry.cls.Options.from_values({"split_size": 2, **entry.preset})
+    options = entry.Options.from_values({"split_size": 2, **entry.preset})
     strategy = entry.cls(TrainingPlan(name, tiny_workload, 4, gpus, options))
 
     class Recorder:

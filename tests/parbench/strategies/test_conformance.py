@@ -102,7 +102,7 @@ def test_one_step_equals_the_baseline(name, tiny_workload, child_pids):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_bad_option_values_are_refused_with_one_line(name, capsys):
-    specs = [spec for spec in strategies.lookup(name).cls.Options.specs() if not spec.preset]
+    specs = [spec for spec in strategies.lookup(name).Options.specs() if not spec.preset]
     cases = [case for spec in specs
              for case in (_bad_value(spec), REFUSED_HERE.get(spec.name)) if case]
     if not cases:

@@ -46,7 +46,7 @@ def test_options_a_strategy_does_not_take_are_ignored(tiny_workload):
 def test_every_option_is_defined_once_for_every_strategy_that_takes_it():
     specs = strategies.option_specs()
     assert set(specs) == {spec.name for name in strategies.names()
-                          for spec in strategies.lookup(name).cls.Options.specs()
+                          for spec in strategies.lookup(name).Options.specs()
                           if not spec.preset}  # a preset (the schedule) comes with the name
     assert strategies.takers("world_size") == ["data-parallel", "ddp", "fsdp", "hsdp", "tp",
                                                "fsdp-tp"]
@@ -144,3 +144,21 @@ def test_a_forward_pass_on_fewer_images_than_the_family_trains_on_is_refused(
         assert strategies.plan(name, tiny_workload, 2 * batch, (cpu, cpu), options)
     else:
         assert strategies.plan(name, tiny_workload, batch, (cpu, cpu), fine)
+
+
+def test_every_strategy_class_sits_one_level_under_the_base():
+    """A name's layout is a preset of one class (hsdp is fsdp on a 2-D mesh, pipeline-fsdp a
+    schedule over pipelines side by side): no strategy class derives from another."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(strategies.__path__):
+        importlib.import_module(f"parbench.strategies.{module.name}")
+
+    def below(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
+
+    ours = [c for c in below(Strategy) if c.__module__.startswith("parbench.")]
+    assert {entry.cls for entry in strategies.REGISTRY.values()} <= set(ours)
+    deeper = [c.__qualname__ for c in ours if c.__bases__ != (Strategy,)]
+    assert not deeper, f"derive from Strategy alone, not from another strategy: {deeper}"
