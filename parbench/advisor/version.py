@@ -115,7 +115,8 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # its options, schedules.py and schedule_stages.py hold the schedules' table, options and
 # stage modules), the model files' parts that scripts take apart are public in them
 # (contention.measure_answers and read_slowdowns, fixed_costs.probe_path and measure_probe,
-# records.modelled_prediction), and two docstrings name modules by their places.
+# records.modelled_prediction), a pipeline's options state its schedule and stages per rank
+# themselves (no getattr), and two docstrings name modules by their places.
 PREDICTOR_VERSION = 17
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
@@ -162,7 +163,7 @@ OUTSIDE_THE_MODEL = {
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
 # left it as it was (the same sources, their imports from new places).
-FINGERPRINT = "49bb72de554e551eab7a1a41a70412403f14ac77e3275fe6e33ef81d2c241f16"
+FINGERPRINT = "c674d3a37e22345fefdb8403c90a18b3aa7afec4c6befde291c28f39bc87847f"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

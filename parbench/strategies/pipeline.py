@@ -38,11 +38,9 @@ class PipelineOptions(StageOptions):
         return self.split_size
 
     def parallel_dims(self, devices) -> ParallelDims:
-        # The schedules' options (pipeline_schedules.py, whose source the models' fingerprint
-        # holds) preset `schedule` and may take `stages_per_rank`; the one-process pipeline
-        # fills its stages and drains them, GPipe's order, a thread per stage.
-        return ParallelDims(stages=len(devices), schedule=getattr(self, "schedule", "fill-drain"),
-                            stages_per_rank=getattr(self, "stages_per_rank", None) or 1,
+        # The one-process pipeline fills its stages and drains them, GPipe's order, a thread
+        # per stage (the schedules' options name their own schedule).
+        return ParallelDims(stages=len(devices), schedule="fill-drain",
                             micro_batch=self.split_size)
 
     def check(self, workload, global_batch, devices) -> None:

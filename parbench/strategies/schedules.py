@@ -63,6 +63,9 @@ class ScheduleOptions(PipelineOptions):
         """The pipelines side by side (P): one, unless the options replicate it."""
         return 1
 
+    def parallel_dims(self, devices) -> ParallelDims:
+        return replace(super().parallel_dims(devices), schedule=self.schedule)
+
 
 @dataclass(frozen=True)
 class InterleavedOptions(ScheduleOptions):
@@ -73,6 +76,9 @@ class InterleavedOptions(ScheduleOptions):
 
     def pieces(self, devices) -> int:
         return len(devices) * (self.stages_per_rank or 2)
+
+    def parallel_dims(self, devices) -> ParallelDims:
+        return replace(super().parallel_dims(devices), stages_per_rank=self.stages_per_rank or 1)
 
     def resolved(self, global_batch, devices) -> Self:
         return replace(super().resolved(global_batch, devices),

@@ -151,24 +151,26 @@ class TensorParallel(Strategy):
         device = self.input_device
         model = self.workload.build_model_on(device)
         family = self.workload.family
-        apply_tensor_parallel(family.tensor_parallel(model), self.tensor_mesh())
+        # torchtitan's order: split, compile, shard (fsdp-tp: split within a group of the
+        # (dp, tp) mesh, shard across the groups).
+        mesh = self.device_mesh()
+        sharded = self.options.shard_with == "fsdp"
+        apply_tensor_parallel(family.tensor_parallel(model), mesh["tp"] if sharded else mesh)
         self.workload.compiled(model)  # each block compiled in place, after it is split
-        if self.options.shard_with == "fsdp":
-            apply_fully_shard(model, family.sharded_blocks(model), self._mesh["dp"])
+        if sharded:
+            apply_fully_shard(model, family.sharded_blocks(model), mesh["dp"])
         self._model = model
         self.prepare_training(model.parameters(), device)
 
-    def tensor_mesh(self) -> DeviceMesh:
-        """The mesh dimension each layer is split over: every rank for tp alone; a (dp, tp)
-        mesh's tp for fsdp-tp. From the ranks' own process group's backend (gloo where
-        ranks share a GPU), as fsdp's mesh is."""
+    def device_mesh(self) -> DeviceMesh:
+        """The ranks' mesh: every rank splits each layer (tp alone), or a (dp, tp) mesh
+        (fsdp-tp). From the ranks' own process group's backend (gloo where ranks share a GPU),
+        as fsdp's mesh is."""
         if self.options.shard_with == "none":
             ranks = dist.group.WORLD
             assert ranks is not None  # the launcher initialised it
-            self._mesh = DeviceMesh.from_group(ranks, self.input_device.type)
-            return self._mesh
-        self._mesh = mesh_of_groups(self.input_device.type, self.mesh_shape, ("dp", "tp"))
-        return self._mesh["tp"]
+            return DeviceMesh.from_group(ranks, self.input_device.type)
+        return mesh_of_groups(self.input_device.type, self.mesh_shape, ("dp", "tp"))
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
