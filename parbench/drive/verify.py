@@ -166,7 +166,7 @@ class _Verifier:
         at = self.workload
         while True:
             config = self.config(name, at, kept)
-            reference = self.baseline(config.plan.training_plan.reference_split, at)
+            reference = self.baseline(config.plan.training_plan.reference_micro_batch, at)
             if not self.skipped(reference.parameters, at):  # once its reference stepped
                 trained = launch.verify_training(config, self.batches)
                 if not self.skipped(trained.parameters, at):
@@ -181,16 +181,16 @@ class _Verifier:
             # Both runs stand within about the same rounding of the fp32 run, so within
             # twice it of each other (the triangle inequality).
             rounding = (_max_abs_difference(reference.parameters, self.baseline(
-                plan.reference_split, replace(self.workload, precision="fp32")).parameters)
+                plan.reference_micro_batch, replace(self.workload, precision="fp32")).parameters)
                 if strategy.verify_rounds_elsewhere(plan) else 0.0)
-            twins = self.twins(plan.reference_split, config.workload)
+            twins = self.twins(plan.reference_micro_batch, config.workload)
             if config.workload.compile:
                 # Compiled code rounds otherwise in every operation (inductor's fused kernels
                 # sum in other orders, and the same steps compiled in float64 equal eager's
                 # to 2e-14), so the exact steps are one more twin: a strategy may stand
                 # DRIFT_ALLOWANCE times as far from its reference as they do (compiled
                 # resnet18 in fp32 stood 1.1 to 3.4 times as far from them as eager).
-                twins = [*twins, self.exact(plan.reference_split)]
+                twins = [*twins, self.exact(plan.reference_micro_batch)]
         except Exception as error:  # one failing strategy is one row; the rest are checked
             return Verdict(name, kept, float("nan"), float("nan"), tolerance,
                            error=f"{error.__class__.__name__}: {error}"[:300])

@@ -54,8 +54,8 @@ class TrainingPlan:
     # plan's update (BatchNorm normalises per micro-batch or per replica); None: the plain
     # single-device step is the reference, as for every plan of a family whose normalisation
     # sees one sample at a time (LayerNorm). Decided by the strategy when it plans
-    # (`Strategy.reference_split`).
-    reference_split: int | None = None
+    # (`Strategy.reference_micro_batch`).
+    reference_micro_batch: int | None = None
     # Its parallel degrees (replicas, shards, tensor-parallel ranks, stages, micro-batch),
     # from its resolved options, checked against the devices it uses.
     dims: ParallelDims = ParallelDims()
@@ -81,7 +81,7 @@ class Strategy(ABC):
     # process group already initialised (rank k drives devices[k]).
     process_per_device: ClassVar[bool] = False
     # True: replicas each train on an equal 1/N of the global batch, N = the devices used
-    # (`check_plan`, `smallest_slice`, `reference_split` and `data_shard` follow from it).
+    # (`check_plan`, `smallest_slice`, `reference_micro_batch` and `data_shard` follow from it).
     splits_batch: ClassVar[bool] = False
     # Why the strategy cannot train in fp16, under --compile (torch.compile), or under a
     # --compile-mode that captures CUDA graphs (reduce-overhead, max-autotune), or None.
@@ -127,7 +127,7 @@ class Strategy(ABC):
         plan = TrainingPlan(name, workload, global_batch, used, resolved, backend,
                             dims=resolved.parallel_dims(used).checked(len(used)))
         if workload.family.batch_statistics:
-            plan = dataclasses.replace(plan, reference_split=cls.reference_split(plan))
+            plan = dataclasses.replace(plan, reference_micro_batch=cls.reference_micro_batch(plan))
         return plan
 
     @classmethod
@@ -204,8 +204,8 @@ class Strategy(ABC):
         raise StrategyError, or Unavailable where the machine is what lacks it)."""
 
     @classmethod
-    def reference_split(cls, plan: TrainingPlan) -> int | None:
-        """See `TrainingPlan.reference_split`: by default, the micro-batches it trains on; a
+    def reference_micro_batch(cls, plan: TrainingPlan) -> int | None:
+        """See `TrainingPlan.reference_micro_batch`: by default, the micro-batches it trains on; a
         replica's share where the batch is split (each replica's BatchNorm normalises over
         its own share: single accumulating over the same shares makes the same update)."""
         if cls.splits_batch:

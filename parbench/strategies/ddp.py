@@ -125,10 +125,10 @@ class DDP(Strategy):
                                 "fp16, or a GPU per rank with --backend auto or nccl")
 
     @classmethod
-    def reference_split(cls, plan) -> int | None:
+    def reference_micro_batch(cls, plan) -> int | None:
         if plan.options.sync_batchnorm:
             return None  # BatchNorm sees the global batch, as on one device
-        return super().reference_split(plan)
+        return super().reference_micro_batch(plan)
 
     @classmethod
     def verify_rounds_elsewhere(cls, plan) -> bool:

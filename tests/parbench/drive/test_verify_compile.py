@@ -3,7 +3,7 @@ rounding alone does to the baseline's step (its steps in float64 are one more ro
 
 What runs, not what the compiler makes of it: torch.compile is made the identity, so the
 first test checks in seconds which runs verify makes (the baseline eager, each strategy
-compiled, the float64 twin of each reference split) and the tolerance's floor, and the others
+compiled, the float64 twin of each reference micro-batch) and the tolerance's floor, and the others
 which strategies the command checks or leaves out; the verdicts themselves, with inductor
 compiling for real and a compiled step broken on purpose, are test_verify_real_compile's
 (slow)."""

@@ -52,7 +52,7 @@ def test_normalisation_decides_the_reference_of_a_split_step(model, reference):
     micro-batches; LayerNorm per sample: the whole-batch step."""
     workload = Workload(model=model, image_size=32)
     plan = strategies.plan("pipeline", workload, 4, CPU2.logical, {"split_size": 2})
-    assert plan.reference_split == reference
+    assert plan.reference_micro_batch == reference
 
 
 @pytest.mark.parametrize("model, size, message", [

@@ -50,11 +50,11 @@ def test_world_size_takes_the_first_devices_and_needs_enough(tiny_workload):
 
 
 def test_the_exact_reference_accumulates_over_the_replicas_shards(tiny_workload):
-    assert _plan("ddp", 12, (CPU,) * 3, tiny_workload).reference_split == 4
-    assert _plan("ddp", 12, (CPU,) * 3, tiny_workload, world_size=2).reference_split == 6
+    assert _plan("ddp", 12, (CPU,) * 3, tiny_workload).reference_micro_batch == 4
+    assert _plan("ddp", 12, (CPU,) * 3, tiny_workload, world_size=2).reference_micro_batch == 6
     assert _plan("ddp", 12, (GPU0, GPU1), tiny_workload,
-                 sync_batchnorm=True).reference_split is None
-    assert _plan("single", 12, (CPU,), tiny_workload).reference_split is None
+                 sync_batchnorm=True).reference_micro_batch is None
+    assert _plan("single", 12, (CPU,), tiny_workload).reference_micro_batch is None
 
 
 @pytest.mark.parametrize("options, message", [

@@ -34,7 +34,7 @@ def test_a_plan_resolves_the_defaults_that_depend_on_batch_and_devices(tiny_work
     assert plan.devices == (cpu, cpu)
     # 4 micro-batches per stage: split 24 / 8 = 3; the tutorial's cut for 2 stages.
     assert plan.options.given() == {"stages": 2, "balance": "tutorial", "split_size": 3}
-    assert plan.reference_split == 3
+    assert plan.reference_micro_batch == 3
 
 
 def test_options_a_strategy_does_not_take_are_ignored(tiny_workload):
