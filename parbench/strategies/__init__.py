@@ -43,22 +43,25 @@ class Entry:
     """A registered name: a preset of the class that implements it. The preset may give the
     options (fields made with `option(preset=True)`: a user cannot change them), another
     options class (the degrees the name lays the model out in: hsdp's two-dimensional mesh),
-    and the layout and summary that follow. How figures draw it follows from its place here
-    (parbench/plots/common.py's `strategy_style`)."""
+    and the layout and summary that follow; the class's own are the defaults. How figures draw
+    it follows from its place here (parbench/plots/common.py's `strategy_style`)."""
 
     cls: type[Strategy]
     preset: dict = field(default_factory=dict)
-    layout: Layout | None = None  # where the preset lays a step out otherwise than cls.layout
-    options_class: type[Options] | None = None  # where it takes others than cls.Options
-    about: str | None = None  # where it does otherwise than cls.summary says
+    layout: Layout | None = None  # None: cls.layout
+    options_class: type[Options] | None = None  # None: cls.Options
+    summary: str = ""  # "": cls.summary
+
+    def __post_init__(self) -> None:
+        if self.options_class and not issubclass(self.options_class, self.cls.Options):
+            raise TypeError(f"{self.options_class.__name__} must extend "
+                            f"{self.cls.Options.__name__}, which {self.cls.__name__} reads")
+        object.__setattr__(self, "layout", self.layout or self.cls.layout)
+        object.__setattr__(self, "summary", self.summary or self.cls.summary)
 
     @property
     def Options(self) -> type[Options]:  # noqa: N802 (named as the classes' attribute)
         return self.options_class or self.cls.Options
-
-    @property
-    def summary(self) -> str:
-        return self.about or self.cls.summary
 
 
 _V_STAGES = "one process per rank holding V stages, torch.distributed.pipelining schedule"
@@ -69,20 +72,23 @@ REGISTRY: dict[str, Entry] = {
     "pipeline-gpipe": Entry(ScheduledPipeline, {"schedule": "gpipe"}),
     "pipeline-1f1b": Entry(ScheduledPipeline, {"schedule": "1f1b"}),
     **{f"pipeline-{schedule}": Entry(ScheduledPipeline, {"schedule": schedule},
-                                     options_class=InterleavedOptions, about=_V_STAGES)
+                                     options_class=InterleavedOptions, summary=_V_STAGES)
        for schedule in ("interleaved-1f1b", "looped-bfs", "zero-bubble", "zbv", "dualpipev")},
     "pipeline-fsdp": Entry(
-        ScheduledPipeline, {"schedule": "1f1b"}, Layout.SHARDED_PIPELINES, PipelineFSDPOptions,
-        "P pipelines side by side (pp x dp), each stage sharded over its copies with FSDP2; "
-        "one process per device"),
+        ScheduledPipeline, {"schedule": "1f1b"}, layout=Layout.SHARDED_PIPELINES,
+        options_class=PipelineFSDPOptions,
+        summary="P pipelines side by side (pp x dp), each stage sharded over its copies with "
+                "FSDP2; one process per device"),
     "data-parallel": Entry(DataParallel),
     "ddp": Entry(DDP),
     "fsdp": Entry(FSDP),
-    "hsdp": Entry(FSDP, {}, Layout.HYBRID_SHARDED, HSDPOptions,
-                  "one process per device, fully_shard over a (replicate x shard) mesh: sharded "
-                  "within a group, replicated across groups (HSDP)"),
+    "hsdp": Entry(
+        FSDP, layout=Layout.HYBRID_SHARDED, options_class=HSDPOptions,
+        summary="one process per device, fully_shard over a (replicate x shard) mesh: sharded "
+                "within a group, replicated across groups (HSDP)"),
     "tp": Entry(TensorParallel, {"shard_with": "none"}),
-    "fsdp-tp": Entry(TensorParallel, {"shard_with": "fsdp"}, Layout.SHARDED_TENSOR_PARALLEL),
+    "fsdp-tp": Entry(TensorParallel, {"shard_with": "fsdp"},
+                     layout=Layout.SHARDED_TENSOR_PARALLEL),
 }
 # What speedups and efficiencies are measured against.
 BASELINE = "single"
@@ -140,7 +146,7 @@ def layout_of(name: str) -> Layout | None:
     """How registered strategy `name` lays a step out over its devices (None for a name no
     longer registered, as in older records)."""
     entry = REGISTRY.get(name)
-    return (entry.layout or entry.cls.layout) if entry else None
+    return entry.layout if entry else None
 
 
 def create(plan: TrainingPlan) -> Strategy:

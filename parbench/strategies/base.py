@@ -69,6 +69,10 @@ class Strategy(ABC):
     from that plan, it makes its model and optimiser in `setup` and performs exactly one
     optimiser update of the whole global batch per `train_step`. It never times, samples or
     writes anything: the harness does that around it.
+
+    Every strategy class derives from this one alone. Its `Options`, `layout` and `summary`
+    are defaults: a registered name may preset another options class (one that extends it)
+    with the layout and summary that go with it (parbench.strategies' `Entry`).
     """
 
     summary: ClassVar[str]
@@ -154,10 +158,10 @@ class Strategy(ABC):
 
     @classmethod
     def select_devices(cls, devices: Sequence[torch.device],
-                       options: OptionsBase | None = None) -> tuple[torch.device, ...]:
+                       options: OptionsBase) -> tuple[torch.device, ...]:
         """The devices this strategy uses out of those given (refused if too few): the first
-        `options.device_count()` of them where the options ask for a number (stages, ranks)."""
-        options = options or cls.Options()
+        `options.device_count()` of them where the options ask for a number (stages, ranks);
+        at least the class's `min_devices` and the options' `fewest_devices()`."""
         count = options.device_count()
         needed = max(cls.min_devices, options.fewest_devices(), count or 0)
         if len(devices) < needed:
@@ -179,8 +183,15 @@ class Strategy(ABC):
             raise WorkloadRefused(cls.fp16_refusal)
         if workload.compile and cls.compile_refusal:
             raise WorkloadRefused(cls.compile_refusal)
-        if workload.captures_cuda_graphs and cls.cuda_graphs_refusal:
-            raise WorkloadRefused(cls.cuda_graphs_refusal)
+        graphs_refusal = cls.cuda_graphs_refusal_for(options)
+        if workload.captures_cuda_graphs and graphs_refusal:
+            raise WorkloadRefused(graphs_refusal)
+
+    @classmethod
+    def cuda_graphs_refusal_for(cls, options: OptionsBase | None) -> str | None:
+        """Why these options cannot run under CUDA graphs: `cuda_graphs_refusal`, unless the
+        layout they ask for adds to it."""
+        return cls.cuda_graphs_refusal
 
     @classmethod
     def check_plan(cls, workload: Workload, global_batch: int,

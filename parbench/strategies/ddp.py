@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -17,8 +17,8 @@ from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
     TORCH_SETTINGS,
     ReplicaOptions,
-    replica_model,
     replica_rounds_elsewhere,
+    replica_setup,
     replica_step,
     tuning_option,
 )
@@ -178,9 +178,8 @@ class DDP(Strategy):
         self._measured: dict[int, bool] = {}
         self._sampled_iteration: int | None = None
         self._samples: list[dict[str, float]] = []
-        self._module = replica_model(self, self.prepare_model)
-        self._wrapped = self.wrap(self._module)
-        self.prepare_training(self._wrapped.parameters(), self.input_device)
+        self._module, wrapped = replica_setup(self, self.wrap, self.prepare_model)
+        self._wrapped = cast(DistributedDataParallel, wrapped)
 
     def train_step(self, images, labels):
         if torch.is_grad_enabled() and self._wrapped.require_backward_grad_sync:

@@ -24,8 +24,8 @@ from parbench.strategies.options import option
 from parbench.strategies.rank_parallel import (
     TORCH_SETTINGS,
     ReplicaOptions,
-    replica_model,
     replica_rounds_elsewhere,
+    replica_setup,
     replica_step,
     tuning_option,
 )
@@ -178,9 +178,7 @@ class FSDP(Strategy):
         return bool(plan.options.mixed_precision) or replica_rounds_elsewhere(plan)
 
     def setup(self) -> None:
-        self._module = replica_model(self, lambda model: model)
-        self._wrapped = self.wrap(self._module)
-        self.prepare_training(self._wrapped.parameters(), self.input_device)
+        self._module, self._wrapped = replica_setup(self, self.wrap)
 
     @property
     def model(self) -> nn.Module:

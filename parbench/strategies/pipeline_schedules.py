@@ -45,7 +45,6 @@ _SKIPS_OUTPUTS = all("return_outputs" in inspect.signature(s.torch_class.step).p
                      for s in SCHEDULES.values() if s.torch_class is not None)
 
 
-
 class ScheduledPipeline(Strategy):
     """Rank k drives devices[k] and holds its stages of the cut model; the schedule of
     torch.distributed.pipelining its registered name presets sends activations and gradients
@@ -124,10 +123,10 @@ class ScheduledPipeline(Strategy):
         return super().smallest_slice(share, devices, options)
 
     @classmethod
-    def check_workload(cls, workload, options=None) -> None:
-        if options is not None and options.pipeline_count > 1 and workload.captures_cuda_graphs:
-            raise WorkloadRefused(SHARDED_STAGES_REFUSAL)
-        super().check_workload(workload, options)
+    def cuda_graphs_refusal_for(cls, options) -> str | None:
+        if options is not None and options.pipeline_count > 1:
+            return SHARDED_STAGES_REFUSAL
+        return cls.cuda_graphs_refusal
 
     @classmethod
     def check_backend(cls, backend, devices, options) -> None:

@@ -13,8 +13,8 @@ from parbench.strategies.base import Strategy, TrainingPlan
 from parbench.strategies.dims import ParallelDims
 from parbench.strategies.options import Options, option
 
-__all__ = ["TORCH_SETTINGS", "TUNINGS", "ReplicaOptions", "replica_model",
-           "replica_rounds_elsewhere", "replica_step", "tuning_option", "with_tuning"]
+__all__ = ["TORCH_SETTINGS", "TUNINGS", "ReplicaOptions", "replica_rounds_elsewhere",
+           "replica_setup", "replica_step", "tuning_option", "with_tuning"]
 
 # What `--tuning torch` sets: torch's own defaults for the DDP and FSDP2 settings parbench
 # tunes by default (bucket views, a static graph, layer-group units resharded all but the last,
@@ -60,9 +60,13 @@ class ReplicaOptions(Options):
         return f"world size {self.world_size} needs"
 
 
-def replica_model(strategy: Strategy, prepare: Callable[[nn.Module], nn.Module]) -> nn.Module:
+def replica_setup(strategy: Strategy, wrap: Callable[[nn.Module], nn.Module],
+                  prepare: Callable[[nn.Module], nn.Module] | None = None,
+                  ) -> tuple[nn.Module, nn.Module]:
     """This rank's whole model on its device, with the layers the strategy changes changed
-    (`prepare`, before --compile compiles it or its blocks), compiled as the workload asks.
+    (`prepare`, before --compile compiles it or its blocks), compiled as the workload asks,
+    then wrapped (DDP, FSDP2), and the training over the wrapped model's parameters: (the
+    model, the wrapped model).
 
     Under --compile each block is compiled in place before it is wrapped, as torchtitan
     compiles each transformer block before FSDP2 shards it or DDP replicates it: the wrapper's
@@ -72,8 +76,11 @@ def replica_model(strategy: Strategy, prepare: Callable[[nn.Module], nn.Module])
     all-reduce still overlaps the rest of backward; under FSDP2 the graph breaks at each
     unit's hooks, which run eager."""
     strategy.check_processes("replicas")
-    model = prepare(strategy.workload.build_model_on(strategy.input_device))
-    return strategy.workload.compiled(model)
+    model = strategy.workload.build_model_on(strategy.input_device)
+    module = strategy.workload.compiled(prepare(model) if prepare else model)
+    wrapped = wrap(module)
+    strategy.prepare_training(wrapped.parameters(), strategy.input_device)
+    return module, wrapped
 
 
 def replica_step(strategy: Strategy, wrapped: nn.Module, images: torch.Tensor,

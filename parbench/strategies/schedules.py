@@ -51,6 +51,8 @@ SCHEDULES = {
                     lambda k, m, v: 0.0 if m >= 2 * k else None),
     "dualpipev": Schedule("ScheduleDualPipeV", True, True, True, lambda k, m, v: None),
 }
+
+
 @dataclass(frozen=True)
 class ScheduleOptions(PipelineOptions):
     """A pipeline's cut and micro-batches, and the schedule its registered name presets."""
@@ -136,7 +138,7 @@ class PipelineFSDPOptions(ScheduleOptions):
 
 
 def check_schedule(schedule: Schedule, ranks: int, per_rank: int,
-                    micro_batches: int, batch: int) -> None:
+                   micro_batches: int, batch: int) -> None:
     """What the schedule requires of stages per rank and micro-batches (of `batch` images)."""
     if schedule.v_shape and per_rank != 2:
         raise StrategyError(f"{schedule.torch_name} holds exactly 2 stages per rank (a V), "

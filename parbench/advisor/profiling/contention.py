@@ -124,7 +124,7 @@ def _worker(rank: int, workload: Workload, micro_batch: int, threads: int, steps
 
 
 def measure_answers(workload: Workload, micro_batch: int, processes: int, threads: int = 1,
-                     steps: int = 3, rounds: int = ROUNDS, timeout_s: float = 900.0,
+                    steps: int = 3, rounds: int = ROUNDS, timeout_s: float = 900.0,
                     window_s: float = WINDOW_S) -> list[Answer]:
     """Every process's answer in every one of `rounds` rounds (what `measure_slowdown` reads
     its slowdowns from), `processes` processes computing at once, each with `threads` threads

@@ -92,7 +92,7 @@ def fixed_costs_of(record: dict, profile_at: ProfileAt, link: AnyLink,
 
 
 def modelled_prediction(record: dict, profile_at: ProfileAt, link: AnyLink,
-                         fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction:
+                        fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction:
     """The layout's timing model's prediction with the record's fixed costs, whether or not
     the models cover its settings (`predict_record` asks that first)."""
     predicted = _layout_model(record, profile_at, link, fixed.per_action_s)

@@ -296,9 +296,9 @@ def test_every_strategy_of_a_process_per_rank_warms_up_two_steps():
     """Declared by layout, held against each strategy's own processes: a new strategy that
     starts a process per rank cannot come in warming up less."""
     for name in strategies.names():
-        entry = strategies.lookup(name)
-        expected = 2 if entry.cls.process_per_device else 0
-        assert entry.cls.layout.warmup_steps == expected, name
+        expected = 2 if strategies.lookup(name).cls.process_per_device else 0
+        layout = strategies.layout_of(name)
+        assert layout is not None and layout.warmup_steps == expected, name
 
 
 @pytest.mark.timeout(300)

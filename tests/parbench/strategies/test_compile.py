@@ -169,6 +169,16 @@ def test_a_strategy_whose_step_a_cuda_graph_cannot_replay_refuses_its_modes(
         strategies.plan(name, replace(workload, compile_mode=other), 16, devices, options)
 
 
+@pytest.mark.parametrize("name", ["pipeline-1f1b", "pipeline-fsdp"])
+def test_fp16_is_refused_before_cuda_graphs_whatever_layout_the_options_ask(name, tiny_workload):
+    """The refusals come in one order (fp16, --compile, CUDA graphs) for every preset of a
+    class: pipeline-fsdp's options change the CUDA-graph refusal, not when it is given."""
+    workload = replace(tiny_workload, precision="fp16", compile=True,
+                       compile_mode="reduce-overhead")
+    with pytest.raises(strategies.WorkloadRefused, match="fp16 loss scaling is not coordinated"):
+        strategies.plan(name, workload, 16, (CPU,) * 4, SPLIT)
+
+
 @pytest.mark.parametrize("name, devices", [("single", (CPU,)), ("model-parallel", (CPU, CPU))])
 def test_single_and_model_parallel_take_the_modes_of_cuda_graphs(name, devices, tiny_workload):
     for scope in ("block", "model"):

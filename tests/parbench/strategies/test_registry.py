@@ -57,7 +57,7 @@ def test_too_few_devices_is_refused_with_the_numbers():
         min_devices = 2
 
     with pytest.raises(strategies.StrategyError, match=r"at least 2 devices, got 1 \(cpu\)"):
-        NeedsTwo.select_devices((torch.device("cpu"),))
+        NeedsTwo.select_devices((torch.device("cpu"),), NeedsTwo.Options())
 
 
 def test_a_workload_a_strategy_cannot_train_is_refused_by_its_plan(tiny_workload):
@@ -159,6 +159,7 @@ def test_every_strategy_class_sits_one_level_under_the_base():
         return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
 
     ours = [c for c in below(Strategy) if c.__module__.startswith("parbench.")]
-    assert {entry.cls for entry in strategies.REGISTRY.values()} <= set(ours)
+    unseen = {entry.cls for entry in strategies.REGISTRY.values()} - set(ours)
+    assert not unseen, f"registered classes outside parbench.strategies: {unseen}"
     deeper = [c.__qualname__ for c in ours if c.__bases__ != (Strategy,)]
     assert not deeper, f"derive from Strategy alone, not from another strategy: {deeper}"
