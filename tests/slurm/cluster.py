@@ -57,6 +57,8 @@ class Cluster:
         where no cluster of this folder answers."""
         if not self.conf.exists() or shutil.which("sinfo") is None:
             return None
+        if not self._pids("slurmctld"):  # sinfo would retry a stopped controller for 9 s
+            return None
         try:
             done = subprocess.run(["sinfo", "--noheader", "--format", "%T"], text=True,
                                   capture_output=True, timeout=30,
