@@ -215,18 +215,11 @@ class FSDP(Strategy):
         return self._units[-1].handle  # type: ignore[return-value]
 
     def device_mesh(self) -> DeviceMesh:
-        """The options' mesh, on the devices asked for: without a mesh fully_shard builds one
-        on the default accelerator, so `--devices cpu,cpu` on a GPU host would have trained on
-        CUDA. Over the process group the ranks already have (init_device_mesh may start
-        another, on NCCL for CUDA tensors, which refuses two ranks on one GPU); HSDP's groups
-        made on that group's backend (gloo where ranks share a GPU, which must never open
-        NCCL groups)."""
-        shape = self.options.mesh_shape(dist.get_world_size())
-        if len(shape) == 2:
-            return mesh_of_groups(self.input_device.type, shape, ("replicate", "shard"))
-        ranks = dist.group.WORLD
-        assert ranks is not None  # the launcher initialised it
-        return DeviceMesh.from_group(ranks, self.input_device.type)
+        """The options' mesh (`mesh_of_groups`): every rank a shard, or HSDP's (replicate,
+        shard); on the devices asked for, so `--devices cpu,cpu` on a GPU host trains on CPU."""
+        return mesh_of_groups(self.input_device.type,
+                              self.options.mesh_shape(dist.get_world_size()),
+                              ("replicate", "shard"))
 
     def gathered_shards(self) -> int:
         """The ranks whose shards (in rank order) make up one whole copy of the parameters:
@@ -319,11 +312,17 @@ class FSDP(Strategy):
 
 def mesh_of_groups(device_type: str, shape: tuple[int, ...],
                    names: tuple[str, ...]) -> DeviceMesh:
-    """A DeviceMesh of every rank in rank order laid out as `shape` (row-major), built from
-    process groups made on the ranks' own backend, as fsdp's mesh is from theirs:
-    `DeviceMesh(...)` may make its groups on the device type's default backend (NCCL for
-    CUDA), which refuses ranks that share a GPU, where those ranks run gloo. Every rank makes
-    every group, in the same order, as `dist.new_group` requires."""
+    """A DeviceMesh of every rank in rank order laid out as `shape` (row-major), on the
+    devices asked for (without a mesh fully_shard and parallelize_module build one on the
+    default accelerator). One dimension is the process group the ranks already have (no new
+    group; unnamed); more are built from process groups made on the ranks' own backend:
+    `DeviceMesh(...)` and init_device_mesh may make theirs on the device type's default backend
+    (NCCL for CUDA), which refuses ranks that share a GPU, where those ranks run gloo. Every
+    rank makes every group, in the same order, as `dist.new_group` requires."""
+    if len(shape) == 1:
+        world = dist.group.WORLD
+        assert world is not None  # the launcher initialised it
+        return DeviceMesh.from_group(world, device_type)
     backend = dist.get_backend()
     layout = torch.arange(dist.get_world_size()).view(shape)
     rank = dist.get_rank()

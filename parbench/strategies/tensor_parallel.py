@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -163,14 +162,10 @@ class TensorParallel(Strategy):
         self.prepare_training(model.parameters(), device)
 
     def device_mesh(self) -> DeviceMesh:
-        """The ranks' mesh: every rank splits each layer (tp alone), or a (dp, tp) mesh
-        (fsdp-tp). From the ranks' own process group's backend (gloo where ranks share a GPU),
-        as fsdp's mesh is."""
-        if self.options.shard_with == "none":
-            ranks = dist.group.WORLD
-            assert ranks is not None  # the launcher initialised it
-            return DeviceMesh.from_group(ranks, self.input_device.type)
-        return mesh_of_groups(self.input_device.type, self.mesh_shape, ("dp", "tp"))
+        """The ranks' mesh (`mesh_of_groups`, as fsdp's): every rank splits each layer (tp
+        alone), or a (dp, tp) mesh (fsdp-tp)."""
+        shape = (len(self.devices),) if self.options.shard_with == "none" else self.mesh_shape
+        return mesh_of_groups(self.input_device.type, shape, ("dp", "tp"))
 
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
