@@ -97,6 +97,7 @@ def predicted(tmp_path_factory) -> tuple[RunFolder, Path, str]:
     return folder, cache, out.getvalue()
 
 
+@pytest.mark.slow  # the module's measured, predicted run (about 30 s) serves these three
 def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted):
     folder, cache, out = predicted
     assert "PREDICTED beside measured" in out and "median |error|" in out
@@ -154,6 +155,7 @@ def test_emulated_devices_computing_at_once_are_slowed_as_measured(tmp_path, cap
     assert len(ratios) >= 1 and ((1.5 < ratios) & (ratios <= 2.25)).all()
 
 
+@pytest.mark.slow  # reads the predicted run above
 def test_the_run_report_shows_the_predictions_beside_the_measurements(predicted):
     folder, _, _ = predicted
     section = "\n".join(prediction_section(folder.path))  # what `parbench report` writes
@@ -180,6 +182,7 @@ def _documented() -> set[str]:
     return {name for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
 
 
+@pytest.mark.slow  # reads the predicted run above
 def test_every_predictions_column_is_documented(predicted):
     folder, _, _ = predicted
     columns = pd.read_csv(folder.path / "predictions.csv").columns

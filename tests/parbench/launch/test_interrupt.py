@@ -186,6 +186,7 @@ def test_a_killed_sweeps_fork_server_and_ranks_exit_long_before_their_steps_end(
     assert not left, f"{left} still running 20 s after the sweep was killed"
 
 
+@pytest.mark.slow  # measures the killed sweep's missing configurations: about 9 s
 @pytest.mark.timeout(300)
 def test_resume_measures_only_what_is_missing(killed_sweep, tmp_path, capsys):
     [killed] = list(killed_sweep.results.iterdir())

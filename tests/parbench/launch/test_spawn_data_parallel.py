@@ -219,6 +219,7 @@ def test_a_killed_rank_fails_fast_naming_it_and_leaves_no_process(tiny_workload,
     assert child_pids() == []
 
 
+@pytest.mark.slow  # writes an image folder and trains ddp from it: about 9 s
 @pytest.mark.timeout(180)
 def test_ddp_trains_on_an_image_folder(tiny_workload, image_folder, child_pids):
     root = image_folder(classes=2, per_class=8)

@@ -154,6 +154,7 @@ def test_importing_the_asv_suite_does_not_import_torch():
     assert imported.stdout.strip() == "False", imported.stderr
 
 
+@pytest.mark.slow  # loads the asv and pytest-benchmark harnesses: about 10 s
 def test_every_harness_lists_every_strategy(capsys, load_harness):
     assert main(["strategies", "--devices", "cpu,cpu"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
