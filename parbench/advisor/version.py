@@ -117,7 +117,15 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # (contention.measure_answers and read_slowdowns, fixed_costs.probe_path and measure_probe,
 # records.modelled_prediction), a pipeline's options state its schedule and stages per rank
 # themselves (no getattr), and two docstrings name modules by their places.
-PREDICTOR_VERSION = 17
+# 18: the settings parbench runs ddp and fsdp at by default, modelled (versions 6 to 17 modelled
+# torch's own, and the held-out draws and recommend's candidates were pinned to them): a
+# record's settings read from its `strategy_settings`; ddp's gradients as bucket views hold no
+# second copy (a static graph changes no bucket); fsdp's units per block or per layer group
+# (the family's layer_group_names), each resharding after forward or not as
+# `--reshard-after-forward` says (all but the last: torchtitan's), the mixed-precision
+# policy's gathers in 16-bit; FSDP's gathered memory the units computing, kept or next (it was
+# the root and twice the largest unit). Judged on a new draw with those settings in it.
+PREDICTOR_VERSION = 18
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -153,7 +161,8 @@ OUTSIDE_THE_MODEL = {
     "parbench/strategies/device_timer.py": "the clock the profiles time blocks with",
     "parbench/strategies/dims.py": "the parallel degrees pipeline-fsdp's options record",
     "parbench/strategies/errors.py": "the strategies' errors",
-    "parbench/strategies/fsdp.py": "pipeline-fsdp's stages sharded as fsdp's units (gloo's sum)",
+    "parbench/strategies/fsdp.py": ("which fsdp units reshard after forward; pipeline-fsdp's "
+                                    "stages sharded as fsdp's units (gloo's sum)"),
     "parbench/strategies/options.py": "option declarations",
     "parbench/strategies/pipeline.py": "the one-process pipeline's options the schedules extend",
 }
@@ -163,7 +172,7 @@ OUTSIDE_THE_MODEL = {
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
 # left it as it was (the same sources, their imports from new places).
-FINGERPRINT = "56e138927880e00e111ff4031bef6a130e651f5d821fdfc6442de9b906399e93"
+FINGERPRINT = "517b47f183b558da5fae9dc79b32b3252affb87025defedb89f8ad69f542a59e"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from parbench.advisor.recommend.layouts import MODELLED_SETTINGS, unmodelled_settings
-from parbench.advisor.version import PREDICTOR_VERSION
-
 __all__ = ["FROM_DATA", "modelled_only"]
 
 # What a record trained from an image folder has that no model of its step counts.
@@ -16,21 +13,13 @@ FROM_DATA = ("trained from an image folder, whose decoding and augmenting on the
 
 
 def modelled_only(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The records whose settings and data the models model, and each other ok record with
-    why (`not_predicted`: the settings that keep it out, ddp and fsdp at the tuned defaults, as
-    the models model torch's own; or an image folder it trained from), each also printed."""
-    modelled = (f"timing model version {PREDICTOR_VERSION} models torch's own settings for it "
-                f"({', '.join(f'{k}={v}' for k, v in MODELLED_SETTINGS.items())}, resharding "
-                "yes or no)")
+    """The records whose data the models model (synthetic), and each other ok record with
+    why (`not_predicted`: an image folder it trained from), each also printed."""
     why = {}
     for index, row in records[records["status"] == "ok"].iterrows():
         if row.get("data") not in (None, "synthetic") and not pd.isna(row.get("data")):
             print(f"left out: {row['strategy']} on {row['devices']} ({row['data']}): "
                   f"{FROM_DATA}")
             why[index] = FROM_DATA
-        elif settings := unmodelled_settings(row.to_dict()):
-            named = ", ".join(f"{k}={v}" for k, v in settings.items())
-            print(f"left out: {row['strategy']} on {row['devices']} ({named}): {modelled}")
-            why[index] = f"{modelled}, not {named}"
     left = records.loc[list(why)].assign(not_predicted=list(why.values()))
     return records.drop(index=list(why)), left

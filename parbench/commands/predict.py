@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from parbench.advisor.models.links import LINKS, AnyLink, links_help, named_link
-from parbench.advisor.profiling.record_profiles import profiles_for
+from parbench.advisor.profiling.record_profiles import profiles_for, workload_of
 from parbench.advisor.recommend.predicted_sweep import above_ideal_notes, predict_sweep
 from parbench.advisor.runs.figures import write_sweep_figure
 from parbench.advisor.runs.memory_calls import MEMORY_CALLS_FILE, calls_summary
@@ -167,7 +167,7 @@ def _predict_run(args: argparse.Namespace) -> int:
     if table.empty:  # found without a profile: predict_record refuses these before profiling
         raise UsageError(f"{folder.path} has no record of a strategy the timing models cover "
                          "(single, model-parallel, the pipelines, pipeline-fsdp, ddp without "
-                         "hooks, fsdp and hsdp without mixed precision, none compiled, and "
+                         "hooks, fsdp, hsdp, none compiled, none from an image folder, and "
                          "collectives measured for each group size): predict a run that measured "
                          "one, or a sweep with --devices N --batch-size B")
     print(f"PREDICTED beside measured (timing model version {PREDICTOR_VERSION}, from a profile "
@@ -301,7 +301,8 @@ def _predict_sweep(args: argparse.Namespace) -> int:
                        threads_per_device=sweep.threads)
     with prediction_refusals():
         profile_at = profiles_for(record_like, sweep.profile_cache)
-        tables = [predict_sweep(count, sweep.batch_size, sweep.splits, profile_at, sweep.link)
+        tables = [predict_sweep(count, sweep.batch_size, sweep.splits, profile_at, sweep.link,
+                                workload_of(record_like))
                   for count in sweep.device_counts]
     setting = (f"{sweep.model} {sweep.image_size}px {sweep.precision}, global batch "
                f"{sweep.batch_size}, devices like this {sweep.device} (its profile), link "

@@ -167,7 +167,8 @@ def _predicted(args: argparse.Namespace) -> recommend.Recommendation:
                                                                  flush=True))
         else:
             profile_at = profiles_for(record_like, args.profile_cache)
-        table = predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link)
+        table = predict_sweep(args.devices, args.batch_size, args.splits, profile_at, args.link,
+                              workload(args))
     return recommend.rank_layouts(table, args.devices, args.memory, _limited(args))
 
 

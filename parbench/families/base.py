@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -67,6 +68,11 @@ class ModelFamily(ABC):
         blocks, in forward order, each the modules of one unit (several are gathered as one).
         By default each of `sharded_blocks` alone."""
         return [[block] for block in self.sharded_blocks(model)]
+
+    def layer_group_names(self, block_names: Sequence[str]) -> list[list[str]]:
+        """The blocks (by name, of `blocks`) each of `layer_groups`' units holds, in forward
+        order: what a timing model gathers together under `--fsdp-units group`."""
+        return [[name] for name in block_names[1:-1]]
 
     def tensor_parallel(self, model: nn.Module) -> list[tuple[nn.Module, dict[str, str]]]:
         """Each block tensor parallelism splits, with its plan: a submodule's name in the block

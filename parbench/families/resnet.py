@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 import torchvision
 from torch import nn
 from torchvision.models import ResNet
@@ -44,6 +47,11 @@ class ResNetFamily(ModelFamily):
         """layer1, layer2, layer3, layer4 (the stem and the head are the root's)."""
         assert isinstance(model, ResNet), type(model).__name__
         return [[model.layer1], [model.layer2], [model.layer3], [model.layer4]]
+
+    def layer_group_names(self, block_names: Sequence[str]) -> list[list[str]]:
+        """The residual blocks of each layer (`layer2.0`, `layer2.1`, ...)."""
+        return [list(names) for _, names in itertools.groupby(
+            block_names[1:-1], key=lambda name: name.split(".")[0])]
 
     def tutorial_cut(self, block_names: list[str]) -> str:
         return "layer3.0"  # the tutorial's conv1..layer2 | layer3..fc

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -21,6 +24,16 @@ _HEADS = {"vit_b_16": 12, "vit_l_16": 16}  # torchvision's builders' num_heads
 _LAYER_PLAN = {"self_attention.q": "colwise", "self_attention.k": "colwise",
                "self_attention.v": "colwise", "self_attention.out": "rowwise",
                "mlp.0": "colwise", "mlp.3": "rowwise"}
+
+
+_Item = TypeVar("_Item")
+
+
+def _in_runs(layers: list[_Item]) -> list[list[_Item]]:
+    """The encoder's layers in _GROUPS runs of consecutive layers (fewer if fewer layers)."""
+    groups = min(_GROUPS, len(layers))
+    cuts = [len(layers) * index // groups for index in range(groups + 1)]
+    return [layers[begin:end] for begin, end in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 class SplitAttention(nn.Module):
@@ -128,10 +141,11 @@ class VisionTransformerFamily(ModelFamily):
         """The encoder layers in four runs of consecutive layers, as a ResNet has four layer
         groups (vit_b_16's 12: 3 each); the patch embedding and the head are the root's."""
         assert isinstance(model, VisionTransformer), type(model).__name__
-        layers = list(model.encoder.layers)
-        groups = min(_GROUPS, len(layers))
-        cuts = [len(layers) * index // groups for index in range(groups + 1)]
-        return [layers[begin:end] for begin, end in zip(cuts[:-1], cuts[1:], strict=True)]
+        return _in_runs(list(model.encoder.layers))
+
+    def layer_group_names(self, block_names: Sequence[str]) -> list[list[str]]:
+        """The encoder layers' names (`encoder.3`) in layer_groups' runs."""
+        return _in_runs(list(block_names[1:-1]))
 
     def blocks(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
         """`embed`, every encoder layer (`encoder.5`), `head`."""

@@ -33,7 +33,7 @@ from parbench.strategies.rank_parallel import (
 if TYPE_CHECKING:
     from parbench.families.workloads import Workload
 
-__all__ = ["FSDP", "FSDPOptions", "Unit", "gathered_through_cpu", "mesh_of_groups",
+__all__ = ["FSDP", "FSDPOptions", "RESHARD", "Unit", "gathered_through_cpu", "mesh_of_groups",
            "reduce_by_sum_on_gloo", "resharded_after_forward", "shard_units"]
 
 UNITS = ("block", "group")

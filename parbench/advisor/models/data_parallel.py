@@ -7,12 +7,15 @@ compute, and none of it is hidden."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from parbench.advisor.models.links import AnyLink
 from parbench.advisor.models.memory import RankMemory
 from parbench.advisor.models.models import Prediction
 from parbench.advisor.profiling.profile import Profile
 
-__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_ready_times", "ddp", "fsdp", "hsdp"]
+__all__ = ["BUCKET_BYTES", "FIRST_BUCKET_BYTES", "Units", "bucket_ready_times", "ddp", "fsdp",
+           "hsdp"]
 
 # DDP's defaults: bucket_cap_mb=25, and a first bucket of 1 MiB so communication starts early.
 BUCKET_BYTES = 25 * 2**20
@@ -46,7 +49,11 @@ def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False,
     ZeroRedundancyOptimizer: over its 1/ranks of them, holding only their momentum, then
     every rank's updated share is broadcast: an all-gather of the parameters). Each rank
     holds the buckets' flat copy of the gradients (none with `bucket_view`: the gradients
-    are views into the buckets)."""
+    are views into the buckets). A static graph (`static_graph`) is not an argument: after
+    the first step DDP buckets the gradients in the order they arrived with or without it,
+    and these models have no unused parameter for it to stop looking for; what either
+    setting costs a step beyond this (a copy into the buckets, the reducer's bookkeeping) is
+    the record's fixed cost, which its probe measures at the same settings."""
     forward = sum(block.forward_s for block in profile.blocks)
     backward = sum(block.input_grad_s + block.weight_grad_s for block in profile.blocks)
     buckets = bucket_ready_times(profile)
@@ -70,80 +77,123 @@ def ddp(profile: Profile, ranks: int, link: AnyLink, shared_cores: bool = False,
                       overheads=profile.overheads)
 
 
+@dataclass(frozen=True)
+class Units:
+    """FSDP's units besides the root (the first and last blocks, kept gathered from forward
+    to backward): the profile's blocks each unit holds, in forward order, whether each
+    reshards after forward (and is gathered again for backward), and the bytes a gather
+    carries per byte of the fp32 parameters (the mixed-precision policy's 16-bit parameters:
+    0.5; its gradients are reduce-scattered in fp32 whatever it gathers)."""
+
+    blocks: tuple[tuple[int, ...], ...]
+    reshard: tuple[bool, ...]
+    gathered_per_byte: float = 1.0
+
+    @classmethod
+    def per_block(cls, profile: Profile, reshard: bool = True) -> Units:
+        """FSDP2's defaults: a unit per block, every unit resharded after forward or none."""
+        middle = range(1, len(profile.blocks) - 1)
+        return cls(tuple((i,) for i in middle), (reshard,) * len(middle))
+
+    def bytes_of(self, profile: Profile, unit: int) -> int:
+        """The fp32 bytes of the parameters unit `unit` holds."""
+        return sum(profile.blocks[i].parameter_bytes for i in self.blocks[unit])
+
+
 def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
-         shared_cores: bool = False) -> Prediction:
-    """FSDP2 as parbench wraps it: a unit per residual block and a root (stem and head),
-    gathered once. Each unit's parameters are all-gathered before its forward and, when
-    resharded after forward, again before its backward; each unit's gradient is
-    reduce-scattered once its backward ends, on a stream of its own. Backward prefetches the
-    next unit's gather; forward does not, but on a GPU the CPU issues it ahead of the compute
-    it queued, which overlaps the same way; on a CPU the gather waits for the block before.
-    The step ends when compute and the last reduce-scatter have (with `shared_cores`: every
+         shared_cores: bool = False, units: Units | None = None) -> Prediction:
+    """FSDP2 as parbench wraps it: `units` (default: a unit per block, resharded after forward
+    where `reshard`) and a root (stem and head), gathered once. Each unit's parameters are
+    all-gathered before its first block's forward and, when it reshards after forward, again
+    before its last block's backward; each unit's gradient is reduce-scattered once its first
+    block's backward ends, on a stream of its own. Backward prefetches the next unit's
+    gather; forward does not, but on a GPU the CPU issues it ahead of the compute it queued,
+    which overlaps the same way; on a CPU the gather waits for the block before. The step
+    ends when compute and the last reduce-scatter have (with `shared_cores`: every
     collective after the other, none hidden), then each rank steps the optimiser over its
     shard."""
-    return _sharded("fsdp", profile, ranks, ranks, link, reshard, shared_cores)
+    return _sharded("fsdp", profile, ranks, ranks, link,
+                    units or Units.per_block(profile, reshard), shared_cores)
 
 
 def hsdp(profile: Profile, ranks: int, shard_size: int, link: AnyLink, reshard: bool = True,
-         shared_cores: bool = False) -> Prediction:
+         shared_cores: bool = False, units: Units | None = None) -> Prediction:
     """HSDP: fsdp's step within each group of `shard_size` ranks (its gathers and
     reduce-scatters over the group), and each reduce-scattered shard then all-reduced across
     the ranks/shard_size groups that hold the same shard, behind the reduce-scatter."""
-    return _sharded("hsdp", profile, ranks, shard_size, link, reshard, shared_cores)
+    return _sharded("hsdp", profile, ranks, shard_size, link,
+                    units or Units.per_block(profile, reshard), shared_cores)
 
 
 def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: AnyLink,
-             reshard: bool, shared_cores: bool) -> Prediction:
+             units: Units, shared_cores: bool) -> Prediction:
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
-    units = range(1, len(blocks) - 1)
+    first_of = {unit[0]: u for u, unit in enumerate(units.blocks)}  # forward's first block
+    last_of = {unit[-1]: u for u, unit in enumerate(units.blocks)}  # backward's first
     issued_ahead = profile.device.startswith("cuda")
     replicas = ranks // shard_size
 
     spent = []  # every collective's time, as issued
 
-    def collective(kind: str, size: int) -> float:
+    def collective(kind: str, size: float) -> float:
         spent.append(link.collective_s(kind, size, shard_size))
         if kind == "reduce_scatter" and replicas > 1:  # the shard, across the groups
             spent[-1] += link.allreduce_s(size / shard_size, replicas)
         return spent[-1]
 
-    gathering = compute = collective("all_gather", root)  # the root first, alone
+    def gather(unit: int) -> float:
+        return collective("all_gather", units.bytes_of(profile, unit) * units.gathered_per_byte)
+
+    gathering = compute = collective("all_gather", root * units.gathered_per_byte)
     issued = 0.0  # when the block before started: where a gather issued ahead starts
     for i in range(len(blocks)):
-        if i in units:
+        if i in first_of:
             start = max(gathering, issued if issued_ahead else compute)
-            gathering = start + collective("all_gather", blocks[i].parameter_bytes)
+            gathering = start + gather(first_of[i])
             compute = max(compute, gathering)
         issued, compute = compute, compute + blocks[i].forward_s
     reducing = 0.0
     for i in reversed(range(len(blocks))):
-        if reshard and i in units:
-            gathering = max(gathering, issued) + collective("all_gather",
-                                                            blocks[i].parameter_bytes)
+        if i in last_of and units.reshard[last_of[i]]:
+            gathering = max(gathering, issued) + gather(last_of[i])
             compute = max(compute, gathering)
         issued, compute = compute, compute + blocks[i].input_grad_s + blocks[i].weight_grad_s
-        if i in units:
-            reducing = max(reducing, compute) + collective("reduce_scatter",
-                                                           blocks[i].parameter_bytes)
+        if i in first_of:
+            reducing = max(reducing, compute) + collective(
+                "reduce_scatter", units.bytes_of(profile, first_of[i]))
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
     step = (busy + sum(spent) if shared_cores else max(compute, reducing)) \
         + profile.optimizer_s / shard_size
     busy += profile.optimizer_s / shard_size
     return Prediction(name, profile.micro_batch * ranks, step,
-                      (_sharded_memory(profile, shard_size, reshard),) * ranks,
+                      (_sharded_memory(profile, shard_size, units),) * ranks,
                       bubble=max(0.0, 1 - busy / step), overheads=profile.overheads)
 
 
-def _sharded_memory(profile: Profile, shards: int, reshard: bool) -> RankMemory:
+def _sharded_memory(profile: Profile, shards: int, units: Units) -> RankMemory:
     """Parameters, gradients and momentum sharded `shards` ways, the saved activations, and
-    what is gathered at once: the root and two units (one computing, the next prefetched), or
-    every unit when none is resharded after forward (they stay gathered until their
-    backward)."""
+    the most gathered at once: the root throughout, each unit kept from forward to backward
+    (not resharded) from its gather to the end of its backward, and the unit computing with
+    the next one gathered beside it (forward's issued ahead, backward's prefetched). Under the
+    mixed-precision policy the weights autograd saves are the gathered 16-bit parameters
+    themselves, where the profile's autocast saved a 16-bit copy of each: the saved bytes
+    less those copies (taken as every parameter's; BatchNorm's, 0.2% of resnet50's, are not
+    cast)."""
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
-    largest = max(block.parameter_bytes for block in blocks[1:-1])
-    gathered = root + (2 * largest if reshard else profile.parameter_bytes - root)
-    return RankMemory.of(profile.parameter_bytes, sum(b.saved_bytes for b in blocks), shards,
-                         gathered_bytes=gathered)
+    sizes = [units.bytes_of(profile, u) for u in range(len(units.blocks))]
+    count = len(sizes)
+    most = 0
+    for u in range(count):  # forward at unit u, the next gathered
+        kept = sum(sizes[k] for k in range(u) if not units.reshard[k])
+        most = max(most, kept + sizes[u] + (sizes[u + 1] if u + 1 < count else 0))
+    for u in reversed(range(count)):  # backward at unit u, the one before prefetched
+        kept = sum(sizes[k] for k in range(u) if not units.reshard[k])
+        most = max(most, kept + sizes[u] + (sizes[u - 1] if u and units.reshard[u - 1] else 0))
+    saved: float = sum(b.saved_bytes for b in blocks)
+    if units.gathered_per_byte < 1:  # 16-bit parameters: no copy of them made to be saved
+        saved -= units.gathered_per_byte * profile.parameter_bytes
+    return RankMemory.of(profile.parameter_bytes, saved, shards,
+                         gathered_bytes=(root + most) * units.gathered_per_byte)

@@ -20,53 +20,30 @@ from parbench.families.workloads import Workload
 from parbench.machine.devices import DeviceSet, cpu_cores
 from parbench.plan.config import Config, expand_sweep
 from parbench.strategies import layout_of
+from parbench.strategies.fsdp import RESHARD
 
-__all__ = ["MODELLED_SETTINGS", "candidate_configs", "option_grid", "predicted_layouts",
-           "unmodelled_settings"]
-
-
-# The data-parallel settings the timing and memory models (version 6) model: torch's own
-# defaults, not the tuned ones ddp and fsdp now default to (bucket views, a static graph,
-# layer-group units resharded but the last, bf16 parameters under bf16). Every candidate is
-# pinned to them, so that what recommend predicts is what it measures.
-MODELLED_SETTINGS = dict(gradient_as_bucket_view=False, static_graph=False, fsdp_units="block",
-                         mixed_precision=False)
-
-
-def unmodelled_settings(record: dict) -> dict:
-    """The settings of a record (its `strategy_settings`, where it has them) that the models do
-    not model: those beside MODELLED_SETTINGS, and fsdp's torchtitan resharding (every unit
-    but the last). Empty for a record from before the settings were recorded, whose
-    strategies' defaults were the modelled ones."""
-    settings = record.get("strategy_settings")
-    if not isinstance(settings, dict):
-        return {}
-    differing = {k: v for k, v in settings.items()
-                 if k in MODELLED_SETTINGS and v is not None and v != MODELLED_SETTINGS[k]}
-    if settings.get("reshard_after_forward") not in (None, "yes", "no"):
-        differing["reshard_after_forward"] = settings["reshard_after_forward"]
-    return differing
+__all__ = ["candidate_configs", "option_grid", "predicted_layouts"]
 
 
 def option_grid(devices: int, splits: Sequence[int]) -> list[dict]:
     """Every option combination a layout on `devices` devices takes: micro-batch sizes (as
     pipelines and accumulation split them), pipelines side by side, shard groups, ZeRO, and
-    resharding after forward (each strategy keeps the options it knows)."""
+    which FSDP units reshard after forward (each strategy keeps the options it knows; the
+    rest at parbench's defaults, as `parbench run` runs them)."""
     groups: list[int | None] = [size for size in range(2, devices // 2 + 1)
                                 if devices % size == 0] or [None]
     sizes: list[int | None] = [None, *splits]  # None: the whole batch at once
     return [dict(split_size=split, accumulation_split=split, pipelines=group, shard_size=group,
-                 zero=zero, reshard_after_forward=reshard, **MODELLED_SETTINGS)
+                 zero=zero, reshard_after_forward=reshard)
             for split, group, zero, reshard in itertools.product(
-                sizes, groups, (False, True), ("yes", "no"))]
+                sizes, groups, (False, True), RESHARD)]
 
 
 def candidate_configs(workload: Workload, global_batch: int, devices: DeviceSet,
                       splits: Sequence[int], strategies: Sequence[str],
                       **common) -> list[Config]:
     """Each layout of `strategies` on `devices` (and single on the first alone) that the plan
-    runs here, once: defaults where an option does not apply to it, MODELLED_SETTINGS where it
-    does."""
+    runs here, once: defaults where an option does not apply to it."""
     configs = expand_sweep(
         strategy=strategies, model=[workload.model], global_batch=[global_batch],
         image_size=[workload.image_size], precision=[workload.precision],
@@ -74,8 +51,7 @@ def candidate_configs(workload: Workload, global_batch: int, devices: DeviceSet,
         num_classes=workload.num_classes, **common)
     runnable, seen = [], set()
     for config in configs:
-        options = {k: v for k, v in config.options.items()
-                   if k in MODELLED_SETTINGS or v not in (None, False)}
+        options = {k: v for k, v in config.options.items() if v not in (None, False)}
         config = replace(config, options=options)
         if config.key() in seen or not config.plan.runs:
             continue

@@ -3,6 +3,7 @@ fastest first, every row labelled predicted."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -11,7 +12,11 @@ from parbench.advisor.models import data_parallel, models
 from parbench.advisor.models.links import NO_LINK, AnyLink
 from parbench.advisor.models.sharded_pipelines import sharded_pipelines
 from parbench.advisor.profiling.profile import Profile
+from parbench.advisor.runs.records import sharded_units
+from parbench.families.workloads import Workload
 from parbench.strategies import layout_of
+from parbench.strategies.ddp import DDPOptions
+from parbench.strategies.fsdp import RESHARD, FSDPOptions
 from parbench.strategies.partition import Partition, partition_by_cost
 from parbench.strategies.schedules import SCHEDULES
 from parbench.strategies.stages import resolve_split
@@ -86,26 +91,43 @@ def _sharded_pipelines(profile: Profile, devices: int, global_batch: int,
     return rows, refused
 
 
-def _data_parallel_rows(per_rank: Profile, devices: int, link: AnyLink) -> list[dict]:
-    """ddp (and with ZeRO), fsdp resharding after forward or not, and hsdp at every shard
-    size that leaves two replicas or more."""
+def _data_parallel_rows(per_rank: Profile, devices: int, link: AnyLink,
+                        workload: Workload) -> list[dict]:
+    """ddp (and with ZeRO), fsdp at each choice of which units reshard after forward, and hsdp
+    at every shard size that leaves two replicas or more: each at parbench's defaults
+    otherwise (DDP's gradients as bucket views; FSDP's units and mixed precision as
+    `parbench run` sets them for the workload)."""
     link = link if devices > 1 else NO_LINK
-    rows = [_row(data_parallel.ddp(per_rank, devices, link), devices, None, None)]
+    views = DDPOptions().gradient_as_bucket_view
+    rows = [_row(data_parallel.ddp(per_rank, devices, link, bucket_view=views), devices, None,
+                 None)]
     if devices > 1:
-        rows.append(_row(data_parallel.ddp(per_rank, devices, link, zero=True), devices, None,
-                         None, options=dict(zero=True)))
-    for reshard in ("yes", "no"):
-        rows.append(_row(data_parallel.fsdp(per_rank, devices, link, reshard == "yes"),
-                         devices, None, None, options=dict(reshard_after_forward=reshard)))
+        rows.append(_row(data_parallel.ddp(per_rank, devices, link, bucket_view=views,
+                                           zero=True), devices, None, None,
+                         options=dict(zero=True)))
+    default = FSDPOptions().reshard_after_forward
+    for reshard in RESHARD:
+        units = _units(per_rank, workload, reshard)
+        rows.append(_row(data_parallel.fsdp(per_rank, devices, link, units=units), devices,
+                         None, None, options={} if reshard == default
+                         else dict(reshard_after_forward=reshard)))
     for shard in range(2, devices // 2 + 1):
         if devices % shard == 0:
-            rows.append(_row(data_parallel.hsdp(per_rank, devices, shard, link), devices, None,
-                             None, options=dict(shard_size=shard)))
+            rows.append(_row(data_parallel.hsdp(per_rank, devices, shard, link,
+                                                units=_units(per_rank, workload, default)),
+                             devices, None, None, options=dict(shard_size=shard)))
     return rows
 
 
+def _units(profile: Profile, workload: Workload, reshard: str) -> data_parallel.Units:
+    """The FSDP units `parbench run` shards the workload in, resharding as `reshard` says."""
+    options = FSDPOptions(reshard_after_forward=reshard).for_workload(workload)
+    return sharded_units(dataclasses.asdict(options), workload, profile)
+
+
 def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
-                  profile_at: Callable[[int], Profile], link: AnyLink) -> pd.DataFrame:
+                  profile_at: Callable[[int], Profile], link: AnyLink,
+                  workload: Workload) -> pd.DataFrame:
     """single (whole batch, and accumulating each split), model-parallel, the tutorial's
     pipeline and every schedule at each split on `devices` devices, pipeline-fsdp at each
     count of pipelines, ddp (and ZeRO), fsdp (resharding or not) and hsdp at each shard size:
@@ -141,7 +163,8 @@ def predict_sweep(devices: int, global_batch: int, splits: Sequence[int],
         refused.append(f"ddp, fsdp, hsdp: batch {global_batch} does not split over {devices} "
                        "ranks")
     else:
-        rows += _data_parallel_rows(profile_at(global_batch // devices), devices, link)
+        rows += _data_parallel_rows(profile_at(global_batch // devices), devices, link,
+                                    workload)
     table = with_causes(pd.DataFrame(rows), global_batch, devices, profile_at)
     table = table.sort_values("throughput_ips", ascending=False, ignore_index=True)
     table.attrs["refused"] = refused

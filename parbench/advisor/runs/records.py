@@ -18,19 +18,22 @@ from parbench.advisor.profiling.fixed_costs import NO_FIXED_COSTS, FixedCosts, l
 from parbench.advisor.profiling.profile import Profile
 from parbench.advisor.profiling.record_profiles import workload_of
 from parbench.advisor.runs.fields import number
+from parbench.families.workloads import Workload
 from parbench.results.comparisons import comparison_key, is_baseline
 from parbench.results.record import Record
 from parbench.strategies import Layout, layout_of, options_of
+from parbench.strategies.fsdp import resharded_after_forward
 from parbench.strategies.partition import Partition
 from parbench.strategies.schedules import ScheduleOptions
 
 __all__ = ["NOT_COVERED", "fixed_costs_of", "left_out", "modelled_prediction", "partition_of",
-           "predict_record", "predicted_beside_measured", "profiled_size"]
+           "predict_record", "predicted_beside_measured", "profiled_size", "settings_of",
+           "sharded_units"]
 
 ProfileAt = Callable[[int], Profile]  # the profile of a record's workload at a micro-batch size
 CostsOf = Callable[[dict], FixedCosts]  # a record's fixed costs (fixed_costs_of)
-NOT_COVERED = ("the models do not cover it (nn.DataParallel, ddp's communication hooks, fsdp's "
-               "mixed precision, --compile, unequal micro-batches)")
+NOT_COVERED = ("the models do not cover it (nn.DataParallel, ddp's communication hooks, "
+               "--compile, unequal micro-batches)")
 # DDP's options the model leaves at their defaults: a record that sets one is not predicted.
 _DDP_MODELLED_DEFAULTS = dict(bucket_cap_mb=None, comm_hook=None, sync_batchnorm=False)
 
@@ -65,8 +68,6 @@ def _modelled(record: dict) -> bool:
     if layout is Layout.REPLICAS:
         return all(options.get(k, default) == default
                    for k, default in _DDP_MODELLED_DEFAULTS.items())
-    if layout in (Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED):
-        return not options.get("mixed_precision")  # the policy's casts are not modelled
     return layout in _MODELLED
 
 
@@ -74,7 +75,7 @@ def predict_record(record: dict, profile_at: ProfileAt, link: AnyLink,
                    fixed: FixedCosts = NO_FIXED_COSTS) -> models.Prediction | None:
     """The prediction for a measured record's configuration, with its `fixed` costs (those its
     probe measured: fixed_costs_of); None where the models do not cover it (nn.DataParallel,
-    ddp's hooks, fsdp's mixed precision, --compile). Its model is the one for the layout its
+    ddp's hooks, --compile). Its model is the one for the layout its
     strategy declares (strategies.Layout)."""
     if not _modelled(record):
         return None
@@ -116,16 +117,18 @@ def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
     profile = profile_at(profiled_size(record))
     if layout is Layout.ONE_DEVICE:
         return models.single(profile, micro_batches)
+    settings = settings_of(record)
     if layout is Layout.REPLICAS:
         return data_parallel.ddp(profile, ranks, link, shared_cores=_cores_shared(record),
-                                 bucket_view=bool(options.get("gradient_as_bucket_view")),
+                                 bucket_view=bool(settings.get("gradient_as_bucket_view")),
                                  zero=bool(options.get("zero")))
-    reshard = options.get("reshard_after_forward") != "no"
-    if layout is Layout.SHARDED_REPLICAS:
-        return data_parallel.fsdp(profile, ranks, link, reshard, _cores_shared(record))
-    if layout is Layout.HYBRID_SHARDED:
-        return data_parallel.hsdp(profile, ranks, int(options["shard_size"]), link, reshard,
-                                  _cores_shared(record))
+    if layout in (Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED):
+        units = sharded_units(settings, workload_of(record), profile)
+        if layout is Layout.SHARDED_REPLICAS:
+            return data_parallel.fsdp(profile, ranks, link, shared_cores=_cores_shared(record),
+                                      units=units)
+        return data_parallel.hsdp(profile, ranks, int(options["shard_size"]), link,
+                                  shared_cores=_cores_shared(record), units=units)
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
     in_process = NO_LINK if record.get("device_kind") == "cpu" else link
@@ -140,6 +143,34 @@ def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
     assert isinstance(scheduled, ScheduleOptions), layout
     return models.pipeline(scheduled.schedule, profile, partition, ranks, micro_batches, link,
                            action_s=action_s)
+
+
+def settings_of(record: dict) -> dict:
+    """Every setting the record's strategy ran with, defaults included (its
+    `strategy_settings`); its options where it has none (a record from before settings were
+    recorded, when ddp's and fsdp's defaults were torch's)."""
+    settings = record.get("strategy_settings")
+    return settings if isinstance(settings, dict) else dict(record.get("strategy_options") or {})
+
+
+def sharded_units(settings: dict, workload: Workload, profile: Profile) -> data_parallel.Units:
+    """The FSDP units `settings` ask for, over `profile`'s blocks: a unit per block, or the
+    family's layer groups (`fsdp_units`); which reshard after forward
+    (`reshard_after_forward`: yes, no, or every unit but the last, as fsdp shards them); and
+    under the mixed-precision policy, parameters gathered in the workload's 16-bit dtype
+    (BatchNorm's, which the policy gathers in fp32 as units of their own, at the same rate:
+    they are 0.2% of resnet50's parameters)."""
+    names = [block.name for block in profile.blocks]
+    if settings.get("fsdp_units") == "group":
+        groups = workload.family.layer_group_names(names)
+    else:
+        groups = [[name] for name in names[1:-1]]
+    blocks = tuple(tuple(names.index(name) for name in group) for group in groups)
+    reshard = resharded_after_forward(str(settings.get("reshard_after_forward") or "yes"),
+                                      len(blocks))
+    dtype = workload.autocast_dtype if settings.get("mixed_precision") else None
+    return data_parallel.Units(blocks, tuple(reshard),
+                               dtype.itemsize / 4 if dtype is not None else 1.0)
 
 
 def profiled_size(record: dict) -> int:

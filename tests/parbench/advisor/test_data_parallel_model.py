@@ -149,15 +149,64 @@ def test_the_root_is_the_stem_and_the_head():
     predicted = data_parallel.fsdp(uneven, 2, link)
     assert link.calls[0] == ("all_gather", 5 * MIB, 2)
     assert link.calls[-1] == ("reduce_scatter", 5 * MIB, 2)
-    # Sharded state 3 x 10 MiB / 2, saved 8 MiB; gathered at once the root and twice the
-    # largest unit (3 MiB), or without resharding every unit (5 MiB).
-    assert predicted.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=(5 + 6) * MIB)
+    # Sharded state 3 x 10 MiB / 2, saved 8 MiB; gathered at once the root and a unit with
+    # the next (2 + 3 MiB), as many as without resharding (every unit).
+    assert predicted.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=10 * MIB)
     kept = data_parallel.fsdp(uneven, 2, FREE, reshard=False)
     assert kept.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=10 * MIB)
-    # The largest unit is the largest of the middle blocks, first or last of them.
-    first_largest = replace(uneven, blocks=(uneven.blocks[0], uneven.blocks[2],
-                                            uneven.blocks[1], uneven.blocks[3]))
-    assert data_parallel.fsdp(first_largest, 2, FREE).memory[0].gathered_bytes == 11 * MIB
+
+
+# Stem and head 1 MiB each, four middle blocks of 1, 1, 4 and 4 MiB.
+FOUR = replace(ON_GPU, blocks=tuple(
+    BlockProfile(name, 1.0, 1.0, 1.0, output_bytes=MIB, parameter_sizes=(size * MIB,),
+                 saved_bytes=2 * MIB)
+    for name, size in zip(("stem", "a", "b", "c", "d", "head"), (1, 1, 1, 4, 4, 1),
+                          strict=True)))
+
+
+@pytest.mark.parametrize("units, gathered_mib", [
+    (data_parallel.Units.per_block(FOUR), 2 + 4 + 4),  # a unit computing, the next beside it
+    (data_parallel.Units.per_block(FOUR, reshard=False), 2 + 10),  # every unit, backward's start
+    # except-last: the last unit stays from its forward to its backward, right after it
+    (data_parallel.Units(((1,), (2,), (3,), (4,)), (True, True, True, False)), 2 + 4 + 4),
+    # the first three kept: held from their forward to their backward, with d and c beside
+    (data_parallel.Units(((1,), (2,), (3,), (4,)), (False, False, True, True)), 2 + 2 + 8),
+    (data_parallel.Units(((1, 2), (3, 4)), (True, True)), 2 + 2 + 8),  # two layer groups
+    (data_parallel.Units(((1, 2), (3, 4)), (True, True), 0.5), (2 + 2 + 8) / 2),  # bf16
+])
+def test_the_units_gathered_at_once_are_those_computing_kept_or_next(units, gathered_mib):
+    predicted = data_parallel.fsdp(FOUR, 2, FREE, units=units)
+    assert predicted.memory[0].gathered_bytes == gathered_mib * MIB
+    assert predicted.memory[0].state_bytes == 3 * 12 * MIB / 2  # sharded whatever is gathered
+    # 12 MiB saved by the profile's autocast, a 16-bit copy of every weight (6 MiB) among them
+    # where the policy's gathered 16-bit parameters are saved instead
+    copies = 6 * MIB if units.gathered_per_byte < 1 else 0
+    assert predicted.memory[0].activation_bytes == 12 * MIB - copies
+
+
+def test_layer_group_units_gather_and_reduce_their_blocks_at_once():
+    # One unit of a and b (2 MiB): forward, the root 0-1 s, the stem 1-2 s, the unit gathered
+    # 1-2 s (issued ahead on a GPU), a and b 2-4 s, head 4-5 s. Backward: head 5-7 s, the unit
+    # gathered again 5-6 s, b 7-9 s, a 9-11 s, reduced 11-12 s; stem 11-13 s, the root reduced
+    # 13-14 s.
+    link = Recording(all_gather=0.5, reduce_scatter=0.5)
+    group = data_parallel.Units(((1, 2),), (True,))
+    assert data_parallel.fsdp(ON_GPU, 2, link, units=group).step_time_s == pytest.approx(14.0)
+    assert link.calls == [("all_gather", 2 * MIB, 2), ("all_gather", 2 * MIB, 2),
+                          ("all_gather", 2 * MIB, 2), ("reduce_scatter", 2 * MIB, 2),
+                          ("reduce_scatter", 2 * MIB, 2)]
+
+
+def test_except_last_gathers_the_last_unit_once_and_mixed_precision_halves_the_gathers():
+    link = Recording(all_gather=0.5, reduce_scatter=0.5)
+    except_last = data_parallel.Units(((1,), (2,)), (True, False), gathered_per_byte=0.5)
+    data_parallel.fsdp(ON_GPU, 2, link, units=except_last)
+    # b (the last unit) is not gathered again for backward; a is. Gathers carry 16-bit
+    # parameters, reductions fp32 gradients.
+    assert link.calls == [("all_gather", MIB, 2), ("all_gather", MIB / 2, 2),
+                          ("all_gather", MIB / 2, 2), ("reduce_scatter", MIB, 2),
+                          ("all_gather", MIB / 2, 2), ("reduce_scatter", MIB, 2),
+                          ("reduce_scatter", 2 * MIB, 2)]
 
 
 def test_hsdp_all_reduces_each_shard_across_the_groups_behind_the_reduce_scatter():
@@ -210,3 +259,26 @@ def test_units_whose_gathers_outlast_their_compute_show_them_in_both_directions(
     predicted = data_parallel.fsdp(big, 2, SLOW)
     assert predicted.step_time_s == pytest.approx(26.0)
     assert predicted.bubble == pytest.approx(1 - 12.0 / 26.0)
+
+
+def test_a_records_settings_name_its_units():
+    """fsdp's settings as a record keeps them, read into the units the model gathers."""
+    from parbench.advisor.runs.records import settings_of, sharded_units
+    from parbench.families.workloads import Workload
+
+    names = ("stem", *(f"layer{i}.{j}" for i in range(1, 5) for j in range(2)), "head")
+    resnet18 = replace(PROFILE, blocks=tuple(replace(BLOCKS[0], name=name) for name in names))
+    bf16, fp32 = Workload("resnet18", 32, precision="bf16"), Workload("resnet18", 32)
+    parbench_defaults = dict(fsdp_units="group", reshard_after_forward="except-last",
+                             mixed_precision=True)
+    assert sharded_units(parbench_defaults, bf16, resnet18) == data_parallel.Units(
+        ((1, 2), (3, 4), (5, 6), (7, 8)), (True, True, True, False), gathered_per_byte=0.5)
+    torch_defaults = dict(fsdp_units="block", reshard_after_forward="yes", mixed_precision=False)
+    per_block = data_parallel.Units.per_block(resnet18)
+    assert sharded_units(torch_defaults, bf16, resnet18) == per_block
+    assert sharded_units({**torch_defaults, "reshard_after_forward": "no"}, fp32, resnet18) == \
+        data_parallel.Units.per_block(resnet18, reshard=False)
+    # A record from before settings were recorded: its options, at torch's defaults.
+    old = dict(strategy="fsdp", strategy_options={"reshard_after_forward": "yes"})
+    assert sharded_units(settings_of(old), fp32, resnet18) == per_block
+    assert settings_of({**old, "strategy_settings": parbench_defaults}) == parbench_defaults

@@ -25,20 +25,21 @@ def test_the_grid_takes_every_group_a_layout_forms_and_the_whole_batch():
     grid = option_grid(4, [2])
     assert {(o["split_size"], o["shard_size"], o["zero"]) for o in grid} == {
         (None, 2, False), (None, 2, True), (2, 2, False), (2, 2, True)}
-    assert {o["reshard_after_forward"] for o in grid} == {"yes", "no"}
+    assert {o["reshard_after_forward"] for o in grid} == {"yes", "no", "except-last"}
+    # every other setting left to parbench's defaults, as `parbench run` runs them
+    assert not {"gradient_as_bucket_view", "static_graph", "fsdp_units",
+                "mixed_precision"} & {name for o in grid for name in o}
 
 
 def test_each_layout_that_runs_here_is_a_configuration_once_with_only_the_options_it_sets():
     configs = candidate_configs(WORKLOAD, 16, CPU4, [2], ["single", "ddp", "hsdp",
                                                           "pipeline-fsdp", "pipeline-1f1b"])
     labels = sorted((c.strategy, tuple(sorted(c.options.items()))) for c in configs)
-    ddp = (("gradient_as_bucket_view", False), ("static_graph", False))
-    sharded = (("fsdp_units", "block"), ("mixed_precision", False))
     assert labels == sorted([
         ("single", ()), ("single", (("accumulation_split", 2),)),
-        ("ddp", ddp), ("ddp", (*ddp, ("zero", True))),
-        ("hsdp", (*sharded, ("reshard_after_forward", "yes"), ("shard_size", 2))),
-        ("hsdp", (*sharded, ("reshard_after_forward", "no"), ("shard_size", 2))),
+        ("ddp", ()), ("ddp", (("zero", True),)),
+        *(("hsdp", (("reshard_after_forward", reshard), ("shard_size", 2)))
+          for reshard in ("yes", "no", "except-last")),
         ("pipeline-fsdp", (("pipelines", 2), ("split_size", 2))),
         ("pipeline-1f1b", (("split_size", 2),))])
     assert len({c.key() for c in configs}) == len(configs)

@@ -75,9 +75,11 @@ def _run_folder(tmp_path) -> RunFolder:
         _record("ddp", 0.04, world_size=2),
         _record("data-parallel", 0.04, world_size=1),  # the models leave these out
         _record("ddp", 0.04, world_size=2, strategy_options={"comm_hook": "fp16"}),
-        # At the tuned defaults (bucket views, a static graph), which version 6 does not model.
+        # At parbench's defaults (bucket views, a static graph), modelled since version 18.
         _record("ddp", 0.035, world_size=2, devices="cpu,cpu", strategy_settings=dict(
             gradient_as_bucket_view=True, static_graph=True, world_size=2)),
+        # Trained from an image folder, whose loader no model counts: left out, saying why.
+        _record("ddp", 0.05, world_size=2, devices="cpu,cpu", data="/data/images"),
     ]
     add_comparisons(records)  # each speedup over single, as a run has them
     folder.write_records(records)
@@ -103,14 +105,20 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert "PREDICTED beside measured" in out and "median |error|" in out
     written = pd.read_csv(folder.path / "predictions.csv")
     table = written[written["not_predicted"].isna()].reset_index(drop=True)
-    assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp"]  # modelled ones
-    assert ("left out: ddp on cpu,cpu (gradient_as_bucket_view=True, static_graph=True): "
-            "timing model version") in out
+    assert list(table["strategy"]) == ["single", "pipeline-gpipe", "ddp", "ddp"]  # modelled
+    # torch's settings and parbench's: the same step, the buckets' copy of the gradients only
+    # in the first's memory
+    # (one probe for both: their options, all defaults, are the same)
+    torch_ddp, tuned_ddp = table.iloc[2], table.iloc[3]
+    assert tuned_ddp["predicted_step_time_s"] == torch_ddp["predicted_step_time_s"]
+    assert max(json.loads(tuned_ddp["predicted_counted_memory_mib"])) < max(
+        json.loads(torch_ddp["predicted_counted_memory_mib"]))
+    assert "left out: ddp on cpu,cpu (/data/images): trained from an image folder" in out
     # every measured record is a row: the one left out says why, and the summary names it
     [left] = written[written["not_predicted"].notna()].to_dict("records")
     assert left["strategy"] == "ddp" and pd.isna(left["predicted_step_time_s"])
-    assert left["not_predicted"].endswith("not gradient_as_bucket_view=True, static_graph=True")
-    assert "not predicted, 1 measured configuration: ddp on 2 ranks: timing model" in out
+    assert left["not_predicted"].startswith("trained from an image folder")
+    assert "not predicted, 1 measured configuration: ddp on 2 ranks: trained from" in out
     expected = table["predicted_step_time_s"] / table["step_time_median_s"] - 1
     assert table["prediction_error"].tolist() == pytest.approx(expected.tolist())
     assert (folder.path / "predictions.png").is_file()
@@ -123,7 +131,7 @@ def test_predict_puts_each_prediction_beside_its_record_with_the_error(predicted
     assert abs(table["trace_replay_error"].iloc[1]) < 0.01
     assert sorted(p.name for p in cache.glob("resnet*")) == [  # split, per rank, whole batch
         f"resnet18-32px-1000cls-fp32-cpu-1t-b{size}.json" for size in (2, 4, 8)]
-    assert len(folder.read_records()) == 6  # the records are left as measured
+    assert len(folder.read_records()) == 7  # the records are left as measured
     assert set(table["link"]) == {"pcie4"} and set(table["kind"]) == {"predicted"}
     assert table["step_time_low_s"].iloc[0] == 0.045  # the measured interval, for a reader
 

@@ -82,3 +82,18 @@ def test_a_vit_trains_as_the_baseline_does_where_strategies_use_its_blocks():
     names = ["pipeline", "fsdp"]
     verdicts = verify(workload, CPU2, names, 4, {"split_size": 2}, 1e-5)
     assert [(v.strategy, v.ok) for v in verdicts] == [(name, True) for name in names], verdicts
+
+
+@pytest.mark.parametrize("model", ["resnet18", "resnet50", "vit_b_16"])
+def test_layer_group_names_hold_the_parameters_of_the_layer_groups_fsdp_shards(model):
+    """The timing models gather a profile's blocks by layer_group_names, the strategy
+    fully_shards layer_groups: each group named holds the same parameters as the unit."""
+    family = family_of(model)
+    with torch.device("meta"):
+        network = family.build(model, 32, 10)
+    blocks = dict(family.blocks(network))
+    named = family.layer_group_names(list(blocks))
+    assert [sorted(id(p) for name in group for p in blocks[name].parameters())
+            for group in named] == [sorted(id(p) for module in group for p in module.parameters())
+                                    for group in family.layer_groups(network)]
+    assert len(named) == 4
