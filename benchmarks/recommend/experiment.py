@@ -109,14 +109,17 @@ def _label(config) -> str:
 
 def _with_control(configs: list) -> list:
     """The sweep's layouts and recommend's control (ddp at parbench's defaults: bucket views, a
-    static graph), which the sweep lacks: it sweeps what the models cover, ddp at torch's
-    own settings. `--confirm` measures the control, and may pick it."""
+    static graph) where the sweep lacks it: before models version 18 it swept ddp at torch's
+    own settings, which the models then covered. `--confirm` measures the control, and may
+    pick it."""
     template = next(c for c in configs if c.strategy == recommend.CONTROL[0])
-    return [*configs, replace(template, options=dict(recommend.CONTROL[1]))]
+    control = replace(template, options=dict(recommend.CONTROL[1]))
+    return configs if any(c.key() == control.key() for c in configs) else [*configs, control]
 
 
 def _naive(configs: list) -> str:
-    """The naive choice's label: the sweep's ddp at torch's own settings (its fewest flags)."""
+    """The naive choice's label: the sweep's ddp with the fewest flags (at the full batch, at
+    torch's own settings before models version 18, at parbench's defaults since)."""
     return _label(min((c for c in configs if c.strategy == recommend.CONTROL[0]),
                       key=lambda c: len(c.options)))
 

@@ -161,8 +161,10 @@ OUTSIDE_THE_MODEL = {
     "parbench/strategies/device_timer.py": "the clock the profiles time blocks with",
     "parbench/strategies/dims.py": "the parallel degrees pipeline-fsdp's options record",
     "parbench/strategies/errors.py": "the strategies' errors",
-    "parbench/strategies/fsdp.py": ("which fsdp units reshard after forward; pipeline-fsdp's "
-                                    "stages sharded as fsdp's units (gloo's sum)"),
+    "parbench/strategies/fsdp.py": ("which fsdp units reshard after forward (next version: "
+                                    "it shapes predictions, as the families' "
+                                    "layer_group_names do through workloads.py); "
+                                    "pipeline-fsdp's stages sharded as fsdp's units (gloo's sum)"),
     "parbench/strategies/options.py": "option declarations",
     "parbench/strategies/pipeline.py": "the one-process pipeline's options the schedules extend",
 }

@@ -347,7 +347,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "(labelled PREDICTED, kept apart from measurements)",
         description="Timing models of single, model-parallel, every pipeline schedule "
                     "(torch's own action list replayed), ddp (bucketed all-reduce overlapped "
-                    "with backward) and fsdp (per-block gathers and reductions), from a "
+                    "with backward) and fsdp (each unit's gathers and reductions), from a "
                     "per-block profile of this device (cached). With a run folder: each "
                     "measured record beside its prediction and the error (predictions.csv, "
                     "predictions.png). Without: a sweep for --devices devices on --link, "
