@@ -125,7 +125,16 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # `--reshard-after-forward` says (all but the last: torchtitan's), the mixed-precision
 # policy's gathers in 16-bit; FSDP's gathered memory the units computing, kept or next (it was
 # the root and twice the largest unit). Judged on a new draw with those settings in it.
-PREDICTOR_VERSION = 18
+# 19: FSDP2's order of collectives, read from its source: on a GPU a unit's gather is issued
+# as the unit before starts, forward and backward (it was as the block before starts, which
+# for a layer group of several blocks is later); on a CPU gloo's gathers and reduce-scatters
+# block the rank that issued them (FSDP2 waits for each), so none hides, cores shared or not
+# (it was only with every core shared, as on every record measured here). A record's ddp
+# `zero` and hsdp `shard_size` read from its settings like the rest; the per-block units
+# the families' own (ModelFamily.unit_names); strategies/fsdp.py and the families, which
+# shape the units, joined the model's files. No prediction of the held-out CPU records
+# measured here changes (their ranks share every core); a new draw judges it all the same.
+PREDICTOR_VERSION = 19
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -141,7 +150,8 @@ MODEL_FILES = tuple(f"parbench/advisor/{name}" for name in (
     "parbench/families/workloads.py", "parbench/measure/collectives.py",
     "parbench/strategies/partition.py", "parbench/strategies/pipeline_schedules.py",
     "parbench/strategies/stages.py", "parbench/strategies/schedules.py",
-    "parbench/strategies/schedule_stages.py")
+    "parbench/strategies/schedule_stages.py", "parbench/strategies/fsdp.py",
+    "parbench/families/base.py", "parbench/families/resnet.py", "parbench/families/vit.py")
 # What MODEL_FILES import from the project that is not in them, and why (a test holds this
 # list equal to their imports, so a model that starts importing another module says so here).
 # Those marked "next version" shape predictions and should join MODEL_FILES when the models
@@ -161,11 +171,8 @@ OUTSIDE_THE_MODEL = {
     "parbench/strategies/device_timer.py": "the clock the profiles time blocks with",
     "parbench/strategies/dims.py": "the parallel degrees pipeline-fsdp's options record",
     "parbench/strategies/errors.py": "the strategies' errors",
-    "parbench/strategies/fsdp.py": ("which fsdp units reshard after forward (next version: "
-                                    "it shapes predictions, as the families' "
-                                    "layer_group_names do through workloads.py); "
-                                    "pipeline-fsdp's stages sharded as fsdp's units (gloo's sum)"),
     "parbench/strategies/options.py": "option declarations",
+    "parbench/strategies/rank_parallel.py": "fsdp's process groups, mesh and gloo's sum",
     "parbench/strategies/pipeline.py": "the one-process pipeline's options the schedules extend",
 }
 # sha256 of MODEL_FILES at PREDICTOR_VERSION (fingerprint()); a test checks it, and a run's
@@ -174,7 +181,7 @@ OUTSIDE_THE_MODEL = {
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
 # left it as it was (the same sources, their imports from new places).
-FINGERPRINT = "517b47f183b558da5fae9dc79b32b3252affb87025defedb89f8ad69f542a59e"
+FINGERPRINT = "761be0ed9e3302b70c3d732ba201d52e4eef48e677cb7d3e08d9b602fef5058f"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

@@ -72,6 +72,13 @@ class ModelFamily(ABC):
     def layer_group_names(self, block_names: Sequence[str]) -> list[list[str]]:
         """The blocks (by name, of `blocks`) each of `layer_groups`' units holds, in forward
         order: what a timing model gathers together under `--fsdp-units group`."""
+        return self.unit_names(block_names, "block")
+
+    def unit_names(self, block_names: Sequence[str], fsdp_units: str) -> list[list[str]]:
+        """The blocks (by name) each FSDP unit besides the root holds under `--fsdp-units`:
+        `layer_group_names`' under `group`, else each of `sharded_blocks` alone."""
+        if fsdp_units == "group":
+            return self.layer_group_names(block_names)
         return [[name] for name in block_names[1:-1]]
 
     def tensor_parallel(self, model: nn.Module) -> list[tuple[nn.Module, dict[str, str]]]:

@@ -1,9 +1,9 @@
 """Data-parallel steps predicted from a profile and a link: every rank computes its share of
 the batch. DDP all-reduces gradient buckets as backward fills them, behind the rest of
-backward; FSDP all-gathers each block's parameters before use and reduce-scatters its
-gradients after, each on a stream of its own. Only what compute cannot hide shows, except
-where the ranks share a CPU's every core: there a collective's work takes the cores from the
-compute, and none of it is hidden."""
+backward; FSDP all-gathers each unit's parameters before use and reduce-scatters its
+gradients after, each on a stream of its own (on a GPU; on a CPU each blocks its rank). Only
+what compute cannot hide shows, except where the ranks share a CPU's every core: there a
+collective's work takes the cores from the compute, and none of it is hidden."""
 
 from __future__ import annotations
 
@@ -107,11 +107,12 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
     all-gathered before its first block's forward and, when it reshards after forward, again
     before its last block's backward; each unit's gradient is reduce-scattered once its first
     block's backward ends, on a stream of its own. Backward prefetches the next unit's
-    gather; forward does not, but on a GPU the CPU issues it ahead of the compute it queued,
-    which overlaps the same way; on a CPU the gather waits for the block before. The step
-    ends when compute and the last reduce-scatter have (with `shared_cores`: every
-    collective after the other, none hidden), then each rank steps the optimiser over its
-    shard."""
+    gather as the unit before starts; forward does not, but on a GPU the CPU issues it ahead
+    of the compute it queued, as the unit before starts, which overlaps the same way. On a
+    CPU, gloo's gathers and reduce-scatters block the rank that issued them (FSDP2 waits for
+    each), as where the ranks share a CPU's every core (`shared_cores`): every collective
+    after the other and the compute, none hidden. The step ends when compute and the last
+    reduce-scatter have, then each rank steps the optimiser over its shard."""
     return _sharded("fsdp", profile, ranks, ranks, link,
                     units or Units.per_block(profile, reshard), shared_cores)
 
@@ -146,26 +147,28 @@ def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: Any
         return collective("all_gather", units.bytes_of(profile, unit) * units.gathered_per_byte)
 
     gathering = compute = collective("all_gather", root * units.gathered_per_byte)
-    issued = 0.0  # when the block before started: where a gather issued ahead starts
+    started = compute  # when the unit computing (or the root) started: the next is issued
     for i in range(len(blocks)):
         if i in first_of:
-            start = max(gathering, issued if issued_ahead else compute)
+            start = max(gathering, started if issued_ahead else compute)
             gathering = start + gather(first_of[i])
-            compute = max(compute, gathering)
-        issued, compute = compute, compute + blocks[i].forward_s
-    reducing = 0.0
+            compute = started = max(compute, gathering)
+        compute += blocks[i].forward_s
+    reducing, started = 0.0, compute
     for i in reversed(range(len(blocks))):
-        if i in last_of and units.reshard[last_of[i]]:
-            gathering = max(gathering, issued) + gather(last_of[i])
-            compute = max(compute, gathering)
-        issued, compute = compute, compute + blocks[i].input_grad_s + blocks[i].weight_grad_s
+        if i in last_of:
+            if units.reshard[last_of[i]]:
+                gathering = max(gathering, started) + gather(last_of[i])
+                compute = max(compute, gathering)
+            started = compute
+        compute += blocks[i].input_grad_s + blocks[i].weight_grad_s
         if i in first_of:
             reducing = max(reducing, compute) + collective(
                 "reduce_scatter", units.bytes_of(profile, first_of[i]))
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
-    step = (busy + sum(spent) if shared_cores else max(compute, reducing)) \
-        + profile.optimizer_s / shard_size
+    step = (busy + sum(spent) if shared_cores or not issued_ahead
+            else max(compute, reducing)) + profile.optimizer_s / shard_size
     busy += profile.optimizer_s / shard_size
     return Prediction(name, profile.micro_batch * ranks, step,
                       (_sharded_memory(profile, shard_size, units),) * ranks,

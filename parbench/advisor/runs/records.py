@@ -121,13 +121,13 @@ def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
     if layout is Layout.REPLICAS:
         return data_parallel.ddp(profile, ranks, link, shared_cores=_cores_shared(record),
                                  bucket_view=bool(settings.get("gradient_as_bucket_view")),
-                                 zero=bool(options.get("zero")))
+                                 zero=bool(settings.get("zero")))
     if layout in (Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED):
         units = sharded_units(settings, workload_of(record), profile)
         if layout is Layout.SHARDED_REPLICAS:
             return data_parallel.fsdp(profile, ranks, link, shared_cores=_cores_shared(record),
                                       units=units)
-        return data_parallel.hsdp(profile, ranks, int(options["shard_size"]), link,
+        return data_parallel.hsdp(profile, ranks, int(settings["shard_size"]), link,
                                   shared_cores=_cores_shared(record), units=units)
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
@@ -161,10 +161,7 @@ def sharded_units(settings: dict, workload: Workload, profile: Profile) -> data_
     (BatchNorm's, which the policy gathers in fp32 as units of their own, at the same rate:
     they are 0.2% of resnet50's parameters)."""
     names = [block.name for block in profile.blocks]
-    if settings.get("fsdp_units") == "group":
-        groups = workload.family.layer_group_names(names)
-    else:
-        groups = [[name] for name in names[1:-1]]
+    groups = workload.family.unit_names(names, str(settings.get("fsdp_units") or "block"))
     blocks = tuple(tuple(names.index(name) for name in group) for group in groups)
     reshard = resharded_after_forward(str(settings.get("reshard_after_forward") or "yes"),
                                       len(blocks))

@@ -282,3 +282,30 @@ def test_a_records_settings_name_its_units():
     old = dict(strategy="fsdp", strategy_options={"reshard_after_forward": "yes"})
     assert sharded_units(settings_of(old), fp32, resnet18) == per_block
     assert settings_of({**old, "strategy_settings": parbench_defaults}) == parbench_defaults
+
+
+# Stem, head and unit b, d 1 MiB each; a and b 4 MiB each: units (a, b) of 8 MiB, (c, d) of 2.
+GROUPS = replace(ON_GPU, blocks=tuple(replace(FOUR.blocks[i], parameter_sizes=(size * MIB,))
+                                      for i, size in enumerate((1, 4, 4, 1, 1, 1))))
+
+
+def test_a_layer_groups_gather_is_issued_as_the_unit_before_starts():
+    # Gathers 0.5 s a MiB, reductions free. Forward: the root 0-1 s, the stem 1-2 s, (a, b)
+    # gathered 1-5 s and run 5-7 s, (c, d) gathered 5-6 s and run 7-9 s, the head 9-10 s.
+    # Backward, every unit gathered again: the head 10-12 s; (c, d) 10-11 s, run 12-16 s;
+    # (a, b) prefetched as (c, d) starts, 12-16 s (not as c starts, 14 s), run 16-20 s; the
+    # stem 20-22 s.
+    link = Recording(all_gather=0.5, reduce_scatter=0.0)
+    groups = data_parallel.Units(((1, 2), (3, 4)), (True, True))
+    assert data_parallel.fsdp(GROUPS, 2, link, units=groups).step_time_s == pytest.approx(22.0)
+
+
+def test_a_cpu_ranks_gathers_and_reductions_block_its_compute():
+    # gloo's collectives wait in the rank that issued them, cores shared or not: 18 s of
+    # compute, then the root's gather (1 s) and the units' four (4 + 1 + 1 + 4 s), none hidden.
+    link = Recording(all_gather=0.5, reduce_scatter=0.0)
+    groups = data_parallel.Units(((1, 2), (3, 4)), (True, True))
+    on_cpu = replace(GROUPS, device="cpu")
+    assert data_parallel.fsdp(on_cpu, 2, link, units=groups).step_time_s == \
+        pytest.approx(18.0 + 1 + 10)
+    assert data_parallel.fsdp(on_cpu, 2, FREE, units=groups).step_time_s == pytest.approx(18.0)
