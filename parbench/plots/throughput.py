@@ -163,7 +163,9 @@ def plot_split_sizes(frame: pd.DataFrame):
     """The speedup over single on the whole batch against micro-batch size, per pipeline,
     beside single accumulating the same micro-batches; the measured sizes are categories on
     the x axis. Below each, in a panel of its own, GPipe's bubble in theory at those sizes. A
-    pair of panels per workload with two split sizes or more."""
+    pair of panels per workload with two split sizes or more. A speedup needs single on the
+    whole batch in the run: records without one are left out (none: no figure)."""
+    frame = frame[pd.to_numeric(frame[SPEEDUP], errors="coerce").notna()]
     split = frame[frame["split_size"].notna() & (frame["stages"].fillna(1) > 1)]
     panels = [(name, group) for name, group in panel_groups(frame)
               if group.loc[group.index.isin(split.index), "split_size"].nunique() >= 2]

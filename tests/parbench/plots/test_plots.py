@@ -218,6 +218,9 @@ def test_no_figure_needs_data_it_does_not_have(results):
     single = frame[frame["strategy"] == "single"]
     assert plots.plot_scaling(single) is None
     assert plots.plot_split_sizes(single) is None
+    # pipelines at two split sizes, measured without single on the whole batch: no speedup
+    pipelines = frame[frame["strategy"] == "pipeline"].assign(speedup_vs_baseline=None)
+    assert plots.plot_split_sizes(pipelines) is None
 
 
 def test_a_timeline_is_drawn_as_a_gantt_chart_with_a_bar_per_action():
