@@ -284,7 +284,7 @@ def test_a_records_settings_name_its_units():
     assert settings_of({**old, "strategy_settings": parbench_defaults}) == parbench_defaults
 
 
-# Stem, head and unit b, d 1 MiB each; a and b 4 MiB each: units (a, b) of 8 MiB, (c, d) of 2.
+# Stem, head, c and d 1 MiB each; a and b 4 MiB each: units (a, b) of 8 MiB, (c, d) of 2.
 GROUPS = replace(ON_GPU, blocks=tuple(replace(FOUR.blocks[i], parameter_sizes=(size * MIB,))
                                       for i, size in enumerate((1, 4, 4, 1, 1, 1))))
 
@@ -302,10 +302,11 @@ def test_a_layer_groups_gather_is_issued_as_the_unit_before_starts():
 
 def test_a_cpu_ranks_gathers_and_reductions_block_its_compute():
     # gloo's collectives wait in the rank that issued them, cores shared or not: 18 s of
-    # compute, then the root's gather (1 s) and the units' four (4 + 1 + 1 + 4 s), none hidden.
-    link = Recording(all_gather=0.5, reduce_scatter=0.0)
+    # compute, then the root's gather (1 s), the units' four (4 + 1 + 1 + 4 s), their
+    # reductions (1 + 4 s) and the root's (1 s), none hidden.
+    link = Recording(all_gather=0.5, reduce_scatter=0.5)
     groups = data_parallel.Units(((1, 2), (3, 4)), (True, True))
     on_cpu = replace(GROUPS, device="cpu")
     assert data_parallel.fsdp(on_cpu, 2, link, units=groups).step_time_s == \
-        pytest.approx(18.0 + 1 + 10)
+        pytest.approx(18.0 + 1 + 10 + 5 + 1)
     assert data_parallel.fsdp(on_cpu, 2, FREE, units=groups).step_time_s == pytest.approx(18.0)
