@@ -24,9 +24,10 @@ run's predictions.csv, `experiment_all(run)` a recommend experiment's draw:
 The previous version's headline entry stays, as history: its `pages` keep only the pages that
 still quote it (under a "History" heading or sentence after the new headline). docs/history.md
 (H, a changelog of the models, newest first, not in PAGES) holds every earlier version's
-section and figures; docs/prediction.md keeps only the current version's. The goals-table
-rows follow that by themselves (`_page`: the current version's on docs/prediction.md, every
-earlier one's on docs/history.md); move the previous version's section there with them.
+section and figures; docs/prediction.md keeps only the current version's. A draw's goals
+table and the lines under it are one `_draw_rows` call, whose rows follow that by themselves
+(`_page`: the current version's on docs/prediction.md, every earlier one's on
+docs/history.md); move the previous version's section there with them.
 """
 
 from __future__ import annotations
@@ -305,6 +306,18 @@ def _column_row(run: str, text: str, lead: str, column: str, version: int) -> Fi
                   f"{_median(run, column)}, worst {_worst(run, column)}", version=version)
 
 
+def _draw_rows(run: str, version: int, median: str, worst: str, naive: str, devices: str,
+               speedups: str, traced: str, memory: str) -> tuple[Figure, ...]:
+    """A held-out draw's goals table and the lines under it, each text exactly as quoted: the
+    median (with how many are within 10% and the median signed error), the worst, the naive
+    estimate, the error by device count, then speedups, the traced replay and memory."""
+    return (_signed_median_row(run, median, version), _worst_row(run, worst, version),
+            _naive_sentence_row(run, naive, version), _devices_row(run, devices, version),
+            _column_row(run, speedups, "Speedups over single:", "speedup_error", version),
+            _column_row(run, traced, "traced compute):", "trace_replay_error", version),
+            _column_row(run, memory, "counts it):", "memory_error", version))
+
+
 def _two_probes() -> str:
     """Version 14's development data: the 56 multi-process pipelines of the earlier draws,
     predicted with one probe (version 13's rule) and with two, from the same probes."""
@@ -348,94 +361,83 @@ FIGURES: tuple[Figure, ...] = (
     # (seed 8).
     _headline_row(V19, "median |error| 3.6% of the step time, worst 11.8%, over 28 held-out "
                   "configurations", 19, (*PAGES, H)),
-    _signed_median_row(V19, "median |error| of the step | <= 5% | **3.6%** (27 of 28 within "
-                       "10%; median signed +0.2%)", 19),
-    _worst_row(V19, "worst |error| | <= 15% | **11.8%**", 19),
-    _naive_sentence_row(V19, "the naive estimate's median |error| 47.9% (worst 93.7%)", 19),
-    _devices_row(V19, "1 device median |error| 3.0%, worst 4.4%; "
-                 "2 devices median |error| 2.1%, worst 8.7%; "
-                 "3 devices median |error| 5.6%, worst 5.9%; "
-                 "4 devices median |error| 4.8%, worst 11.8%", 19),
-    _column_row(V19, "Speedups over single: median |error| 3.9%, worst 17.6%",
-                "Speedups over single:", "speedup_error", 19),
-    _column_row(V19, "traced compute): median |error| 5.3%, worst 20.1%",
-                "traced compute):", "trace_replay_error", 19),
-    _column_row(V19, "counts it): median |error| 0.5%, worst 4.7%",
-                "counts it):", "memory_error", 19),
+    *_draw_rows(V19, 19,
+                "median |error| of the step | <= 5% | **3.6%** (27 of 28 within 10%; median "
+                "signed +0.2%)",
+                "worst |error| | <= 15% | **11.8%**",
+                "the naive estimate's median |error| 47.9% (worst 93.7%)",
+                "1 device median |error| 3.0%, worst 4.4%; "
+                "2 devices median |error| 2.1%, worst 8.7%; "
+                "3 devices median |error| 5.6%, worst 5.9%; "
+                "4 devices median |error| 4.8%, worst 11.8%",
+                "Speedups over single: median |error| 3.9%, worst 17.6%",
+                "traced compute): median |error| 5.3%, worst 20.1%",
+                "counts it): median |error| 0.5%, worst 4.7%"),
     # History: version 18 (parbench's own ddp and fsdp settings modelled), on its first
     # held-out draw (seed 6), measured with every record's spread about three times the
     # earlier draws'; then its second (seed 7), drawn and measured after the first.
     _headline_row(V18, "median |error| 7.7% of the step time, worst 26.1%, over 28 held-out "
                   "configurations", 18, (H,)),
-    _signed_median_row(V18, "median |error| of the step | <= 5% | **7.7%** (17 of 28 within "
-                       "10%; median signed -6.8%)", 18),
-    _worst_row(V18, "worst |error| | <= 15% | **26.1%**", 18),
-    _naive_sentence_row(V18, "the naive estimate's median |error| 65.2% (worst 92.9%)", 18),
-    _devices_row(V18, "1 device median |error| 3.4%, worst 10.7%; "
-                 "2 devices median |error| 8.0%, worst 26.1%; "
-                 "3 devices median |error| 25.4%, worst 25.4%; "
-                 "4 devices median |error| 7.7%, worst 16.6%", 18),
-    _column_row(V18, "Speedups over single: median |error| 6.0%, worst 29.5%",
-                "Speedups over single:", "speedup_error", 18),
-    _column_row(V18, "traced compute): median |error| 6.5%, worst 26.3%",
-                "traced compute):", "trace_replay_error", 18),
-    _column_row(V18, "counts it): median |error| 0.7%, worst 5.4%",
-                "counts it):", "memory_error", 18),
+    *_draw_rows(V18, 18,
+                "median |error| of the step | <= 5% | **7.7%** (17 of 28 within 10%; median "
+                "signed -6.8%)",
+                "worst |error| | <= 15% | **26.1%**",
+                "the naive estimate's median |error| 65.2% (worst 92.9%)",
+                "1 device median |error| 3.4%, worst 10.7%; "
+                "2 devices median |error| 8.0%, worst 26.1%; "
+                "3 devices median |error| 25.4%, worst 25.4%; "
+                "4 devices median |error| 7.7%, worst 16.6%",
+                "Speedups over single: median |error| 6.0%, worst 29.5%",
+                "traced compute): median |error| 6.5%, worst 26.3%",
+                "counts it): median |error| 0.7%, worst 5.4%"),
     Figure((H,), "median |error| 5.4% of the step time, worst 18.1%, over 28 held-out "
            "configurations", _csv(V18_SECOND), lambda: headline(step_errors(V18_SECOND)),
            version=18),
-    _signed_median_row(V18_SECOND, "median |error| of the step | <= 5% | **5.4%** (23 of 28 "
-                       "within 10%; median signed -1.5%)", 18),
-    _worst_row(V18_SECOND, "worst |error| | <= 15% | **18.1%**", 18),
-    _naive_sentence_row(V18_SECOND, "the naive estimate's median |error| 73.0% (worst 94.3%)",
-                        18),
-    _devices_row(V18_SECOND, "1 device median |error| 4.4%, worst 9.5%; "
-                 "2 devices median |error| 1.9%, worst 17.3%; "
-                 "3 devices median |error| 9.4%, worst 11.9%; "
-                 "4 devices median |error| 5.6%, worst 18.1%", 18),
-    _column_row(V18_SECOND, "Speedups over single: median |error| 4.5%, worst 23.4%",
-                "Speedups over single:", "speedup_error", 18),
-    _column_row(V18_SECOND, "traced compute): median |error| 4.2%, worst 23.8%",
-                "traced compute):", "trace_replay_error", 18),
-    _column_row(V18_SECOND, "counts it): median |error| 0.3%, worst 1.3%",
-                "counts it):", "memory_error", 18),
+    *_draw_rows(V18_SECOND, 18,
+                "median |error| of the step | <= 5% | **5.4%** (23 of 28 within 10%; median "
+                "signed -1.5%)",
+                "worst |error| | <= 15% | **18.1%**",
+                "the naive estimate's median |error| 73.0% (worst 94.3%)",
+                "1 device median |error| 4.4%, worst 9.5%; "
+                "2 devices median |error| 1.9%, worst 17.3%; "
+                "3 devices median |error| 9.4%, worst 11.9%; "
+                "4 devices median |error| 5.6%, worst 18.1%",
+                "Speedups over single: median |error| 4.5%, worst 23.4%",
+                "traced compute): median |error| 4.2%, worst 23.8%",
+                "counts it): median |error| 0.3%, worst 1.3%"),
     # History: version 17, on version 15's held-out draw (seed 5), which versions 16 and 17
     # predict alike, the data-parallel layouts at torch's own settings, warmed up two steps as
     # the probes are (version 15 on a new draw).
     _headline_row(V15, "median |error| 2.4% of the step time, worst 9.3%, over 28 held-out "
                   "configurations", 17, (H, RES, EVIDENCE)),
-    _signed_median_row(V15, "median |error| of the step | <= 5% | **2.4%** (28 of 28 within "
-                       "10%; median signed -1.2%)", 17),
-    _worst_row(V15, "worst |error| | <= 15% | **9.3%**", 17),
-    _naive_sentence_row(V15, "the naive estimate's median |error| 62.9% (worst 91.3%)", 17),
-    _devices_row(V15, "1 device median |error| 1.6%, worst 2.8%; "
-                 "2 devices median |error| 3.7%, worst 5.8%; "
-                 "3 devices median |error| 2.3%, worst 3.9%; "
-                 "4 devices median |error| 2.4%, worst 9.3%", 17),
-    _column_row(V15, "Speedups over single: median |error| 2.8%, worst 10.5%",
-                "Speedups over single:", "speedup_error", 17),
-    _column_row(V15, "traced compute): median |error| 5.4%, worst 35.3%",
-                "traced compute):", "trace_replay_error", 17),
-    _column_row(V15, "counts it): median |error| 0.7%, worst 2.5%",
-                "counts it):", "memory_error", 17),
+    *_draw_rows(V15, 17,
+                "median |error| of the step | <= 5% | **2.4%** (28 of 28 within 10%; median "
+                "signed -1.2%)",
+                "worst |error| | <= 15% | **9.3%**",
+                "the naive estimate's median |error| 62.9% (worst 91.3%)",
+                "1 device median |error| 1.6%, worst 2.8%; "
+                "2 devices median |error| 3.7%, worst 5.8%; "
+                "3 devices median |error| 2.3%, worst 3.9%; "
+                "4 devices median |error| 2.4%, worst 9.3%",
+                "Speedups over single: median |error| 2.8%, worst 10.5%",
+                "traced compute): median |error| 5.4%, worst 35.3%",
+                "counts it): median |error| 0.7%, worst 2.5%"),
     # History: version 14's held-out draw (seed 4; version 15 predicts it alike), its
     # data-parallel layouts measured after one warm-up step.
     _headline_row(V14, "median |error| 2.6% of the step time, worst 16.6%, over 28 held-out "
                   "configurations", 14, (H, RES)),
-    _signed_median_row(V14, "median |error| of the step | <= 5% | **2.6%** (26 of 28 within "
-                       "10%; median signed -1.4%)", 14),
-    _worst_row(V14, "worst |error| | <= 15% | **16.6%**", 14),
-    _naive_sentence_row(V14, "the naive estimate's median |error| 65.6% (worst 96.3%)", 14),
-    _devices_row(V14, "1 device median |error| 1.5%, worst 4.2%; "
-                 "2 devices median |error| 1.7%, worst 4.0%; "
-                 "3 devices median |error| 1.7%, worst 4.7%; "
-                 "4 devices median |error| 3.7%, worst 16.6%", 14),
-    _column_row(V14, "Speedups over single: median |error| 3.0%, worst 16.4%",
-                "Speedups over single:", "speedup_error", 14),
-    _column_row(V14, "traced compute): median |error| 11.1%, worst 33.8%",
-                "traced compute):", "trace_replay_error", 14),
-    _column_row(V14, "counts it): median |error| 0.2%, worst 4.9%",
-                "counts it):", "memory_error", 14),
+    *_draw_rows(V14, 14,
+                "median |error| of the step | <= 5% | **2.6%** (26 of 28 within 10%; median "
+                "signed -1.4%)",
+                "worst |error| | <= 15% | **16.6%**",
+                "the naive estimate's median |error| 65.6% (worst 96.3%)",
+                "1 device median |error| 1.5%, worst 4.2%; "
+                "2 devices median |error| 1.7%, worst 4.0%; "
+                "3 devices median |error| 1.7%, worst 4.7%; "
+                "4 devices median |error| 3.7%, worst 16.6%",
+                "Speedups over single: median |error| 3.0%, worst 16.4%",
+                "traced compute): median |error| 11.1%, worst 33.8%",
+                "counts it): median |error| 0.2%, worst 4.9%"),
     # Version 15's recommend experiment: its draw in the one metric, its memory.
     Figure((R,), "median |error| 4.1% of the step time, worst 122.9%, over 113 held-out "
            "configurations", _exp(V15_RECOMMEND),
@@ -453,56 +455,50 @@ FIGURES: tuple[Figure, ...] = (
     # launch, refused by torch's 1F1B, so 25) is its figure.
     _headline_row(V11, "median |error| 4.8% of the step time, worst 21.9%, over 25 held-out "
                   "configurations", 13, (H, RES)),
-    _signed_median_row(V11, "median |error| of the step | <= 5% | **4.8%** (21 of 25 within "
-                       "10%; median signed -2.5%)", 13),
-    _worst_row(V11, "worst |error| | <= 15% | **21.9%**", 13),
-    _naive_sentence_row(V11, "the naive estimate's median |error| 61.7% (worst 91.1%)", 13),
-    _devices_row(V11, "1 device median |error| 4.5%, worst 6.3%; "
-                 "2 devices median |error| 4.5%, worst 20.9%; "
-                 "3 devices median |error| 4.2%, worst 4.2%; "
-                 "4 devices median |error| 8.6%, worst 21.9%", 13),
-    _column_row(V11, "Speedups over single: median |error| 5.0%, worst 27.2%",
-                "Speedups over single:", "speedup_error", 13),
-    _column_row(V11, "traced compute): median |error| 9.1%, worst 33.9%",
-                "traced compute):", "trace_replay_error", 13),
-    _column_row(V11, "counts it): median |error| 0.8%, worst 3.6%",
-                "counts it):", "memory_error", 13),
+    *_draw_rows(V11, 13,
+                "median |error| of the step | <= 5% | **4.8%** (21 of 25 within 10%; median "
+                "signed -2.5%)",
+                "worst |error| | <= 15% | **21.9%**",
+                "the naive estimate's median |error| 61.7% (worst 91.1%)",
+                "1 device median |error| 4.5%, worst 6.3%; "
+                "2 devices median |error| 4.5%, worst 20.9%; "
+                "3 devices median |error| 4.2%, worst 4.2%; "
+                "4 devices median |error| 8.6%, worst 21.9%",
+                "Speedups over single: median |error| 5.0%, worst 27.2%",
+                "traced compute): median |error| 9.1%, worst 33.9%",
+                "counts it): median |error| 0.8%, worst 3.6%"),
     # History: version 10 on its held-out draw (seed 2; multi-process pipelines warmed up two
     # steps).
     _headline_row(V10, "median |error| 3.5% of the step time, worst 15.8%, over 28 held-out "
                   "configurations", 10, (H, RES)),
-    _signed_median_row(V10, "median |error| of the step | <= 5% | **3.5%** (24 of 28 within "
-                       "10%; median signed +1.4%)", 10),
-    _worst_row(V10, "worst |error| | <= 15% | **15.8%**", 10),
-    _naive_sentence_row(V10, "the naive estimate's median |error| 58.0% (worst 96.1%)", 10),
-    _devices_row(V10, "1 device median |error| 2.2%, worst 6.1%; "
-                 "2 devices median |error| 2.7%, worst 12.4%; "
-                 "3 devices median |error| 4.2%, worst 15.2%; "
-                 "4 devices median |error| 5.9%, worst 15.8%", 10),
-    _column_row(V10, "Speedups over single: median |error| 3.6%, worst 18.1%",
-                "Speedups over single:", "speedup_error", 10),
-    _column_row(V10, "traced compute): median |error| 7.8%, worst 34.0%",
-                "traced compute):", "trace_replay_error", 10),
-    _column_row(V10, "counts it): median |error| 0.3%, worst 1.8%",
-                "counts it):", "memory_error", 10),
+    *_draw_rows(V10, 10,
+                "median |error| of the step | <= 5% | **3.5%** (24 of 28 within 10%; median "
+                "signed +1.4%)",
+                "worst |error| | <= 15% | **15.8%**",
+                "the naive estimate's median |error| 58.0% (worst 96.1%)",
+                "1 device median |error| 2.2%, worst 6.1%; "
+                "2 devices median |error| 2.7%, worst 12.4%; "
+                "3 devices median |error| 4.2%, worst 15.2%; "
+                "4 devices median |error| 5.9%, worst 15.8%",
+                "Speedups over single: median |error| 3.6%, worst 18.1%",
+                "traced compute): median |error| 7.8%, worst 34.0%",
+                "counts it): median |error| 0.3%, worst 1.8%"),
     # History: version 9 on its held-out draw (seed 1; multi-process pipelines warmed up one
     # step).
     _headline_row(V9, "median |error| 5.4% of the step time, worst 20.1%, over 28 held-out "
                   "configurations", 9, (H, RES)),
-    _signed_median_row(V9, "median |error| of the step | <= 5% | **5.4%** (22 of 28 within "
-                       "10%; median signed -0.5%)", 9),
-    _worst_row(V9, "worst |error| | <= 15% | **20.1%**", 9),
-    _naive_sentence_row(V9, "the naive estimate's median |error| 38.3% (worst 87.9%)", 9),
-    _devices_row(V9, "1 device median |error| 2.9%, worst 5.4%; "
-                 "2 devices median |error| 4.8%, worst 18.8%; "
-                 "3 devices median |error| 4.1%, worst 5.6%; "
-                 "4 devices median |error| 7.3%, worst 20.1%", 9),
-    _column_row(V9, "Speedups over single: median |error| 5.4%, worst 25.5%",
-                "Speedups over single:", "speedup_error", 9),
-    _column_row(V9, "traced compute): median |error| 9.4%, worst 41.3%",
-                "traced compute):", "trace_replay_error", 9),
-    _column_row(V9, "counts it): median |error| 0.2%, worst 2.7%",
-                "counts it):", "memory_error", 9),
+    *_draw_rows(V9, 9,
+                "median |error| of the step | <= 5% | **5.4%** (22 of 28 within 10%; median "
+                "signed -0.5%)",
+                "worst |error| | <= 15% | **20.1%**",
+                "the naive estimate's median |error| 38.3% (worst 87.9%)",
+                "1 device median |error| 2.9%, worst 5.4%; "
+                "2 devices median |error| 4.8%, worst 18.8%; "
+                "3 devices median |error| 4.1%, worst 5.6%; "
+                "4 devices median |error| 7.3%, worst 20.1%",
+                "Speedups over single: median |error| 5.4%, worst 25.5%",
+                "traced compute): median |error| 9.4%, worst 41.3%",
+                "counts it): median |error| 0.2%, worst 2.7%"),
     Figure((H,), "data-parallel steps to a median |error| 1.3%, worst 7.7% (ddp on 4 ranks), "
            "over 5", f"results/{SPOT_V9}/*/predictions.csv", lambda: _spot_check(SPOT_V9),
            version=9),
@@ -510,20 +506,18 @@ FIGURES: tuple[Figure, ...] = (
     # held-out draw (seed 0, one device and 2 to 4 emulated ones) is its figure.
     _headline_row(V7, "median |error| 5.2% of the step time, worst 15.7%, over 28 held-out "
                   "configurations", 8, (H, RES)),
-    _signed_median_row(V7, "median |error| of the step | <= 5% | **5.2%** (24 of 28 within "
-                       "10%; median signed -2.8%)", 7),
-    _worst_row(V7, "worst |error| | <= 15% | **15.7%**", 7),
-    _naive_sentence_row(V7, "the naive estimate's median |error| 76.8% (worst 96.0%)", 7),
-    _devices_row(V7, "1 device median |error| 1.7%, worst 5.9%; "
-                 "2 devices median |error| 5.3%, worst 15.7%; "
-                 "3 devices median |error| 3.7%, worst 5.0%; "
-                 "4 devices median |error| 6.0%, worst 11.5%", 7),
-    _column_row(V7, "Speedups over single: median |error| 3.4%, worst 18.4%",
-                "Speedups over single:", "speedup_error", 7),
-    _column_row(V7, "traced compute): median |error| 2.9%, worst 14.0%",
-                "traced compute):", "trace_replay_error", 7),
-    _column_row(V7, "counts it): median |error| 0.2%, worst 3.4%",
-                "counts it):", "memory_error", 7),
+    *_draw_rows(V7, 7,
+                "median |error| of the step | <= 5% | **5.2%** (24 of 28 within 10%; median "
+                "signed -2.8%)",
+                "worst |error| | <= 15% | **15.7%**",
+                "the naive estimate's median |error| 76.8% (worst 96.0%)",
+                "1 device median |error| 1.7%, worst 5.9%; "
+                "2 devices median |error| 5.3%, worst 15.7%; "
+                "3 devices median |error| 3.7%, worst 5.0%; "
+                "4 devices median |error| 6.0%, worst 11.5%",
+                "Speedups over single: median |error| 3.4%, worst 18.4%",
+                "traced compute): median |error| 2.9%, worst 14.0%",
+                "counts it): median |error| 0.2%, worst 3.4%"),
     # History: version 6, whose held-out draw is the recommend experiment's five workloads.
     Figure((H, RES), "median |error| 21.0% of the step time, worst 61.7%, over 124 held-out "
            "configurations", _exp(V6), lambda: headline(experiment_all(V6)), version=6,
