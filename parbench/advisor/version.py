@@ -134,7 +134,16 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # the families' own (ModelFamily.unit_names); strategies/fsdp.py and the families, which
 # shape the units, joined the model's files. No prediction of the held-out CPU records
 # measured here changes (their ranks share every core); a new draw judges it all the same.
-PREDICTOR_VERSION = 19
+# 20: FSDP's memory walked as FSDP2's code allocates and frees (data_parallel._fullest_moment):
+# a unit's all-gather output beside the parameters copied out of it (and the unit before's
+# output, freed once the copy-out returns), in backward the unit's gradients in full, the
+# root's from the head's backward to the end, each reduce-scatter's fp32 input kept until the
+# next unit's, the sharded gradients as they are made (it was the units gathered at once, no
+# gradient in full). Checked against torch's FSDPMemTracker over its fake process group
+# (benchmarks/fsdp_memory). The counted memory a CPU record measures does not change, nor
+# any step time: fsdp and hsdp lose the `shared_cores` flag their CPU steps had stopped
+# reading, and the base family's per-block units are one helper's.
+PREDICTOR_VERSION = 20
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -181,7 +190,7 @@ OUTSIDE_THE_MODEL = {
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
 # left it as it was (the same sources, their imports from new places).
-FINGERPRINT = "761be0ed9e3302b70c3d732ba201d52e4eef48e677cb7d3e08d9b602fef5058f"
+FINGERPRINT = "fab8fcf89e98de8827823353552f486bdf309d153de5a4eaa462cac88d5a85b3"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

@@ -71,15 +71,16 @@ class ModelFamily(ABC):
 
     def layer_group_names(self, block_names: Sequence[str]) -> list[list[str]]:
         """The blocks (by name, of `blocks`) each of `layer_groups`' units holds, in forward
-        order: what a timing model gathers together under `--fsdp-units group`."""
-        return self.unit_names(block_names, "block")
+        order: what a timing model gathers together under `--fsdp-units group` (a family
+        without layer groups of its own: a unit per block)."""
+        return _one_unit_per_block(block_names)
 
     def unit_names(self, block_names: Sequence[str], fsdp_units: str) -> list[list[str]]:
         """The blocks (by name) each FSDP unit besides the root holds under `--fsdp-units`:
         `layer_group_names`' under `group`, else each of `sharded_blocks` alone."""
         if fsdp_units == "group":
             return self.layer_group_names(block_names)
-        return [[name] for name in block_names[1:-1]]
+        return _one_unit_per_block(block_names)
 
     def tensor_parallel(self, model: nn.Module) -> list[tuple[nn.Module, dict[str, str]]]:
         """Each block tensor parallelism splits, with its plan: a submodule's name in the block
@@ -110,3 +111,8 @@ class ModelFamily(ABC):
             near = max(self.min_image_size, image_size - image_size % self.image_size_step)
             return f"use a multiple of {self.image_size_step} (e.g. {near})"
         return None
+
+
+def _one_unit_per_block(block_names: Sequence[str]) -> list[list[str]]:
+    """Every block but the root's (the first, the stem, and the last, the head) a unit."""
+    return [[name] for name in block_names[1:-1]]

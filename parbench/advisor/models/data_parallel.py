@@ -7,7 +7,8 @@ collective's work takes the cores from the compute, and none of it is hidden."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 from parbench.advisor.models.links import AnyLink
 from parbench.advisor.models.memory import RankMemory
@@ -101,7 +102,7 @@ class Units:
 
 
 def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
-         shared_cores: bool = False, units: Units | None = None) -> Prediction:
+         units: Units | None = None) -> Prediction:
     """FSDP2 as parbench wraps it: `units` (default: a unit per block, resharded after forward
     where `reshard`) and a root (stem and head), gathered once. Each unit's parameters are
     all-gathered before its first block's forward and, when it reshards after forward, again
@@ -110,24 +111,24 @@ def fsdp(profile: Profile, ranks: int, link: AnyLink, reshard: bool = True,
     gather as the unit before starts; forward does not, but on a GPU the CPU issues it ahead
     of the compute it queued, as the unit before starts, which overlaps the same way. On a
     CPU, gloo's gathers and reduce-scatters block the rank that issued them (FSDP2 waits for
-    each), as where the ranks share a CPU's every core (`shared_cores`): every collective
-    after the other and the compute, none hidden. The step ends when compute and the last
+    each), whether or not the ranks share the CPU's cores: every collective after the other
+    and the compute, none hidden. The step ends when compute and the last
     reduce-scatter have, then each rank steps the optimiser over its shard."""
     return _sharded("fsdp", profile, ranks, ranks, link,
-                    units or Units.per_block(profile, reshard), shared_cores)
+                    units or Units.per_block(profile, reshard))
 
 
 def hsdp(profile: Profile, ranks: int, shard_size: int, link: AnyLink, reshard: bool = True,
-         shared_cores: bool = False, units: Units | None = None) -> Prediction:
+         units: Units | None = None) -> Prediction:
     """HSDP: fsdp's step within each group of `shard_size` ranks (its gathers and
     reduce-scatters over the group), and each reduce-scattered shard then all-reduced across
     the ranks/shard_size groups that hold the same shard, behind the reduce-scatter."""
     return _sharded("hsdp", profile, ranks, shard_size, link,
-                    units or Units.per_block(profile, reshard), shared_cores)
+                    units or Units.per_block(profile, reshard))
 
 
 def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: AnyLink,
-             units: Units, shared_cores: bool) -> Prediction:
+             units: Units) -> Prediction:
     blocks = profile.blocks
     root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
     first_of = {unit[0]: u for u, unit in enumerate(units.blocks)}  # forward's first block
@@ -167,8 +168,8 @@ def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: Any
                 "reduce_scatter", units.bytes_of(profile, first_of[i]))
     reducing = max(reducing, compute) + collective("reduce_scatter", root)
     busy = sum(b.forward_s + b.input_grad_s + b.weight_grad_s for b in blocks)
-    step = (busy + sum(spent) if shared_cores or not issued_ahead
-            else max(compute, reducing)) + profile.optimizer_s / shard_size
+    step = (max(compute, reducing) if issued_ahead else busy + sum(spent)) \
+        + profile.optimizer_s / shard_size
     busy += profile.optimizer_s / shard_size
     return Prediction(name, profile.micro_batch * ranks, step,
                       (_sharded_memory(profile, shard_size, units),) * ranks,
@@ -177,26 +178,61 @@ def _sharded(name: str, profile: Profile, ranks: int, shard_size: int, link: Any
 
 def _sharded_memory(profile: Profile, shards: int, units: Units) -> RankMemory:
     """Parameters, gradients and momentum sharded `shards` ways, the saved activations, and
-    the most gathered at once: the root throughout, each unit kept from forward to backward
-    (not resharded) from its gather to the end of its backward, and the unit computing with
-    the next one gathered beside it (forward's issued ahead, backward's prefetched). Under the
+    what FSDP holds in full beyond them at its fullest moment (`_fullest_moment`). Under the
     mixed-precision policy the weights autograd saves are the gathered 16-bit parameters
-    themselves, where the profile's autocast saved a 16-bit copy of each: the saved bytes
-    less those copies (taken as every parameter's; BatchNorm's, 0.2% of resnet50's, are not
-    cast)."""
-    blocks = profile.blocks
-    root = blocks[0].parameter_bytes + blocks[-1].parameter_bytes
+    themselves, where the profile's autocast saved a 16-bit copy of each: each block's saved
+    bytes less those copies (BatchNorm's, 0.2% of resnet50's parameters, are not cast)."""
+    copies = units.gathered_per_byte if units.gathered_per_byte < 1 else 0.0
+    saved = [max(0.0, b.saved_bytes - copies * b.parameter_bytes) for b in profile.blocks]
+    memory = RankMemory.of(profile.parameter_bytes, sum(saved), shards)
+    fullest = _fullest_moment(profile, shards, units, saved)
+    return replace(memory, unsharded_bytes=max(
+        0.0, fullest - memory.state_bytes - memory.activation_bytes))
+
+
+def _fullest_moment(profile: Profile, shards: int, units: Units, saved: list[float]) -> float:
+    """The most a rank holds at once through FSDP2's step, walked as its code allocates and
+    frees (torch's _fully_shard; checked against its FSDPMemTracker): the sharded parameters
+    and momentum throughout, the sharded gradients as each unit's reduce-scatter makes them
+    (the optimiser's zero_grad frees them each step), the activations saved so far, the root
+    gathered throughout, and at each unit:
+    - forward, its copy-out: its all-gather's output and the parameters copied out of it,
+      beside the unit before's output (freed once the copy-out returns), then computing with
+      its output kept (until the next copy-out, or the root's forward ends);
+    - backward, its copy-out (where it resharded after forward), then computing with the
+      unit before's gather prefetched and its gradients in full, then its post-backward: its
+      parameters freed, its gradients copied into its reduce-scatter's fp32 input, which is
+      kept until the next unit's post-backward;
+    with the root's gradients in full from the head's backward to the root's reduce-scatter.
+    Gathered parameters and unsharded gradients are 16-bit under the mixed-precision policy."""
+    part = units.gathered_per_byte
+    root = profile.blocks[0].parameter_bytes + profile.blocks[-1].parameter_bytes
     sizes = [units.bytes_of(profile, u) for u in range(len(units.blocks))]
-    count = len(sizes)
-    most = 0
-    for u in range(count):  # forward at unit u, the next gathered
-        kept = sum(sizes[k] for k in range(u) if not units.reshard[k])
-        most = max(most, kept + sizes[u] + (sizes[u + 1] if u + 1 < count else 0))
-    for u in reversed(range(count)):  # backward at unit u, the one before prefetched
-        kept = sum(sizes[k] for k in range(u) if not units.reshard[k])
-        most = max(most, kept + sizes[u] + (sizes[u - 1] if u and units.reshard[u - 1] else 0))
-    saved: float = sum(b.saved_bytes for b in blocks)
-    if units.gathered_per_byte < 1:  # 16-bit parameters: no copy of them made to be saved
-        saved -= units.gathered_per_byte * profile.parameter_bytes
-    return RankMemory.of(profile.parameter_bytes, saved, shards,
-                         gathered_bytes=(root + most) * units.gathered_per_byte)
+    through = [0.0, *itertools.accumulate(saved)]  # saved once blocks [0, i) have run
+    state = 2 * profile.parameter_bytes / shards  # parameters and momentum
+
+    def kept(u: int) -> float:  # the units before u gathered from their forward to backward
+        return sum(sizes[k] for k in range(u) if not units.reshard[k])
+
+    moments = [state + 2 * part * root]
+    previous = root
+    for u, blocks in enumerate(units.blocks):
+        gathered = root + kept(u) + 2 * sizes[u]
+        moments += [state + through[blocks[0]] + part * (gathered + previous),
+                    state + through[blocks[-1] + 1] + part * gathered]
+        previous = sizes[u]
+    moments.append(state + through[-1] + part * (root + kept(len(sizes)) + previous))
+    reduced = held = 0.0  # the sharded gradients so far; the last reduce-scatter's input
+    for u in reversed(range(len(sizes))):
+        blocks = units.blocks[u]
+        before = kept(u) + (sizes[u - 1] if u and units.reshard[u - 1] else 0)
+        so_far = state + reduced / shards + part * root  # the root's gradients
+        if units.reshard[u]:
+            moments.append(so_far + held + through[blocks[-1] + 1]
+                           + part * (root + kept(u) + 2 * sizes[u]))
+        moments += [so_far + held + through[blocks[-1] + 1] + part * (root + before
+                                                                      + 2 * sizes[u]),
+                    so_far + through[blocks[0]] + part * (root + before + sizes[u]) + sizes[u]]
+        reduced, held = reduced + sizes[u], sizes[u]
+    moments.append(state + reduced / shards + 2 * part * root + root)
+    return max(moments)

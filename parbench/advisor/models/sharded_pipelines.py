@@ -35,7 +35,7 @@ def sharded_pipelines(profile: Profile, partition: Partition, pipelines: int,
             + profile.optimizer_share_s(size) / pipelines for stage, size in enumerate(sizes)]
     step = max(ends)
     memory = tuple(replace(RankMemory.of(size, rank.activation_bytes, pipelines),
-                           gathered_bytes=2 * size)  # the stage and its gradient, in full
+                           unsharded_bytes=2 * size)  # the stage and its gradient, in full
                    for size, rank in zip(sizes, one.memory, strict=True))
     return Prediction("pipeline-fsdp", one.global_batch * pipelines, step,
                       memory * pipelines, one.bubble, one.spans, overheads=one.overheads)

@@ -125,10 +125,9 @@ def _layout_model(record: dict, profile_at: ProfileAt, link: AnyLink,
     if layout in (Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED):
         units = sharded_units(settings, workload_of(record), profile)
         if layout is Layout.SHARDED_REPLICAS:
-            return data_parallel.fsdp(profile, ranks, link, shared_cores=_cores_shared(record),
-                                      units=units)
+            return data_parallel.fsdp(profile, ranks, link, units=units)
         return data_parallel.hsdp(profile, ranks, int(settings["shard_size"]), link,
-                                  shared_cores=_cores_shared(record), units=units)
+                                  units=units)
     partition = partition_of(record, tuple(block.name for block in profile.blocks))
     # One process on emulated CPU devices hands a tensor on in memory; across GPUs, a copy.
     in_process = NO_LINK if record.get("device_kind") == "cpu" else link

@@ -149,11 +149,12 @@ def test_the_root_is_the_stem_and_the_head():
     predicted = data_parallel.fsdp(uneven, 2, link)
     assert link.calls[0] == ("all_gather", 5 * MIB, 2)
     assert link.calls[-1] == ("reduce_scatter", 5 * MIB, 2)
-    # Sharded state 3 x 10 MiB / 2, saved 8 MiB; gathered at once the root and a unit with
-    # the next (2 + 3 MiB), as many as without resharding (every unit).
-    assert predicted.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=10 * MIB)
+    # Sharded state 3 x 10 MiB / 2, saved 8 MiB (23 counted). The fullest moment is b's
+    # backward: parameters and momentum 10, saved 6, the root gathered and its gradients 10,
+    # b gathered and its gradients 6, a's gather prefetched (or kept) 2: 34 MiB, 11 beyond.
+    assert predicted.memory[0] == RankMemory(15 * MIB, 8 * MIB, unsharded_bytes=11 * MIB)
     kept = data_parallel.fsdp(uneven, 2, FREE, reshard=False)
-    assert kept.memory[0] == RankMemory(15 * MIB, 8 * MIB, gathered_bytes=10 * MIB)
+    assert kept.memory[0] == RankMemory(15 * MIB, 8 * MIB, unsharded_bytes=11 * MIB)
 
 
 # Stem and head 1 MiB each, four middle blocks of 1, 1, 4 and 4 MiB.
@@ -164,19 +165,24 @@ FOUR = replace(ON_GPU, blocks=tuple(
                           strict=True)))
 
 
-@pytest.mark.parametrize("units, gathered_mib", [
-    (data_parallel.Units.per_block(FOUR), 2 + 4 + 4),  # a unit computing, the next beside it
-    (data_parallel.Units.per_block(FOUR, reshard=False), 2 + 10),  # every unit, backward's start
-    # except-last: the last unit stays from its forward to its backward, right after it
-    (data_parallel.Units(((1,), (2,), (3,), (4,)), (True, True, True, False)), 2 + 4 + 4),
-    # the first three kept: held from their forward to their backward, with d and c beside
-    (data_parallel.Units(((1,), (2,), (3,), (4,)), (False, False, True, True)), 2 + 2 + 8),
-    (data_parallel.Units(((1, 2), (3, 4)), (True, True)), 2 + 2 + 8),  # two layer groups
-    (data_parallel.Units(((1, 2), (3, 4)), (True, True), 0.5), (2 + 2 + 8) / 2),  # bf16
+@pytest.mark.parametrize("units, unsharded_mib", [
+    (data_parallel.Units.per_block(FOUR), 9),
+    (data_parallel.Units.per_block(FOUR, reshard=False), 10),
+    (data_parallel.Units(((1,), (2,), (3,), (4,)), (True, True, True, False)), 9),
+    (data_parallel.Units(((1,), (2,), (3,), (4,)), (False, False, True, True)), 10),
+    # Two layer groups (2 and 8 MiB), 30 MiB counted. The fullest moment is the second's
+    # backward: parameters and momentum 12, saved 10, the root and its gradients 4, the
+    # group and its gradients 16, the first's gather prefetched 2: 44 MiB, 14 beyond.
+    (data_parallel.Units(((1, 2), (3, 4)), (True, True)), 14),
+    # The same in bf16 (saved 6 MiB: c and d saved only their weights), 24 counted: the
+    # first's backward, with the second's fp32 reduce-scatter input (8) still held: 12 + 4
+    # (its sharded gradients) + 1 (the root's gradients) + 8 + 4.5 saved + 3 (the group and
+    # its gradients, and the root, in bf16) = 32.5 MiB, 8.5 beyond.
+    (data_parallel.Units(((1, 2), (3, 4)), (True, True), 0.5), 8.5),
 ])
-def test_the_units_gathered_at_once_are_those_computing_kept_or_next(units, gathered_mib):
+def test_fsdp_holds_in_full_what_its_fullest_moment_holds(units, unsharded_mib):
     predicted = data_parallel.fsdp(FOUR, 2, FREE, units=units)
-    assert predicted.memory[0].gathered_bytes == gathered_mib * MIB
+    assert predicted.memory[0].unsharded_bytes == unsharded_mib * MIB
     assert predicted.memory[0].state_bytes == 3 * 12 * MIB / 2  # sharded whatever is gathered
     # 12 MiB saved by the profile's autocast, a 16-bit copy of every weight (6 MiB) among them
     # where the policy's gathered 16-bit parameters are saved instead
@@ -224,9 +230,9 @@ def test_hsdp_all_reduces_each_shard_across_the_groups_behind_the_reduce_scatter
     assert ("all_reduce", MIB / 2, 2) in link.calls and link.calls[-1] == ("all_reduce", MIB, 2)
     assert [call[0] for call in link.calls].count("all_reduce") == 3  # after each reduce-scatter
     assert data_parallel.hsdp(ON_GPU, 4, 2, SLOW).step_time_s == pytest.approx(15.0)
-    # The same on Link: sharing the cores, every collective after the compute: the gathers
-    # 1 + 4 x 0.5, the reductions 2 x (0.5 + 0.5) + (1 + 1).
-    assert data_parallel.hsdp(PROFILE, 4, 2, SLOW, shared_cores=True).step_time_s == \
+    # The same on a CPU, where gloo's collectives block: every one after the compute, the
+    # gathers 1 + 4 x 0.5, the reductions 2 x (0.5 + 0.5) + (1 + 1).
+    assert data_parallel.hsdp(PROFILE, 4, 2, SLOW).step_time_s == \
         pytest.approx(12.0 + 3.0 + 4.0)
     # With its optimiser (2 s, half of it on each shard): 1 s more, busy 13 s of 16.
     stepping = data_parallel.hsdp(replace(ON_GPU, optimizer_s=2.0), 4, 2, SLOW)

@@ -67,7 +67,7 @@ def test_each_pipeline_of_pipeline_fsdp_holds_its_stages_shard_and_its_schedules
     for rank, alone in zip(both.memory, one.memory * 2, strict=True):
         assert rank.state_bytes == alone.state_bytes / 2  # each stage sharded over 2 copies
         assert rank.activation_bytes == alone.activation_bytes
-        assert rank.gathered_bytes == 2 * 2 * MIB  # the stage and its gradient, in full
+        assert rank.unsharded_bytes == 2 * 2 * MIB  # the stage and its gradient, in full
     assert both.step_time_s >= one.step_time_s
     slow = Link("slow", 1.0)  # 1 GB/s: each rank's stage gathered before, reduced after
     gathers = sharded_pipelines(profile, cut, 2, 4, slow).step_time_s \
@@ -150,7 +150,7 @@ def test_every_configuration_of_a_limited_run_is_called_before_it_ran():
     unlimited = records.drop(columns="device_memory_mib")
     assert memory_calls(unlimited, _profiles, FREE).empty
     assert calls_summary(pd.DataFrame()) is None
-    assert replace(RankMemory(0, 0), gathered_bytes=MIB).peak_mib == 1
+    assert replace(RankMemory(0, 0), unsharded_bytes=MIB).peak_mib == 1
 
 
 def _on_a_gpu(micro_batch: int) -> Profile:

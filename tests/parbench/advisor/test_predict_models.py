@@ -278,12 +278,13 @@ def test_a_channels_last_profile_feeds_its_blocks_channels_last():
     assert seen and set(seen) == {(True, True, torch.bfloat16)}
 
 
-def test_fsdp_without_resharding_holds_every_unit_gathered():
+def test_fsdp_peaks_in_its_last_units_backward_resharded_or_not():
     resharded = data_parallel.fsdp(PROFILE, ranks=2, link=FREE)
     kept = data_parallel.fsdp(PROFILE, ranks=2, link=FREE, reshard=False)
-    # Sharded state 3 x 4 MiB / 2, saved 8 MiB; gathered: root 2 + two units 2, or all 4.
-    assert resharded.peak_memory_mib[0] == 6 + 2 + 2 + 8
-    assert kept.peak_memory_mib[0] == 6 + 4 + 8
+    # Sharded parameters and momentum 2 x 4 MiB / 2, saved 6 MiB by b's backward; the root
+    # and its gradients 2 + 2, b and its gradients 1 + 1, and a 1 (prefetched, or kept).
+    assert resharded.peak_memory_mib[0] == kept.peak_memory_mib[0] == 4 + 6 + 4 + 2 + 1
+    assert resharded.counted_memory_mib[0] == 6 + 8  # the sharded state, every saved byte
 
 
 def test_ddp_with_communication_free_is_its_compute_and_a_slow_link_shows_only_its_tail():
@@ -312,11 +313,9 @@ def test_fsdp_hides_the_blocks_gathers_and_reductions_but_not_the_roots():
     # everything: 1 s each; every block's own gathers and reductions hide behind compute.
     assert on_gpu.step_time_s == pytest.approx(12.0 + 1.0 + 1.0)
     # On a CPU gloo's collectives block the rank that issued them: each unit's two gathers
-    # and its reduction (0.5 s each) show as well, cores shared or not.
+    # and its reduction (0.5 s each) show as well.
     predicted = data_parallel.fsdp(PROFILE, ranks=2, link=slow)
     assert predicted.step_time_s == pytest.approx(12.0 + 1.0 + 1.0 + 2 * 3 * 0.5)
-    assert predicted.step_time_s == pytest.approx(
-        data_parallel.fsdp(PROFILE, ranks=2, link=slow, shared_cores=True).step_time_s)
     assert predicted.kind == "predicted" and predicted.global_batch == 8
 
 
@@ -327,7 +326,7 @@ def test_ranks_sharing_a_cpus_cores_hide_none_of_their_communication():
         pytest.approx(12.0 + 4.0)
     # FSDP: each unit gathered twice (forward, backward) and reduce-scattered, 0.5 s each for
     # its 1 MiB; the root's 2 MiB gathered and reduce-scattered, 1 s each.
-    assert data_parallel.fsdp(PROFILE, 2, slow, shared_cores=True).step_time_s == \
+    assert data_parallel.fsdp(PROFILE, 2, slow).step_time_s == \
         pytest.approx(12.0 + 2 * 3 * 0.5 + 2 * 1.0)
 
 
