@@ -7,10 +7,15 @@ timing models' (RankMemory.peak_mib, without a GPU profile's transients), from a
 at the rank's micro-batch. Each configuration runs in a fresh process (the fake group is set
 up once a process).
 
+    python benchmarks/fsdp_memory/check.py --draw 20 --count 12 > CONFIGS.json
     python benchmarks/fsdp_memory/check.py CONFIGS.json --into FOLDER
+    python benchmarks/fsdp_memory/check.py --repredict FOLDER/fsdp-memory.csv --into FOLDER
 
 CONFIGS.json is a list of {"model", "image_size", "batch", "ranks", "strategy", "precision",
-"options"}; FOLDER gets fsdp-memory.csv (a row a configuration) and its profiles.
+"options"} (--draw: a held-out set, drawn as `draw` says); FOLDER gets fsdp-memory.csv (a row a configuration) and its profiles. With
+--repredict, the measured peaks of an earlier check predicted again by the parbench this
+Python imports (another version's, from a checkout on PYTHONPATH), into
+fsdp-memory-v<VERSION>.csv.
 """
 
 from __future__ import annotations
@@ -24,6 +29,40 @@ from pathlib import Path
 MIB = 2**20
 COLUMNS = ("model", "image_size", "batch", "ranks", "strategy", "precision", "options",
            "measured_peak_mib", "predicted_peak_mib", "error", "counted_mib", "breakdown_mib")
+
+
+def draw(seed: int, count: int) -> list[dict]:
+    """`count` distinct configurations drawn at random from resnet34, resnet50 and vit_b_16
+    (resnet18 is the walk's development family) at 32 or 64 px, 1, 2 or 4 images a rank;
+    fsdp on 2 to 4 ranks or hsdp on 4 (2 a shard); a unit per block or layer groups, every
+    resharding choice, fp32 or bf16. A configuration parbench's plan refuses is drawn again,
+    as the held-out timing draws' are (parbench/plan/held_out.py)."""
+    import random
+
+    import torch
+
+    from parbench import strategies
+    chosen: list[dict] = []
+    rng = random.Random(seed)
+    while len(chosen) < count:
+        model = rng.choice(["resnet34", "resnet50", "vit_b_16"])
+        strategy = rng.choice(["fsdp", "fsdp", "hsdp"])
+        ranks = 4 if strategy == "hsdp" else rng.choice([2, 3, 4])
+        share, image = rng.choice([1, 2, 4]), rng.choice([32, 64])
+        options: dict = {"fsdp_units": rng.choice(["block", "group"]),
+                         "reshard_after_forward": rng.choice(["yes", "no", "except-last"]),
+                         **({"shard_size": 2} if strategy == "hsdp" else {})}
+        config = dict(model=model, image_size=image, batch=share * ranks, ranks=ranks,
+                      strategy=strategy, precision=rng.choice(["fp32", "bf16"]),
+                      options=options)
+        try:
+            strategies.plan(strategy, _workload(config), config["batch"],
+                            (torch.device("cpu"),) * ranks, options)
+        except (strategies.StrategyError, strategies.WorkloadRefused):
+            continue
+        if config not in chosen:
+            chosen.append(config)
+    return chosen
 
 
 def _workload(config: dict):
@@ -100,19 +139,61 @@ def row(config: dict, profiles: Path) -> dict:
             "breakdown_mib": {k: round(v / MIB, 2) for k, v in peak.items()}}
 
 
+def _write(rows: list[dict], path: Path) -> None:
+    import pandas as pd
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table.assign(options=table["options"].map(json.dumps),
+                 breakdown_mib=table["breakdown_mib"].map(json.dumps)).to_csv(path, index=False)
+
+
+def _summary(rows: list[dict]) -> str:
+    errors = sorted(abs(r["error"]) for r in rows)
+    middle = len(errors) // 2
+    median = errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2
+    return (f"{len(rows)} configurations: median |error| {100 * median:.1f}%, worst "
+            f"{100 * errors[-1]:.1f}%")
+
+
+def repredict(measured_csv: Path, into: Path) -> Path:
+    """`measured_csv`'s measured peaks beside this parbench's predictions of them."""
+    import pandas as pd
+
+    from parbench.advisor.version import PREDICTOR_VERSION
+    rows = []
+    for config in pd.read_csv(measured_csv).to_dict("records"):
+        config["options"] = json.loads(config["options"])
+        memory = predicted(config, into / "profiles")
+        rows.append({**config, "predicted_peak_mib": memory.peak_mib,
+                     "error": memory.peak_mib / config["measured_peak_mib"] - 1,
+                     "counted_mib": memory.counted_mib,
+                     "breakdown_mib": json.loads(config["breakdown_mib"])})
+    path = into / f"fsdp-memory-v{PREDICTOR_VERSION}.csv"
+    _write(rows, path)
+    print(f"version {PREDICTOR_VERSION}: {_summary(rows)}")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="?", type=Path)
     parser.add_argument("--into", type=Path)
+    parser.add_argument("--repredict", type=Path, metavar="CSV")
+    parser.add_argument("--draw", type=int, metavar="SEED")
+    parser.add_argument("--count", type=int, default=12)
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # one configuration, as JSON
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measured(json.loads(args.measure))))
         return
-    if args.configs is None or args.into is None:
-        parser.error("give CONFIGS.json and --into FOLDER")
-    import pandas as pd
+    if args.draw is not None:
+        print(json.dumps(draw(args.draw, args.count), indent=1))
+        return
+    if args.into is None or (args.configs is None) == (args.repredict is None):
+        parser.error("give CONFIGS.json or --repredict CSV, and --into FOLDER")
     args.into.mkdir(parents=True, exist_ok=True)
+    if args.repredict:
+        repredict(args.repredict, args.into)
+        return
     rows = []
     for config in json.loads(args.configs.read_text()):
         rows.append(row(config, args.into / "profiles"))
@@ -121,13 +202,8 @@ def main() -> None:
               f"{r['strategy']} {r['precision']} {r['options']}: measured "
               f"{r['measured_peak_mib']:.1f} MiB, predicted {r['predicted_peak_mib']:.1f} "
               f"({100 * r['error']:+.1f}%)", flush=True)
-        table = pd.DataFrame(rows, columns=list(COLUMNS))
-        table.assign(options=table["options"].map(json.dumps),
-                     breakdown_mib=table["breakdown_mib"].map(json.dumps)).to_csv(
-            args.into / "fsdp-memory.csv", index=False)  # after each: nothing measured is lost
-    errors = pd.Series([abs(r["error"]) for r in rows])
-    print(f"{len(rows)} configurations: median |error| {100 * errors.median():.1f}%, worst "
-          f"{100 * errors.max():.1f}%")
+        _write(rows, args.into / "fsdp-memory.csv")  # after each: nothing measured is lost
+    print(_summary(rows))
 
 
 if __name__ == "__main__":
