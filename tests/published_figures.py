@@ -67,6 +67,11 @@ V15 = "20261127T154800Z-prediction-holdout-devices-seed5-v15"
 V18 = "20261129T082619Z-prediction-holdout-devices-seed6-v18"  # version 18's first draw
 V18_SECOND = "20261129T090547Z-prediction-holdout-devices-seed7-v18"  # and its second
 V19 = "20261129T110719Z-prediction-holdout-devices-seed8-v19"  # version 19's draw
+V20 = "20261129T130552Z-prediction-holdout-devices-seed9-v20"  # version 20's draw
+# FSDP's peak memory against what FSDP2 allocates (benchmarks/fsdp_memory/check.py): the walk's
+# development data and its held-out configurations, each with version 19's predictions beside
+MEMORY_DEV = "20261129T130000Z-fsdp-memory-dev"
+MEMORY_HELD = "20261129T130800Z-fsdp-memory-holdout-v20"
 TWO_PROBES = "20261127T142000Z-fixed-costs-two-probes-dev"  # version 14's development data
 SPOT_V9 = "20261127T071436Z-data-parallel-spot-check-v9"  # three runs, one level down
 
@@ -124,6 +129,23 @@ def _spot_check(folder: str) -> str:
     return (f"data-parallel steps to a median |error| {_pct(absolute.median())}, worst "
             f"{_pct(absolute.max())} ({worst['strategy']} on {int(worst['world_size'])} ranks), "
             f"over {len(table)}")
+
+
+def _memory_check(folder: str, version: int, count: bool = False) -> str:
+    """A memory check's median and worst |error| of the peak (over the configurations the
+    tracker measures as FSDP2 runs them), from its version's CSV; with `count`, how many."""
+    name = "fsdp-memory.csv" if version == 20 else f"fsdp-memory-v{version}.csv"
+    table = pd.read_csv(RESULTS / folder / name)
+    absolute = table.loc[table["grouped_units"] == 0, "error"].abs()
+    text = f"median |error| {_pct(absolute.median())} of the peak, worst {_pct(absolute.max())}"
+    return text + (f", over {len(absolute)} held-out configurations" if count else "")
+
+
+def _memory_row(pages: tuple[str, ...], folder: str, version: int, count: bool = False
+                ) -> Figure:
+    name = "fsdp-memory.csv" if version == 20 else f"fsdp-memory-v{version}.csv"
+    return Figure(pages, _memory_check(folder, version, count), f"results/{folder}/{name}",
+                  lambda: _memory_check(folder, version, count), version=20)
 
 
 def _flags_key(label: str) -> tuple:
@@ -357,10 +379,31 @@ H = "docs/history.md"  # every earlier version's figures, apart from the current
 EVIDENCE = "docs/evidence.md"  # what is proven where, each claim in full
 
 FIGURES: tuple[Figure, ...] = (
-    # The current version, 19 (FSDP2's collectives in its own order), on its held-out draw
+    # The current version, 20 (FSDP's memory as FSDP2 allocates it), on its held-out draw
+    # (seed 9), and its memory walk against what FSDP2 allocates, held out and in development
+    # (beside version 19's on the same measurements).
+    _headline_row(V20, "median |error| 4.2% of the step time, worst 22.5%, over 28 held-out "
+                  "configurations", 20, (*PAGES, H)),
+    *_draw_rows(V20, 20,
+                "median |error| of the step | <= 5% | **4.2%** (22 of 28 within 10%; median "
+                "signed -1.6%)",
+                "worst |error| | <= 15% | **22.5%**",
+                "the naive estimate's median |error| 67.6% (worst 95.8%)",
+                "1 device median |error| 2.2%, worst 6.1%; "
+                "2 devices median |error| 7.0%, worst 22.5%; "
+                "4 devices median |error| 4.0%, worst 10.1%",
+                "Speedups over single: median |error| 4.8%, worst 19.7%",
+                "traced compute): median |error| 3.7%, worst 39.7%",
+                "counts it): median |error| 0.3%, worst 5.4%"),
+    _memory_row((README, EVIDENCE, P, RES), MEMORY_HELD, 20, count=True),
+    _memory_row((P,), MEMORY_HELD, 20),
+    _memory_row((P,), MEMORY_HELD, 19),
+    _memory_row((P,), MEMORY_DEV, 20),
+    _memory_row((P,), MEMORY_DEV, 19),
+    # History: version 19 (FSDP2's collectives in its own order), on its held-out draw
     # (seed 8).
     _headline_row(V19, "median |error| 3.6% of the step time, worst 11.8%, over 28 held-out "
-                  "configurations", 19, (*PAGES, H)),
+                  "configurations", 19, (H, EVIDENCE)),
     *_draw_rows(V19, 19,
                 "median |error| of the step | <= 5% | **3.6%** (27 of 28 within 10%; median "
                 "signed +0.2%)",

@@ -28,7 +28,8 @@ RESULTS = ROOT / "results"
 # 27.8 MB with version 14's (seed 4) and its development data; 29.8 MB with version 15's
 # (seed 5) and the warm-up data; room for its recommend experiment; 39.3 MB with version 18's
 # two draws (seeds 6 and 7) and its development data; 42.1 MB with version 19's (seed 8) and
-# the one-process pipeline's development runs: under 64 MiB (67.1 MB).
+# the one-process pipeline's development runs; 44.1 MB with version 20's (seed 9) and its FSDP
+# memory checks: under 64 MiB (67.1 MB).
 TRACKED_BUDGET_BYTES = 46_000_000
 RUNS = sorted(folder.name for folder in RESULTS.iterdir()
               if (folder / "records.json").is_file())
