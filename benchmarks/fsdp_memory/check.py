@@ -1,8 +1,8 @@
 """FSDP's predicted peak memory per rank beside what FSDP2 allocates, measured by torch's own
 FSDPMemTracker on one rank of torch's fake process group: parbench's fsdp or hsdp strategy set
 up on CPU as a run sets it up, two steps, then one step tracked. Over the fake group the
-collectives move nothing and allocate only what FSDP2's code asks for (no backend's own
-buffers), as its tensors sit in a GPU's caching allocator under NCCL; the prediction is the
+collectives move nothing and allocate only the buffers FSDP2's own code asks for, none of a
+backend's (NCCL keeps its buffers outside PyTorch's allocator on a GPU). The prediction is the
 timing models' (RankMemory.peak_mib, without a GPU profile's transients), from a CPU profile
 at the rank's micro-batch. Each configuration runs in a fresh process (the fake group is set
 up once a process).
@@ -30,7 +30,7 @@ from pathlib import Path
 MIB = 2**20
 COLUMNS = ("model", "image_size", "batch", "ranks", "strategy", "precision", "options",
            "measured_peak_mib", "predicted_peak_mib", "error", "counted_mib", "grouped_units",
-           "breakdown_mib")
+           "predictor_version", "breakdown_mib")
 # FSDPMemTracker swaps FSDP2's hooks for a unit of several modules (fully_shard([a, b, c]), a
 # ViT's layer groups) for per-module ones (torch's fsdp2_mem_tracker.py,
 # _instrument_fsdp_module): under it such a unit is gathered and reduce-scattered module by
@@ -80,9 +80,10 @@ def _workload(config: dict):
                     precision=config.get("precision", "fp32"))
 
 
-def measured(config: dict) -> dict[str, int]:
+def measured(config: dict) -> tuple[dict[str, int], int]:
     """FSDP2's peak on rank 0 of `config["ranks"]`, by category (FSDPMemTracker's names, and
-    "Total"), in bytes. Initialises the fake process group: once a process."""
+    "Total"), in bytes; and how many of its units are several modules (GROUPED). Initialises
+    the fake process group: once a process."""
     import torch
     import torch.distributed as dist
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -110,9 +111,8 @@ def measured(config: dict) -> dict[str, int]:
         peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
         # BatchNorm's fp32 units under the mixed-precision policy are several modules too,
         # 0.2% of a ResNet's parameters: not counted here.
-        grouped = sum(len(unit.modules) > 1 for unit in strategy._units if not unit.float32)
-        return {**{str(getattr(kind, "value", kind)): size for kind, size in peak.items()},
-                "grouped_units": grouped}
+        grouped = sum(len(group) > 1 for group in strategy.unit_groups(strategy.model))
+        return {str(getattr(kind, "value", kind)): size for kind, size in peak.items()}, grouped
     finally:
         dist.destroy_process_group()
 
@@ -141,15 +141,18 @@ def predicted(config: dict, profiles: Path):
 
 def row(config: dict, profiles: Path) -> dict:
     """`config` measured (in a fresh process) and predicted: one CSV row."""
+    from parbench.advisor.version import PREDICTOR_VERSION
     done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(config)],
-                          capture_output=True, text=True, check=True, timeout=600)
-    peak = json.loads(done.stdout.strip().splitlines()[-1])
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"measuring {json.dumps(config)} failed:\n{done.stderr[-3000:]}")
+    peak, grouped = json.loads(done.stdout.strip().splitlines()[-1])
     memory = predicted(config, profiles)
     measured_mib = peak["Total"] / MIB
     return {**{k: config.get(k, "fp32" if k == "precision" else None) for k in COLUMNS[:7]},
             "measured_peak_mib": measured_mib, "predicted_peak_mib": memory.peak_mib,
             "error": memory.peak_mib / measured_mib - 1, "counted_mib": memory.counted_mib,
-            "grouped_units": peak.pop("grouped_units"),
+            "grouped_units": grouped, "predictor_version": PREDICTOR_VERSION,
             "breakdown_mib": {k: round(v / MIB, 2) for k, v in peak.items()}}
 
 
@@ -184,7 +187,7 @@ def repredict(measured_csv: Path, into: Path) -> Path:
         memory = predicted(config, into / "profiles")
         rows.append({**config, "predicted_peak_mib": memory.peak_mib,
                      "error": memory.peak_mib / config["measured_peak_mib"] - 1,
-                     "counted_mib": memory.counted_mib,
+                     "counted_mib": memory.counted_mib, "predictor_version": PREDICTOR_VERSION,
                      "breakdown_mib": json.loads(config["breakdown_mib"])})
     path = into / f"fsdp-memory-v{PREDICTOR_VERSION}.csv"
     _write(rows, path)
@@ -194,11 +197,15 @@ def repredict(measured_csv: Path, into: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("configs", nargs="?", type=Path)
-    parser.add_argument("--into", type=Path)
-    parser.add_argument("--repredict", type=Path, metavar="CSV")
-    parser.add_argument("--draw", type=int, metavar="SEED")
-    parser.add_argument("--count", type=int, default=12)
+    parser.add_argument("configs", nargs="?", type=Path,
+                        help="a JSON list of configurations to measure and predict")
+    parser.add_argument("--into", type=Path, metavar="FOLDER",
+                        help="where fsdp-memory.csv and the profiles go")
+    parser.add_argument("--repredict", type=Path, metavar="CSV",
+                        help="predict an earlier check's measured peaks again (no measuring)")
+    parser.add_argument("--draw", type=int, metavar="SEED",
+                        help="print a held-out set of configurations drawn with SEED")
+    parser.add_argument("--count", type=int, default=12, help="how many --draw draws")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # one configuration, as JSON
     args = parser.parse_args()
     if args.measure:

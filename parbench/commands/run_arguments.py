@@ -90,7 +90,7 @@ def _add_device_arguments(group) -> None:
                        "out of, as on a GPU; beyond it the configuration is recorded as oom)")
     group.add_argument("--device-memory-mib", type=int, help="each logical device may hold "
                        "this many MiB of counted tensors (parameters, gradients, optimiser "
-                       "state, saved activations, DDP's buckets; not FSDP's gathered units): "
+                       "state, saved activations, DDP's buckets; not what FSDP holds in full): "
                        "beyond it the configuration is recorded as oom (emulated devices' "
                        "memory; on GPUs, give --memory-cap-mib)")
     add_common_arguments(group, "--threads-per-device", "--timeout")

@@ -27,8 +27,10 @@ class RankMemory:
     state_bytes: float  # parameters, gradients and momentum held by this rank
     activation_bytes: float  # the most activation bytes saved for backward at once
     bucket_bytes: float = 0.0  # DDP's flat copy of the gradients, bucket by bucket
-    # FSDP's full tensors at its fullest moment beyond the counted ones: units' parameters
-    # gathered, a unit's gradients and its reduce-scatter's input (data_parallel's walk)
+    # What the rank holds at FSDP's fullest moment beyond the counted bytes (data_parallel's
+    # walk, less the state and the activations' peak, at least 0): FSDP's units gathered, a
+    # unit's gradients in full and its reduce-scatter's input, less the sharded gradients not
+    # yet made then; pipeline-fsdp's stage and its gradient in full
     unsharded_bytes: float = 0.0
 
     @classmethod
