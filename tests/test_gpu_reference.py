@@ -68,7 +68,7 @@ def test_the_default_plan_is_a_to_e_in_one_run_and_each_later_part_fits_one(gpu)
     every = gpu.plan.parts(gpu.steps.GPU, None, COMMIT)
     default = [part for part in every if part.default]
     assert [part.letter for part in default] == ["a", "b", "c", "d", "e"]
-    assert [part.letter for part in every if not part.default] == ["f", "g", "h", "i"]
+    assert [part.letter for part in every if not part.default] == ["f", "g", "h", "i", "j"]
     assert not any(gpu.plan.in_default_run(part) for part in every if not part.default)
     install, archive = gpu.reference.INSTALL.seconds, gpu.reference.ARCHIVE.seconds
     for chosen in (default, *([part] for part in every if not part.default)):
@@ -323,7 +323,7 @@ def test_unknown_parts_are_refused():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].endswith(
-        "--parts: there are parts a,b,c,d,e,f,g,h,i, got a,z")
+        "--parts: there are parts a,b,c,d,e,f,g,h,i,j, got a,z")
 
 
 def test_main_runs_on_a_copy_without_git(tmp_path):

@@ -3,9 +3,12 @@ FSDPMemTracker on one rank of torch's fake process group: parbench's fsdp or hsd
 up on CPU as a run sets it up, two steps, then one step tracked. Over the fake group the
 collectives move nothing and allocate only the buffers FSDP2's own code asks for, none of a
 backend's (NCCL keeps its buffers outside PyTorch's allocator on a GPU). The prediction is the
-timing models' (RankMemory.peak_mib, without a GPU profile's transients), from a CPU profile
-at the rank's micro-batch. Each configuration runs in a fresh process (the fake group is set
-up once a process).
+timing models' (RankMemory.peak_mib, without a GPU profile's transients), from a profile at
+the rank's micro-batch on the configuration's device ("device": cpu unless given). On a GPU
+the allocator's own peak (torch.cuda.max_memory_allocated: the tensors with the kernels'
+workspaces) is read beside the tracker's, against the prediction with the GPU profile's
+transients. Each configuration runs in a fresh process (the fake group is set up once a
+process).
 
     python benchmarks/fsdp_memory/check.py --draw 20 --count 12 > CONFIGS.json
     python benchmarks/fsdp_memory/check.py CONFIGS.json --into FOLDER
@@ -30,7 +33,8 @@ from pathlib import Path
 MIB = 2**20
 COLUMNS = ("model", "image_size", "batch", "ranks", "strategy", "precision", "options",
            "measured_peak_mib", "predicted_peak_mib", "error", "counted_mib", "grouped_units",
-           "predictor_version", "breakdown_mib")
+           "predictor_version", "device", "allocator_peak_mib", "predicted_allocator_mib",
+           "allocator_error", "breakdown_mib")
 # FSDPMemTracker swaps FSDP2's hooks for a unit of several modules (fully_shard([a, b, c]), a
 # ViT's layer groups) for per-module ones (torch's fsdp2_mem_tracker.py,
 # _instrument_fsdp_module): under it such a unit is gathered and reduce-scattered module by
@@ -80,10 +84,11 @@ def _workload(config: dict):
                     precision=config.get("precision", "fp32"))
 
 
-def measured(config: dict) -> tuple[dict[str, int], int]:
+def measured(config: dict) -> tuple[dict[str, int], int, int | None]:
     """FSDP2's peak on rank 0 of `config["ranks"]`, by category (FSDPMemTracker's names, and
-    "Total"), in bytes; and how many of its units are several modules (GROUPED). Initialises
-    the fake process group: once a process."""
+    "Total"), in bytes; how many of its units are several modules (GROUPED); and on a GPU the
+    allocator's peak in the same step (None on a CPU). Initialises the fake process group:
+    once a process."""
     import torch
     import torch.distributed as dist
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -91,34 +96,42 @@ def measured(config: dict) -> tuple[dict[str, int], int]:
 
     from parbench import strategies
     from parbench.strategies.fsdp import FSDP
-    ranks = config["ranks"]
+    ranks, device = config["ranks"], torch.device(config.get("device", "cpu"))
     dist.init_process_group("fake", rank=0, world_size=ranks, store=FakeStore())
     try:
+        # The ranks share one device: planned as gloo (NCCL refuses that), run over the fake group.
         plan = strategies.plan(config["strategy"], _workload(config), config["batch"],
-                               (torch.device("cpu"),) * ranks, config.get("options") or {})
+                               (device,) * ranks, config.get("options") or {}, backend="gloo")
         strategy = strategies.create(plan)
         assert isinstance(strategy, FSDP), config["strategy"]
         strategy.setup()
         share = config["batch"] // ranks
-        images = torch.randn(share, 3, config["image_size"], config["image_size"])
-        labels = torch.randint(0, 1000, (share,))
+        images = torch.randn(share, 3, config["image_size"], config["image_size"], device=device)
+        labels = torch.randint(0, 1000, (share,), device=device)
         for _ in range(2):  # the optimiser's momentum made, the caches warm
             strategy.train_step(images, labels)
         tracker = FSDPMemTracker(strategy.placed_modules()[0], strategy.optimizer)
         tracker.track_inputs((images, labels))
+        on_gpu = device.type == "cuda"
+        if on_gpu:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
         with tracker:
             strategy.train_step(images, labels)
-        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+        allocator = torch.cuda.max_memory_allocated(device) if on_gpu else None
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
         # BatchNorm's fp32 units under the mixed-precision policy are several modules too,
         # 0.2% of a ResNet's parameters: not counted here.
         grouped = sum(len(group) > 1 for group in strategy.unit_groups(strategy.model))
-        return {str(getattr(kind, "value", kind)): size for kind, size in peak.items()}, grouped
+        return ({str(getattr(kind, "value", kind)): size for kind, size in peak.items()}, grouped,
+                allocator)
     finally:
         dist.destroy_process_group()
 
 
 def predicted(config: dict, profiles: Path):
-    """The timing models' memory of one rank (RankMemory) for `config`."""
+    """The timing models' prediction (a Prediction; its memory[0] is one rank's) for `config`,
+    from a profile on its device."""
     from parbench.advisor.models import data_parallel
     from parbench.advisor.models.links import NO_LINK
     from parbench.advisor.profiling.profile import load_or_profile
@@ -128,32 +141,45 @@ def predicted(config: dict, profiles: Path):
 
     workload = _workload(config)
     ranks = config["ranks"]
-    profile = load_or_profile(profiles, workload, config["batch"] // ranks)
+    profile = load_or_profile(profiles, workload, config["batch"] // ranks,
+                              config.get("device", "cpu"))
     options = options_of(config["strategy"], config.get("options") or {})
     assert isinstance(options, FSDPOptions), config["strategy"]  # hsdp's derive from fsdp's
     settings = {**options.for_workload(workload).settings(["cpu"] * ranks)}
     units = sharded_units(settings, workload, profile)
     if config["strategy"] == "hsdp":
         return data_parallel.hsdp(profile, ranks, options.mesh_shape(ranks)[-1], NO_LINK,
-                                  units=units).memory[0]
-    return data_parallel.fsdp(profile, ranks, NO_LINK, units=units).memory[0]
+                                  units=units)
+    return data_parallel.fsdp(profile, ranks, NO_LINK, units=units)
 
 
-def row(config: dict, profiles: Path) -> dict:
-    """`config` measured (in a fresh process) and predicted: one CSV row."""
+def _compared(config: dict, peak: dict, grouped: int, allocator: float | None,
+              profiles: Path) -> dict:
+    """One CSV row: `config` measured (`peak` by category, in bytes; `allocator`, the GPU
+    allocator's peak in MiB, or None) beside this parbench's prediction of it."""
     from parbench.advisor.version import PREDICTOR_VERSION
-    done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(config)],
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode:
-        raise SystemExit(f"measuring {json.dumps(config)} failed:\n{done.stderr[-3000:]}")
-    peak, grouped = json.loads(done.stdout.strip().splitlines()[-1])
-    memory = predicted(config, profiles)
+    prediction = predicted(config, profiles)
+    memory = prediction.memory[0]
     measured_mib = peak["Total"] / MIB
+    with_transients = prediction.peak_memory_mib[0]
     return {**{k: config.get(k, "fp32" if k == "precision" else None) for k in COLUMNS[:7]},
             "measured_peak_mib": measured_mib, "predicted_peak_mib": memory.peak_mib,
             "error": memory.peak_mib / measured_mib - 1, "counted_mib": memory.counted_mib,
             "grouped_units": grouped, "predictor_version": PREDICTOR_VERSION,
+            "device": config.get("device", "cpu"), "allocator_peak_mib": allocator,
+            "predicted_allocator_mib": with_transients if allocator else None,
+            "allocator_error": with_transients / allocator - 1 if allocator else None,
             "breakdown_mib": {k: round(v / MIB, 2) for k, v in peak.items()}}
+
+
+def row(config: dict, profiles: Path) -> dict:
+    """`config` measured (in a fresh process) and predicted: one CSV row."""
+    done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(config)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"measuring {json.dumps(config)} failed:\n{done.stderr[-3000:]}")
+    peak, grouped, allocator = json.loads(done.stdout.strip().splitlines()[-1])
+    return _compared(config, peak, grouped, allocator and allocator / MIB, profiles)
 
 
 def _write(rows: list[dict], path: Path) -> None:
@@ -184,11 +210,11 @@ def repredict(measured_csv: Path, into: Path) -> Path:
     rows = []
     for config in pd.read_csv(measured_csv).to_dict("records"):
         config["options"] = json.loads(config["options"])
-        memory = predicted(config, into / "profiles")
-        rows.append({**config, "predicted_peak_mib": memory.peak_mib,
-                     "error": memory.peak_mib / config["measured_peak_mib"] - 1,
-                     "counted_mib": memory.counted_mib, "predictor_version": PREDICTOR_VERSION,
-                     "breakdown_mib": json.loads(config["breakdown_mib"])})
+        peak = {**json.loads(config["breakdown_mib"]), "Total": config["measured_peak_mib"]}
+        allocator = config["allocator_peak_mib"]
+        rows.append(_compared(config, {k: v * MIB for k, v in peak.items()},
+                              int(config["grouped_units"]),
+                              None if pd.isna(allocator) else allocator, into / "profiles"))
     path = into / f"fsdp-memory-v{PREDICTOR_VERSION}.csv"
     _write(rows, path)
     print(f"version {PREDICTOR_VERSION}: {_summary(rows)}")

@@ -7,6 +7,7 @@ changed since it last passed. Each part is a list of commands (steps) with their
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -248,6 +249,23 @@ def _slow_and_suites(scale: Scale, asv_commit: str | None) -> Part:
                          requires=("pytest_benchmark",)), _predicted(scale)), default=False)
 
 
+def _fsdp_memory(scale: Scale) -> Part:
+    """FSDP's peak memory on this GPU's allocator, one rank of 2 to 8 over torch's fake process
+    group, beside the timing models' walk (benchmarks/fsdp_memory/check.py)."""
+    configs = ROOT / "benchmarks" / "fsdp_memory" / scale.fsdp_memory
+    count = len(json.loads(configs.read_text())) if configs.is_file() else 0
+    return Part("j", "fsdp-memory", "FSDP's peak memory per rank at 224 px (resnet50 and "
+                "vit_b_16, fsdp and hsdp, fp32 and bf16) on this GPU's allocator and as "
+                "FSDPMemTracker counts it, one rank of 2 to 8 over torch's fake process group, "
+                "beside the timing models' walk (version 20: checked on CPU only)", (
+                    Step("fsdp-memory", (sys.executable, str(configs.parent / "check.py"),
+                                         str(configs), "--into", "{folder}/fsdp-memory"),
+                         planning(count * 30.0, f"{count} configurations x 30 s (a fresh "
+                                  "process, CUDA's start, three steps, a profile on the GPU)"),
+                         needs=None if count else f"{configs} is missing"),),
+                default=False)
+
+
 def parts(scale: Scale = GPU, timm_benchmark: Path | None = None,
           asv_commit: str | None = None, correctness_due: str | None = None) -> list[Part]:
     """Every part in priority order: the default run's (a) to (e), then the later ones;
@@ -264,6 +282,7 @@ def parts(scale: Scale = GPU, timm_benchmark: Path | None = None,
         _correctness(scale, correctness_due),
         _slow_and_suites(scale, asv_commit),
         _profiles(scale, "i", "profiles-later", scale.later_profiles, default=False),
+        _fsdp_memory(scale),
     ]
 
 

@@ -43,6 +43,8 @@ class Scale:
     profiles: tuple[str, ...]  # parbench profile's models, sizes, precisions, micro-batches
     later_profiles: tuple[str, ...]  # those for a later run
     rehearsal: bool = False
+    # FSDP's memory checked on the device (benchmarks/fsdp_memory/check.py): its configurations
+    fsdp_memory: str = "gpu.json"
 
     @property
     def shared(self) -> str:
@@ -70,7 +72,7 @@ REHEARSAL = Scale("cpu", 2, 2, 2,
                   ("--model", "resnet18", "--image-size", "32", "--precision", "bf16",
                    "--micro-batch", "2,4", "--channels-last"),
                   ("--model", "resnet18", "--image-size", "32", "--precision", "bf16,fp32",
-                   "--micro-batch", "2"), rehearsal=True)
+                   "--micro-batch", "2"), rehearsal=True, fsdp_memory="rehearsal.json")
 
 
 @dataclass(frozen=True)
