@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def draw(seed: int, count: int) -> list[dict]:
         try:
             strategies.plan(strategy, _workload(config), batch, (torch.device("cpu"),) * ranks,
                             options)
-        except (strategies.StrategyError, strategies.WorkloadRefused):
+        except strategies.StrategyError:  # WorkloadRefused among them
             continue
         if config not in chosen:
             chosen.append(config)
@@ -145,10 +146,10 @@ def predicted(config: dict, profiles: Path):
                               config.get("device", "cpu"))
     options = options_of(config["strategy"], config.get("options") or {})
     assert isinstance(options, FSDPOptions), config["strategy"]  # hsdp's derive from fsdp's
-    settings = {**options.for_workload(workload).settings(["cpu"] * ranks)}
+    settings = options.for_workload(workload).settings(["cpu"] * ranks)
     units = sharded_units(settings, workload, profile)
-    if config["strategy"] == "hsdp":
-        return data_parallel.hsdp(profile, ranks, options.mesh_shape(ranks)[-1], NO_LINK,
+    if config["strategy"] == "hsdp":  # as records._layout_model reads a record's settings
+        return data_parallel.hsdp(profile, ranks, int(settings["shard_size"]), NO_LINK,
                                   units=units)
     return data_parallel.fsdp(profile, ranks, NO_LINK, units=units)
 
@@ -194,12 +195,11 @@ def _summary(rows: list[dict]) -> str:
     judged = [r for r in rows if not r["grouped_units"]]
     if not judged:
         return f"{len(rows)} configurations, none judged ({GROUPED})"
-    errors = sorted(abs(r["error"]) for r in judged)
-    middle = len(errors) // 2
-    median = errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2
+    errors = [abs(r["error"]) for r in judged]
     left = len(rows) - len(judged)
-    return (f"{len(judged)} configurations: median |error| {100 * median:.1f}%, worst "
-            f"{100 * errors[-1]:.1f}%" + (f"; {left} left out: {GROUPED}" if left else ""))
+    return (f"{len(judged)} configurations: median |error| "
+            f"{100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}%"
+            + (f"; {left} left out: {GROUPED}" if left else ""))
 
 
 def repredict(measured_csv: Path, into: Path) -> Path:
