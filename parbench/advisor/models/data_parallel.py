@@ -211,27 +211,26 @@ def _fullest_moment(profile: Profile, shards: int, units: Units, saved: list[flo
     through = [0.0, *itertools.accumulate(saved)]  # saved once blocks [0, i) have run
     state = 2 * profile.parameter_bytes / shards  # parameters and momentum
 
-    def kept(u: int) -> float:  # the units before u gathered from their forward to backward
-        return sum(sizes[k] for k in range(u) if not units.reshard[k])
-
+    # kept[u]: the units before u gathered from their forward to their backward
+    kept = [0.0, *itertools.accumulate(0 if again else size
+                                       for size, again in zip(sizes, units.reshard, strict=True))]
     moments = [state + 2 * part * root]
     previous = root
     for u, blocks in enumerate(units.blocks):
-        gathered = root + kept(u) + 2 * sizes[u]
+        gathered = root + kept[u] + 2 * sizes[u]
         moments += [state + through[blocks[0]] + part * (gathered + previous),
                     state + through[blocks[-1] + 1] + part * gathered]
         previous = sizes[u]
-    moments.append(state + through[-1] + part * (root + kept(len(sizes)) + previous))
+    moments.append(state + through[-1] + part * (root + kept[-1] + previous))
     reduced = held = 0.0  # the sharded gradients so far; the last reduce-scatter's input
     for u in reversed(range(len(sizes))):
         blocks = units.blocks[u]
-        before = kept(u) + (sizes[u - 1] if u and units.reshard[u - 1] else 0)
+        before = kept[u] + (sizes[u - 1] if u and units.reshard[u - 1] else 0)
         so_far = state + reduced / shards + part * root  # the root's gradients
+        waiting = so_far + held + through[blocks[-1] + 1]  # as the unit's backward starts
         if units.reshard[u]:
-            moments.append(so_far + held + through[blocks[-1] + 1]
-                           + part * (root + kept(u) + 2 * sizes[u]))
-        moments += [so_far + held + through[blocks[-1] + 1] + part * (root + before
-                                                                      + 2 * sizes[u]),
+            moments.append(waiting + part * (root + kept[u] + 2 * sizes[u]))
+        moments += [waiting + part * (root + before + 2 * sizes[u]),
                     so_far + through[blocks[0]] + part * (root + before + sizes[u]) + sizes[u]]
         reduced, held = reduced + sizes[u], sizes[u]
     moments.append(state + reduced / shards + 2 * part * root + root)

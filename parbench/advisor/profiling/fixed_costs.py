@@ -8,11 +8,13 @@ reductions' hooks and copies, the schedule's setup). A data-parallel layout is p
 cost per step (DDP's hooks and bucket copies, FSDP's unit hooks and DTensor copies, a
 collective's waits for the slower rank beyond the one a step that emulated devices' lock-step
 contention counts: a model's buckets and units are the same at any batch). A one-rank group
-costs what it measures. Cached beside the profiles."""
+costs what it measures. A record's probes are measured in PROBE_ROUNDS rounds, each probe once
+a round in turn, and each probe's step is the median of its rounds' steps: a slow spell of the
+machine during one probe would otherwise move the difference of two probes, and with it the
+cost per action, by several times. Cached beside the profiles."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import statistics
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parbench.advisor.profiling.cache import cached, settings_key
+from parbench.advisor.profiling.cache import keep, kept, settings_key
 from parbench.advisor.runs.fields import number
 from parbench.families.workloads import Workload
 from parbench.launch import measure
@@ -28,14 +30,17 @@ from parbench.machine.devices import parse_devices
 from parbench.plan.config import Config
 from parbench.strategies import Layout, layout_of
 
-__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "FixedCosts", "load_or_probe", "measure_probe",
-           "probe_path", "probe_records", "probed", "solve_action_cost"]
+__all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "PROBE_ROUNDS", "FixedCosts", "load_or_probe",
+           "measure_in_rounds", "measure_probe", "probe_path", "probe_records", "probed",
+           "solve_action_cost"]
 
-FIXED_COSTS_VERSION = 1  # bump when what is measured changes: older caches are measured again
+FIXED_COSTS_VERSION = 2  # bump when what is measured changes: older caches are measured again
 # Images a micro-batch (a data-parallel rank's share) holds in the probe: the fewest that
 # BatchNorm trains on where a ResNet's last block is 1x1 pixel, so compute is least.
 PROBE_IMAGES = 2
-PROBE_WARMUP, PROBE_STEPS = 2, 8
+# A probe's rounds, and the steps each measures after its warm-up: a round is a launch of its
+# own, so a slow spell of the machine is one round of the three, outvoted by the others.
+PROBE_WARMUP, PROBE_STEPS, PROBE_ROUNDS = 2, 3, 3
 PROBE_TIMEOUT_S = 300.0  # a probe is seconds of work: one that hangs is ended, not waited on
 # Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
 _PER_ACTION = (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
@@ -111,16 +116,31 @@ def _config(probe: dict, workload: Workload) -> Config:
 
 
 def measure_probe(probe: dict, workload: Workload) -> dict:
-    """The probe run once through the core's launcher, as `load_or_probe` keeps it: its
-    median step (`step_s`), `global_batch`, `partition` and `micro_batches`."""
+    """The probe run once through the core's launcher: its median step (`step_s`) over its
+    PROBE_STEPS measured steps (`step_times_s`), `global_batch`, `partition` and
+    `micro_batches`."""
     config = _config(probe, workload)
     reason = config.refusal() or config.unavailable_reason()
     if reason:
         raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
     measured = measure(config)
     assert measured is not None  # rank 0 of a launcher of this machine's own
-    return {"step_s": statistics.median(measured.step_times_s), "global_batch": config.global_batch,
+    return {"step_s": statistics.median(measured.step_times_s),
+            "step_times_s": list(measured.step_times_s), "global_batch": config.global_batch,
             "partition": measured.partition, "micro_batches": measured.micro_batches}
+
+
+def measure_in_rounds(probes: list[dict], workload: Workload,
+                      rounds: int = PROBE_ROUNDS) -> list[dict]:
+    """Each probe measured once a round, in turn, for `rounds` rounds of PROBE_STEPS steps, as
+    `load_or_probe` keeps it: measure_probe's fields, `step_s` the median of every round's
+    steps (`step_times_s`, a list a round)."""
+    taken: list[list[dict]] = [[] for _ in probes]
+    for _ in range(rounds):
+        for each, probe in zip(taken, probes, strict=True):
+            each.append(measure_probe(probe, workload))
+    return [{**each[-1], "step_s": statistics.median(t for m in each for t in m["step_times_s"]),
+             "step_times_s": [m["step_times_s"] for m in each]} for each in taken]
 
 
 def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
@@ -161,13 +181,12 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
     `predict(probe record, costs)` is the models' step for a probe with those costs."""
     if not probed(record):
         return NO_FIXED_COSTS
+    wanted = probe_records(record)
     probes, steps = [], []
-    for probe in probe_records(record):
-        stored = cached(probe_path(cache, probe, workload), FIXED_COSTS_VERSION,
-                        functools.partial(measure_probe, probe, workload))
-        probes.append({**probe, "partition": stored["partition"] or probe.get("partition"),
-                       "micro_batches": stored["micro_batches"] or probe.get("micro_batches")})
-        steps.append(stored["step_s"])
+    for probe, each in zip(wanted, _kept_or_measured(cache, wanted, workload), strict=True):
+        probes.append({**probe, "partition": each["partition"] or probe.get("partition"),
+                       "micro_batches": each["micro_batches"] or probe.get("micro_batches")})
+        steps.append(each["step_s"])
     label = _label(probes, steps)
     if len(probes) == 1:
         extra = steps[0] - predict(probes[0], NO_FIXED_COSTS)
@@ -185,6 +204,17 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
             for probe, measured in zip(probes, steps, strict=True)]
     return FixedCosts(per_action_s=cost, per_step_s=max(0.0, statistics.fmean(left)),
                       probe=label)
+
+
+def _kept_or_measured(cache: Path, probes: tuple[dict, ...], workload: Workload) -> list[dict]:
+    """Each probe's measurement as kept in `cache`; those not kept measured together, in
+    rounds (measure_in_rounds), and kept."""
+    paths = [probe_path(cache, probe, workload) for probe in probes]
+    stored = [kept(path, FIXED_COSTS_VERSION) for path in paths]
+    fresh = iter(measure_in_rounds([probe for probe, each in zip(probes, stored, strict=True)
+                                    if each is None], workload) if None in stored else [])
+    return [each if each is not None else keep(path, FIXED_COSTS_VERSION, next(fresh))
+            for path, each in zip(paths, stored, strict=True)]
 
 
 def _label(probes: list[dict], steps: list[float]) -> str:

@@ -3,6 +3,7 @@ action is what makes the replay match what its longer probe costs beyond its sho
 what is left over, and a real probe runs through the core's launcher and is kept."""
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,42 @@ def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch)
     # one device, one process: nothing to probe
     assert load_or_probe(tmp_path, _record("single", devices="cpu", world_size=1,
                                            global_batch=16), WORKLOAD, refuse) == NO_FIXED_COSTS
+
+
+def test_a_records_probes_are_measured_in_turn_and_read_at_the_median_of_every_round(
+        tmp_path, monkeypatch):
+    pipeline = _record("pipeline-1f1b", global_batch=16, split_size=4, micro_batches=4,
+                       strategy_options={"split_size": 4, "stages": 2})
+    short, long = probe_records(pipeline)
+    # the longer probe's second round fell in a slow spell of the machine
+    steps = iter([[0.50, 0.51, 0.49], [0.80, 0.79, 0.82], [0.52, 0.50, 0.50],
+                  [1.60, 1.50, 1.70], [0.49, 0.50, 0.51], [0.81, 0.80, 0.78]])
+    order = []
+
+    def measured(probe, workload):
+        order.append(probe["global_batch"])
+        times = next(steps)
+        return {"step_s": statistics.median(times), "step_times_s": times,
+                "global_batch": probe["global_batch"], "partition": None,
+                "micro_batches": probe["micro_batches"]}
+
+    def replayed(probe, costs):
+        return 0.1 + 2 * probe["micro_batches"] * costs.per_action_s
+
+    monkeypatch.setattr(fixed_costs, "measure_probe", measured)
+    costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
+    assert order == [short["global_batch"], long["global_batch"]] * fixed_costs.PROBE_ROUNDS
+    assert costs.probe.endswith("0.5 and 0.81 s measured")
+    kept = json.loads(probe_path(tmp_path, long, WORKLOAD).read_text())
+    assert kept["step_times_s"] == [[0.80, 0.79, 0.82], [1.60, 1.50, 1.70], [0.81, 0.80, 0.78]]
+    assert kept["step_s"] == 0.81  # the median of all nine
+    # a probe kept before is not measured again: the other is measured alone, in rounds
+    probe_path(tmp_path, long, WORKLOAD).unlink()
+    order.clear()
+    steps = iter([[0.9], [0.7], [0.8]])
+    costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
+    assert order == [long["global_batch"]] * fixed_costs.PROBE_ROUNDS
+    assert costs.probe.endswith("0.5 and 0.8 s measured")
 
 
 def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
