@@ -148,8 +148,15 @@ __all__ = ["FINGERPRINT", "MODEL_FILES", "OUTSIDE_THE_MODEL", "PREDICTOR_VERSION
 # was one launch of 8 steps each, back to back): on version 20's draw the two worst misses
 # were pipelines whose longer probe fell in a slow spell of the machine, a cost per action of
 # 5.5 ms where the same probes measured again read 0 to 2 ms. The FSDP memory walk's kept
-# units summed once (no prediction changes there). Judged on a new draw.
-PREDICTOR_VERSION = 21
+# units summed once (no prediction changes there). Its draw (seed 10) was stopped a third of
+# the way through its trials, before any was read, when a review found what version 22 fixes.
+# 22: a record's probes kept together, in one file named by all of them, and measured together
+# where that file is missing (FIXED_COSTS_VERSION 3): version 21 kept each probe apart, so a
+# record sharing one probe with another record measured only its other probe, alone, at
+# another time than the one it was paired with (the pairing that gave +174% in version 14's
+# development); every probe's refusal checked before the first is launched. Judged on a new
+# draw (seed 11).
+PREDICTOR_VERSION = 22
 # The sources that are the model (from the project's root; model_source says what of each is
 # hashed): the profile and contention measurements and where they are kept, the links and the
 # collectives' interpolation, the timing models, the schedules and cuts they replay, and which
@@ -196,7 +203,7 @@ OUTSIDE_THE_MODEL = {
 # project's imports come from: the same on version 6's committed sources (commit fcc79ce) and
 # after the packages moved, on Python 3.10 to 3.13. The advisor's modules grouped into folders
 # left it as it was (the same sources, their imports from new places).
-FINGERPRINT = "e512a3bdeece220c96c7b4ff0f686c8b48d51d16a1a4cad21f2015d27bc2e868"
+FINGERPRINT = "ee1ca00318f6b1e6b3e99cbf819f9f8270a4eeca9beb0f7e976bec0d4b976c4e"
 
 _ROOT = Path(__file__).resolve().parents[2]
 

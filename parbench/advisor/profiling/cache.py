@@ -9,7 +9,7 @@ from pathlib import Path
 
 from parbench.results.folder import atomic_write_text
 
-__all__ = ["cached", "kept", "keep", "settings_key"]
+__all__ = ["cached", "settings_key"]
 
 
 def settings_key(what, device: str, threads: int, micro_batch: int) -> str:
@@ -21,25 +21,14 @@ def settings_key(what, device: str, threads: int, micro_batch: int) -> str:
             f"{layout}-{device}-{threads}t-b{micro_batch}")
 
 
-def kept(path: Path, version: int) -> dict | None:
-    """What `path` holds if it was measured at `version` (None: nothing current is kept)."""
+def cached(path: Path, version: int, measure: Callable[[], dict]) -> dict:
+    """What `path` holds if it was measured at `version`; else `measure()`'s fields, written
+    there first (with the version)."""
     if path.exists():
         stored = json.loads(path.read_text())
         if stored.get("version") == version:
             return stored
-    return None
-
-
-def keep(path: Path, version: int, fields: dict) -> dict:
-    """`fields` written to `path` with the version; returns what was written."""
-    fresh = {"version": version, **fields}
+    fresh = {"version": version, **measure()}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(fresh, indent=1))
     return fresh
-
-
-def cached(path: Path, version: int, measure: Callable[[], dict]) -> dict:
-    """What `path` holds if it was measured at `version`; else `measure()`'s fields, written
-    there first (with the version)."""
-    stored = kept(path, version)
-    return stored if stored is not None else keep(path, version, measure())

@@ -9,9 +9,10 @@ cost per step (DDP's hooks and bucket copies, FSDP's unit hooks and DTensor copi
 collective's waits for the slower rank beyond the one a step that emulated devices' lock-step
 contention counts: a model's buckets and units are the same at any batch). A one-rank group
 costs what it measures. A record's probes are measured in PROBE_ROUNDS rounds, each probe once
-a round in turn, and each probe's step is the median of its rounds' steps: a slow spell of the
-machine during one probe would otherwise move the difference of two probes, and with it the
-cost per action, by several times. Cached beside the profiles."""
+a round in turn, each probe's step the median of its rounds' steps, and kept together: a slow
+spell of the machine during one probe, or two probes measured at different times, would
+otherwise move the difference of the two, and with it the cost per action, by several times.
+Kept beside the profiles."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parbench.advisor.profiling.cache import keep, kept, settings_key
+from parbench.advisor.profiling.cache import cached, settings_key
 from parbench.advisor.runs.fields import number
 from parbench.families.workloads import Workload
 from parbench.launch import measure
@@ -31,15 +32,15 @@ from parbench.plan.config import Config
 from parbench.strategies import Layout, layout_of
 
 __all__ = ["NO_FIXED_COSTS", "PROBE_IMAGES", "PROBE_ROUNDS", "FixedCosts", "load_or_probe",
-           "measure_in_rounds", "measure_probe", "probe_path", "probe_records", "probed",
+           "measure_in_rounds", "measure_probe", "probe_records", "probed", "probes_path",
            "solve_action_cost"]
 
-FIXED_COSTS_VERSION = 2  # bump when what is measured changes: older caches are measured again
+FIXED_COSTS_VERSION = 3  # bump when what is measured changes: older caches are measured again
 # Images a micro-batch (a data-parallel rank's share) holds in the probe: the fewest that
 # BatchNorm trains on where a ResNet's last block is 1x1 pixel, so compute is least.
 PROBE_IMAGES = 2
-# A probe's rounds, and the steps each measures after its warm-up: a round is a launch of its
-# own, so a slow spell of the machine is one round of the three, outvoted by the others.
+# A probe's launches (rounds), each its warm-up steps then its measured steps: a slow spell of
+# the machine shorter than a round slows one round of a probe, which the others outvote.
 PROBE_WARMUP, PROBE_STEPS, PROBE_ROUNDS = 2, 3, 3
 PROBE_TIMEOUT_S = 300.0  # a probe is seconds of work: one that hangs is ended, not waited on
 # Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
@@ -107,12 +108,18 @@ def _is_split(record: dict, split: int, batch: int) -> bool:
 
 
 def _config(probe: dict, workload: Workload) -> Config:
+    """The probe as a configuration the core's launcher runs; a ValueError where it is refused
+    here."""
     options = {k: v for k, v in probe["strategy_options"].items() if v is not None}
-    return Config(str(probe["strategy"]), workload, int(probe["global_batch"]),
-                  parse_devices(str(probe["devices"])), warmup=PROBE_WARMUP, steps=PROBE_STEPS,
-                  threads_per_device=int(probe.get("threads_per_device") or 1),
-                  options=options, timeout_s=PROBE_TIMEOUT_S,
-                  backend=str(probe.get("backend") or "auto"))
+    config = Config(str(probe["strategy"]), workload, int(probe["global_batch"]),
+                    parse_devices(str(probe["devices"])), warmup=PROBE_WARMUP,
+                    steps=PROBE_STEPS, threads_per_device=int(probe.get("threads_per_device") or 1),
+                    options=options, timeout_s=PROBE_TIMEOUT_S,
+                    backend=str(probe.get("backend") or "auto"))
+    reason = config.refusal() or config.unavailable_reason()
+    if reason:
+        raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
+    return config
 
 
 def measure_probe(probe: dict, workload: Workload) -> dict:
@@ -120,9 +127,6 @@ def measure_probe(probe: dict, workload: Workload) -> dict:
     PROBE_STEPS measured steps (`step_times_s`), `global_batch`, `partition` and
     `micro_batches`."""
     config = _config(probe, workload)
-    reason = config.refusal() or config.unavailable_reason()
-    if reason:
-        raise ValueError(f"the fixed-cost probe of {probe['strategy']} cannot run here: {reason}")
     measured = measure(config)
     assert measured is not None  # rank 0 of a launcher of this machine's own
     return {"step_s": statistics.median(measured.step_times_s),
@@ -130,17 +134,22 @@ def measure_probe(probe: dict, workload: Workload) -> dict:
             "partition": measured.partition, "micro_batches": measured.micro_batches}
 
 
-def measure_in_rounds(probes: list[dict], workload: Workload,
+def measure_in_rounds(probes: tuple[dict, ...], workload: Workload,
                       rounds: int = PROBE_ROUNDS) -> list[dict]:
-    """Each probe measured once a round, in turn, for `rounds` rounds of PROBE_STEPS steps, as
-    `load_or_probe` keeps it: measure_probe's fields, `step_s` the median of every round's
-    steps (`step_times_s`, a list a round)."""
+    """Each probe measured once a round, in turn, for `rounds` rounds (none where one is
+    refused here), as `load_or_probe` keeps them: `step_s` the median of a probe's steps over
+    every round (`steps_by_round_s`), its `global_batch`, and the `partition` and
+    `micro_batches` of its last round (a cut balanced by time may move between rounds)."""
+    for probe in probes:
+        _config(probe, workload)
     taken: list[list[dict]] = [[] for _ in probes]
     for _ in range(rounds):
         for each, probe in zip(taken, probes, strict=True):
             each.append(measure_probe(probe, workload))
-    return [{**each[-1], "step_s": statistics.median(t for m in each for t in m["step_times_s"]),
-             "step_times_s": [m["step_times_s"] for m in each]} for each in taken]
+    return [{"step_s": statistics.median(t for m in each for t in m["step_times_s"]),
+             "steps_by_round_s": [m["step_times_s"] for m in each],
+             **{key: each[-1][key] for key in ("global_batch", "partition", "micro_batches")}}
+            for each in taken]
 
 
 def solve_action_cost(predicted_step: Callable[[float], float], measured_s: float) -> float:
@@ -158,32 +167,40 @@ def solve_action_cost(predicted_step: Callable[[float], float], measured_s: floa
     return (low + high) / 2
 
 
-def probe_path(cache: Path, probe: dict, workload: Workload) -> Path:
-    """Where `load_or_probe` keeps a probe's measurement in `cache`."""
-    options = {k: v for k, v in probe["strategy_options"].items()
+def probes_path(cache: Path, probes: tuple[dict, ...], workload: Workload) -> Path:
+    """Where `load_or_probe` keeps a record's probes' measurements in `cache`: one file named
+    by every probe's size, so probes measured together are read together."""
+    first = probes[0]
+    options = {k: v for k, v in first["strategy_options"].items()
                if k not in ("split_size", "balance")}
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
-    settings = settings_key(workload, str(probe["device_kind"]),
-                            int(probe.get("threads_per_device") or 1), PROBE_IMAGES)
-    devices = len(str(probe["devices"]).split(","))
-    # a pipeline's probe in micro-batches other than PROBE_IMAGES says so: it may hold as
-    # many images as another probe of the same configuration
+    settings = settings_key(workload, str(first["device_kind"]),
+                            int(first.get("threads_per_device") or 1), PROBE_IMAGES)
+    devices = len(str(first["devices"]).split(","))
+    return (cache / f"fixed-{first['strategy']}-{digest}-{settings}-x{devices}"
+                    f"{''.join(_size(probe) for probe in probes)}.json")
+
+
+def _size(probe: dict) -> str:
+    """A probe's images, and its micro-batch's where a pipeline's is not PROBE_IMAGES (it may
+    hold as many images as another probe of the same configuration)."""
     split = number(probe.get("split_size"))
     sized = f"-s{int(split)}" if layout_of(str(probe["strategy"])) in _PER_ACTION \
         and split and split != PROBE_IMAGES else ""
-    return (cache / f"fixed-{probe['strategy']}-{digest}-{settings}-x{devices}{sized}"
-                    f"-g{probe['global_batch']}.json")
+    return f"{sized}-g{probe['global_batch']}"
 
 
 def load_or_probe(cache: Path, record: dict, workload: Workload,
                   predict: Callable[[dict, FixedCosts], float]) -> FixedCosts:
-    """`record`'s fixed costs from its probes (measured and cached where there are none):
+    """`record`'s fixed costs from its probes (measured together and kept where they are not):
     `predict(probe record, costs)` is the models' step for a probe with those costs."""
     if not probed(record):
         return NO_FIXED_COSTS
     wanted = probe_records(record)
+    stored = cached(probes_path(cache, wanted, workload), FIXED_COSTS_VERSION,
+                    lambda: {"probes": measure_in_rounds(wanted, workload)})
     probes, steps = [], []
-    for probe, each in zip(wanted, _kept_or_measured(cache, wanted, workload), strict=True):
+    for probe, each in zip(wanted, stored["probes"], strict=True):
         probes.append({**probe, "partition": each["partition"] or probe.get("partition"),
                        "micro_batches": each["micro_batches"] or probe.get("micro_batches")})
         steps.append(each["step_s"])
@@ -204,17 +221,6 @@ def load_or_probe(cache: Path, record: dict, workload: Workload,
             for probe, measured in zip(probes, steps, strict=True)]
     return FixedCosts(per_action_s=cost, per_step_s=max(0.0, statistics.fmean(left)),
                       probe=label)
-
-
-def _kept_or_measured(cache: Path, probes: tuple[dict, ...], workload: Workload) -> list[dict]:
-    """Each probe's measurement as kept in `cache`; those not kept measured together, in
-    rounds (measure_in_rounds), and kept."""
-    paths = [probe_path(cache, probe, workload) for probe in probes]
-    stored = [kept(path, FIXED_COSTS_VERSION) for path in paths]
-    fresh = iter(measure_in_rounds([probe for probe, each in zip(probes, stored, strict=True)
-                                    if each is None], workload) if None in stored else [])
-    return [each if each is not None else keep(path, FIXED_COSTS_VERSION, next(fresh))
-            for path, each in zip(paths, stored, strict=True)]
 
 
 def _label(probes: list[dict], steps: list[float]) -> str:

@@ -15,8 +15,8 @@ from parbench.advisor.profiling.fixed_costs import (
     NO_FIXED_COSTS,
     FixedCosts,
     load_or_probe,
-    probe_path,
     probe_records,
+    probes_path,
     solve_action_cost,
 )
 from parbench.advisor.profiling.profile import BlockProfile, Profile
@@ -117,7 +117,7 @@ def test_a_pipeline_with_fewer_micro_batches_than_the_probes_is_probed_at_its_ow
 def test_a_pipelines_two_probes_are_kept_apart_and_the_longer_has_more_micro_batches(record):
     short, long = probe_records(record)
     assert short["micro_batches"] < long["micro_batches"]
-    assert probe_path(Path("c"), short, WORKLOAD) != probe_path(Path("c"), long, WORKLOAD)
+    assert probes_path(Path("c"), (short,), WORKLOAD) != probes_path(Path("c"), (long,), WORKLOAD)
     for probe in (short, long):
         assert (probe["global_batch"], probe["split_size"]) != (record["global_batch"],
                                                                 record["split_size"])
@@ -125,11 +125,11 @@ def test_a_pipelines_two_probes_are_kept_apart_and_the_longer_has_more_micro_bat
 
 def _stored(tmp_path, record: dict, *steps_s: float) -> None:
     """A record's probes' measurements kept where load_or_probe looks for them."""
-    for probe, step_s in zip(probe_records(record), steps_s, strict=True):
-        path = probe_path(tmp_path, probe, WORKLOAD)
-        path.write_text(json.dumps({"version": fixed_costs.FIXED_COSTS_VERSION,
-                                    "step_s": step_s, "partition": None,
-                                    "micro_batches": None}))
+    probes = probe_records(record)
+    probes_path(tmp_path, probes, WORKLOAD).write_text(json.dumps(
+        {"version": fixed_costs.FIXED_COSTS_VERSION,
+         "probes": [{"step_s": step_s, "partition": None, "micro_batches": None}
+                    for step_s in steps_s]}))
 
 
 def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch):
@@ -167,7 +167,7 @@ def test_a_kept_probe_gives_a_cost_per_step_or_per_action(tmp_path, monkeypatch)
                                            global_batch=16), WORKLOAD, refuse) == NO_FIXED_COSTS
 
 
-def test_a_records_probes_are_measured_in_turn_and_read_at_the_median_of_every_round(
+def test_a_records_probes_are_measured_in_turn_read_at_the_median_of_every_round_and_kept(
         tmp_path, monkeypatch):
     pipeline = _record("pipeline-1f1b", global_batch=16, split_size=4, micro_batches=4,
                        strategy_options={"split_size": 4, "stages": 2})
@@ -191,16 +191,45 @@ def test_a_records_probes_are_measured_in_turn_and_read_at_the_median_of_every_r
     costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
     assert order == [short["global_batch"], long["global_batch"]] * fixed_costs.PROBE_ROUNDS
     assert costs.probe.endswith("0.5 and 0.81 s measured")
-    kept = json.loads(probe_path(tmp_path, long, WORKLOAD).read_text())
-    assert kept["step_times_s"] == [[0.80, 0.79, 0.82], [1.60, 1.50, 1.70], [0.81, 0.80, 0.78]]
-    assert kept["step_s"] == 0.81  # the median of all nine
-    # a probe kept before is not measured again: the other is measured alone, in rounds
-    probe_path(tmp_path, long, WORKLOAD).unlink()
+    kept = json.loads(probes_path(tmp_path, (short, long), WORKLOAD).read_text())["probes"]
+    assert kept[1]["steps_by_round_s"] == [[0.80, 0.79, 0.82], [1.60, 1.50, 1.70],
+                                           [0.81, 0.80, 0.78]]
+    assert kept[1]["step_s"] == 0.81  # the median of all nine
+    # kept, not measured again
+    assert load_or_probe(tmp_path, pipeline, WORKLOAD, replayed) == costs
+    assert len(order) == 2 * fixed_costs.PROBE_ROUNDS
+    # a record sharing the shorter probe, with a shorter one of its own (2 micro-batches, fewer
+    # than its 2 stages a rank of the probes): both measured again, together, and kept apart
+    other = _record("pipeline-1f1b", global_batch=16, split_size=8, micro_batches=2,
+                    strategy_options={"split_size": 8, "stages": 2})
+    own, shared = probe_records(other)
+    assert shared["global_batch"] == short["global_batch"] and own["micro_batches"] == 2
     order.clear()
-    steps = iter([[0.9], [0.7], [0.8]])
-    costs = load_or_probe(tmp_path, pipeline, WORKLOAD, replayed)
-    assert order == [long["global_batch"]] * fixed_costs.PROBE_ROUNDS
-    assert costs.probe.endswith("0.5 and 0.8 s measured")
+    steps = iter([[0.4], [0.6], [0.4], [0.6], [0.4], [0.6]])
+    assert load_or_probe(tmp_path, other, WORKLOAD, replayed).probe.endswith(
+        "0.4 and 0.6 s measured")
+    assert order == [own["global_batch"], shared["global_batch"]] * fixed_costs.PROBE_ROUNDS
+    assert load_or_probe(tmp_path, pipeline, WORKLOAD, replayed) == costs  # its own kept
+
+
+def test_no_probe_is_launched_where_one_of_a_records_probes_is_refused(tmp_path, monkeypatch):
+    record = _record("pipeline-gpipe", global_batch=8, split_size=2, micro_batches=4,
+                     strategy_options={"split_size": 2, "stages": 2})
+    short, long = probe_records(record)
+
+    def refused(probe, workload):
+        if probe["global_batch"] == long["global_batch"]:
+            raise ValueError("refused here")
+        return fixed_costs.Config("single", workload, 2, ("cpu",))
+
+    def launched(config, *_):
+        raise AssertionError("nothing is launched")
+
+    monkeypatch.setattr(fixed_costs, "_config", refused)
+    monkeypatch.setattr(fixed_costs, "measure", launched)
+    with pytest.raises(ValueError, match="refused here"):
+        load_or_probe(tmp_path, record, WORKLOAD, lambda probe, costs: 0.1)
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
@@ -222,7 +251,9 @@ def test_a_one_rank_group_costs_what_its_probe_measures(tmp_path):
     [kept] = tmp_path.glob("fixed-ddp-*-x1-g2.json")
     # the cost is what the probe's kept median step measured beyond the models' prediction of
     # that probe (none where the prediction is already as slow): whichever it is on this CPU
-    stored = json.loads(kept.read_text())
+    [stored] = json.loads(kept.read_text())["probes"]
+    assert [len(steps) for steps in stored["steps_by_round_s"]] == \
+        [fixed_costs.PROBE_STEPS] * fixed_costs.PROBE_ROUNDS
     [probe] = probe_records(record)
     probe = {**probe, "partition": stored["partition"] or probe.get("partition"),
              "micro_batches": stored["micro_batches"] or probe.get("micro_batches")}
@@ -281,8 +312,8 @@ def test_probes_of_different_sizes_are_kept_apart():
     small, usual = _record("ddp", global_batch=4), _record("ddp", global_batch=16)
     (small_probe,), (usual_probe,) = probe_records(small), probe_records(usual)
     assert small_probe["global_batch"] == 8 and usual_probe["global_batch"] == 4
-    assert (probe_path(Path("c"), small_probe, WORKLOAD)
-            != probe_path(Path("c"), usual_probe, WORKLOAD))
+    assert (probes_path(Path("c"), (small_probe,), WORKLOAD)
+            != probes_path(Path("c"), (usual_probe,), WORKLOAD))
 
 
 def test_the_probe_is_named_by_its_images_as_a_table_holds_the_record(tmp_path):
