@@ -68,11 +68,14 @@ V18 = "20261129T082619Z-prediction-holdout-devices-seed6-v18"  # version 18's fi
 V18_SECOND = "20261129T090547Z-prediction-holdout-devices-seed7-v18"  # and its second
 V19 = "20261129T110719Z-prediction-holdout-devices-seed8-v19"  # version 19's draw
 V20 = "20261129T130552Z-prediction-holdout-devices-seed9-v20"  # version 20's draw
+V22 = "20261129T151807Z-prediction-holdout-devices-seed11-v22"  # version 22's (21 had none)
 # FSDP's peak memory against what FSDP2 allocates (benchmarks/fsdp_memory/check.py): the walk's
 # development data and its held-out configurations, each with version 19's predictions beside
 MEMORY_DEV = "20261129T130000Z-fsdp-memory-dev"
 MEMORY_HELD = "20261129T130800Z-fsdp-memory-holdout-v20"
+MEMORY_CHECKED = 22  # the newest version both were predicted by (20's walk; 21 and 22 alike)
 TWO_PROBES = "20261127T142000Z-fixed-costs-two-probes-dev"  # version 14's development data
+ROUNDS_DEV = "20261129T150000Z-probes-in-rounds-dev"  # version 21's: seed 9 predicted again
 SPOT_V9 = "20261127T071436Z-data-parallel-spot-check-v9"  # three runs, one level down
 
 
@@ -131,11 +134,17 @@ def _spot_check(folder: str) -> str:
             f"over {len(table)}")
 
 
+def _memory_csv(folder: str, version: int) -> str:
+    """A memory check's predictions by `version` (the check's own, version 20's, or one made
+    again by another version with --repredict)."""
+    return f"results/{folder}/" + ("fsdp-memory.csv" if version == 20
+                                    else f"fsdp-memory-v{version}.csv")
+
+
 def _memory_check(folder: str, version: int, count: bool = False) -> str:
     """A memory check's median and worst |error| of the peak (over the configurations the
     tracker measures as FSDP2 runs them), from its version's CSV; with `count`, how many."""
-    name = "fsdp-memory.csv" if version == 20 else f"fsdp-memory-v{version}.csv"
-    table = pd.read_csv(RESULTS / folder / name)
+    table = pd.read_csv(ROOT / _memory_csv(folder, version))
     absolute = table.loc[table["grouped_units"] == 0, "error"].abs()
     text = f"median |error| {_pct(absolute.median())} of the peak, worst {_pct(absolute.max())}"
     return text + (f", over {len(absolute)} held-out configurations" if count else "")
@@ -143,9 +152,10 @@ def _memory_check(folder: str, version: int, count: bool = False) -> str:
 
 def _memory_row(pages: tuple[str, ...], folder: str, version: int, count: bool = False
                 ) -> Figure:
-    name = "fsdp-memory.csv" if version == 20 else f"fsdp-memory-v{version}.csv"
-    return Figure(pages, _memory_check(folder, version, count), f"results/{folder}/{name}",
-                  lambda: _memory_check(folder, version, count), version=20)
+    """A memory check's figure by `version`, quoted in the memory table of the models that
+    last predicted the checks (MEMORY_CHECKED), beside version 19's."""
+    return Figure(pages, _memory_check(folder, version, count), _memory_csv(folder, version),
+                  lambda: _memory_check(folder, version, count), version=MEMORY_CHECKED)
 
 
 def _flags_key(label: str) -> tuple:
@@ -340,6 +350,14 @@ def _draw_rows(run: str, version: int, median: str, worst: str, naive: str, devi
             _column_row(run, memory, "counts it):", "memory_error", version))
 
 
+def _rounds_dev() -> str:
+    """Version 21's development data: seed 9's records predicted again with their probes
+    measured anew in rounds."""
+    errors = pd.read_csv(RESULTS / ROUNDS_DEV / "predictions-v21.csv")["prediction_error"]
+    absolute = errors.dropna().abs()
+    return f"median |error| {_pct(absolute.median())}, worst {_pct(absolute.max())}"
+
+
 def _two_probes() -> str:
     """Version 14's development data: the 56 multi-process pipelines of the earlier draws,
     predicted with one probe (version 13's rule) and with two, from the same probes."""
@@ -379,11 +397,35 @@ H = "docs/history.md"  # every earlier version's figures, apart from the current
 EVIDENCE = "docs/evidence.md"  # what is proven where, each claim in full
 
 FIGURES: tuple[Figure, ...] = (
-    # The current version, 20 (FSDP's memory as FSDP2 allocates it), on its held-out draw
-    # (seed 9), and its memory walk against what FSDP2 allocates, held out and in development
-    # (beside version 19's on the same measurements).
+    # The current version, 22 (fixed-cost probes measured together, in rounds), on its
+    # held-out draw (seed 11), and the memory walk against what FSDP2 allocates (version 20's,
+    # which 21 and 22 predict alike), held out and in development, beside version 19's.
+    _headline_row(V22, "median |error| 2.8% of the step time, worst 14.7%, over 28 held-out "
+                  "configurations", 22, (*PAGES, H)),
+    *_draw_rows(V22, 22,
+                "median |error| of the step | <= 5% | **2.8%** (26 of 28 within 10%; median "
+                "signed +0.4%)",
+                "worst |error| | <= 15% | **14.7%**",
+                "the naive estimate's median |error| 60.7% (worst 86.3%)",
+                "1 device median |error| 2.7%, worst 6.1%; "
+                "2 devices median |error| 4.3%, worst 11.3%; "
+                "3 devices median |error| 7.5%, worst 14.7%; "
+                "4 devices median |error| 1.7%, worst 7.5%",
+                "Speedups over single: median |error| 3.2%, worst 23.1%",
+                "traced compute): median |error| 4.3%, worst 24.0%",
+                "counts it): median |error| 0.2%, worst 2.2%"),
+    _memory_row((README, EVIDENCE, P, RES), MEMORY_HELD, 22, count=True),
+    _memory_row((P,), MEMORY_HELD, 22),
+    _memory_row((P,), MEMORY_HELD, 19),
+    _memory_row((P,), MEMORY_DEV, 22),
+    _memory_row((P,), MEMORY_DEV, 19),
+    # History: version 21 (probes in rounds, kept apart), no draw of its own: its development
+    # data.
+    Figure((H,), "median |error| 3.3%, worst 12.9%", f"results/{ROUNDS_DEV}/predictions-v21.csv",
+           _rounds_dev, version=21),
+    # History: version 20 (FSDP's memory as FSDP2 allocates it), on its held-out draw (seed 9).
     _headline_row(V20, "median |error| 4.2% of the step time, worst 22.5%, over 28 held-out "
-                  "configurations", 20, (*PAGES, H)),
+                  "configurations", 20, (H, EVIDENCE)),
     *_draw_rows(V20, 20,
                 "median |error| of the step | <= 5% | **4.2%** (22 of 28 within 10%; median "
                 "signed -1.6%)",
@@ -395,11 +437,6 @@ FIGURES: tuple[Figure, ...] = (
                 "Speedups over single: median |error| 4.8%, worst 19.7%",
                 "traced compute): median |error| 3.7%, worst 39.7%",
                 "counts it): median |error| 0.3%, worst 5.4%"),
-    _memory_row((README, EVIDENCE, P, RES), MEMORY_HELD, 20, count=True),
-    _memory_row((P,), MEMORY_HELD, 20),
-    _memory_row((P,), MEMORY_HELD, 19),
-    _memory_row((P,), MEMORY_DEV, 20),
-    _memory_row((P,), MEMORY_DEV, 19),
     # History: version 19 (FSDP2's collectives in its own order), on its held-out draw
     # (seed 8).
     _headline_row(V19, "median |error| 3.6% of the step time, worst 11.8%, over 28 held-out "
