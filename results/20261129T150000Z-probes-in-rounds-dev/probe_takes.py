@@ -1,7 +1,8 @@
 """Each probe of the named records of a run measured again, in turn, for N takes, and the
 fixed costs and predicted step each take gives, then their median's (probe-takes.txt: run
-with commit ddebaaa's measure_probe, one launch of 8 steps):
-python probe_takes.py FOLDER 18,20 3"""
+with commit ddebaaa's measure_probe, one launch of 8 steps, and its probe files). It writes
+probe files into FOLDER/profiles: run it on a scratch copy of a run's measured files, never
+on a published run: python probe_takes.py SCRATCH 18,20 3"""
 
 import json
 import statistics
@@ -41,7 +42,7 @@ def main() -> None:
                 steps[j].append(fc.measure_probe(probe, workload_of(record))["step_s"])
                 print(index, take, j, round(steps[j][-1], 4), flush=True)
         profile = profiles_for(record, cache)
-        for label, chosen in [*((f"round {t}", [s[t] for s in steps]) for t in range(takes)),
+        for label, chosen in [*((f"take {t}", [s[t] for s in steps]) for t in range(takes)),
                               ("median", [statistics.median(s) for s in steps])]:
             costs, step = _predicted(record, probes, chosen, cache, profile, link)
             print(f"rec {index} {label}: action {costs.per_action_s * 1e3:.2f} ms step "

@@ -1,6 +1,6 @@
 """A run's records predicted again by the models at hand, in a scratch copy of its measured
-files with its probes deleted (no held-out guard: development only):
-python repredict.py FOLDER"""
+files with its probes deleted (no held-out guard: development only). It writes its
+predictions and probes into FOLDER: never a published run. python repredict.py SCRATCH"""
 
 import sys
 import time
