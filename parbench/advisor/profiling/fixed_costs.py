@@ -42,7 +42,7 @@ PROBE_IMAGES = 2
 # A probe's launches (rounds), each its warm-up steps then its measured steps: a slow spell of
 # the machine shorter than a round slows one round of a probe, which the others outvote.
 PROBE_WARMUP, PROBE_STEPS, PROBE_ROUNDS = 2, 3, 3
-PROBE_TIMEOUT_S = 300.0  # a probe is seconds of work: one that hangs is ended, not waited on
+PROBE_TIMEOUT_S = 300.0  # a launch (one round) is seconds of work: one that hangs is ended
 # Per action: the scheduled pipelines (each rank a process). Per step: the data-parallel ones.
 _PER_ACTION = (Layout.SCHEDULED_PIPELINE, Layout.SHARDED_PIPELINES)
 _PER_STEP = (Layout.REPLICAS, Layout.SHARDED_REPLICAS, Layout.HYBRID_SHARDED)
